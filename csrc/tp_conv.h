@@ -1,0 +1,73 @@
+// Plain C++ interface between the torch glue (ops.cpp, g++) and the CUDA kernels (nvcc).
+// No torch headers here: the kernels compile with nvcc alone.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime_api.h>
+
+namespace md_accel {
+
+// CSR graph, edges sorted by receiver (see docs/architecture.md).
+struct TPGraph {
+  const int64_t* src;       // [E] sender of edge e
+  const int64_t* dst;       // [E] receiver of edge e (non-decreasing)
+  const int64_t* dst_ptr;   // [N+1] edges of receiver n: dst_ptr[n] .. dst_ptr[n+1]
+  const int64_t* src_perm;  // [E] edge ids sorted by sender
+  const int64_t* src_ptr;   // [N+1] src_perm[src_ptr[n] .. src_ptr[n+1]] are the edges sent by n
+  int64_t num_nodes;
+  int64_t num_edges;
+};
+
+// Columns of the paths table: (in1_off, mul, l1, in2_off, l2, out_off, l3, w_off, w_stride);
+// the weight of channel u of path p is w[e, w_off + u * w_stride].
+constexpr int kPathCols = 9;
+
+// Lowered problem on the device. cg_ijk packs (i | j << 8 | k << 16) of each non-zero.
+struct TPPlan {
+  const int32_t* paths;   // [P, kPathCols]
+  const int32_t* cg_ptr;  // [P+1]
+  const int32_t* cg_ijk;  // [nnz]
+  const void* cg_val;     // [nnz], same dtype as the features
+  int num_paths;
+  int nnz;
+  int max_mul;
+};
+
+// Row widths of the operands.
+struct TPDims {
+  int in1;  // x.size(1)
+  int in2;  // y.size(1)
+  int w;    // w.size(1)
+  int out;  // dim_out
+};
+
+// Operands of one launch. Unused pointers are null. Feature arrays are row-major, contiguous.
+template <typename T>
+struct TPTensors {
+  const T* x;     // [N, in1]
+  const T* y;     // [E, in2]
+  const T* w;     // [E, w]
+  const T* g;     // [N, out]  grad_out
+  const T* ggx;   // [N, in1]  double backward: incoming gradients of (grad_x, grad_y, grad_w)
+  const T* ggy;   // [E, in2]
+  const T* ggw;   // [E, w]
+  T* out;         // fwd: [N, out]; dbwd: g_grad_out
+  T* gx;          // [N, in1]
+  T* gy;          // [E, in2]
+  T* gw;          // [E, w]
+};
+
+// Each returns nullptr on success, else a static error message. Outputs are fully written.
+// fwd:  out = fwd(x, y, w)
+// bwd:  gx, gy, gw = d<g, fwd(x, y, w)> / d(x, y, w)
+// dbwd: out = g_grad_out, gx = g_x, gy = g_y, gw = g_w (see tp_reference.py)
+template <typename T>
+const char* tp_conv_fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPPlan& p,
+                               const TPDims& d, cudaStream_t stream);
+template <typename T>
+const char* tp_conv_bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPPlan& p,
+                               const TPDims& d, cudaStream_t stream);
+template <typename T>
+const char* tp_conv_dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPPlan& p,
+                                const TPDims& d, cudaStream_t stream);
+
+}  // namespace md_accel

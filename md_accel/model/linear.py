@@ -1,0 +1,121 @@
+"""Equivariant linear map with e3nn's ``o3.Linear`` semantics and weight layout.
+
+Instructions connect every input block to every output block of the same irrep (in that
+order: input block outer, output block inner). Each has a ``[mul_in, mul_out]`` weight, stored
+flattened and concatenated in ``weight`` exactly as e3nn stores it, so e3nn / sevenn / nequip
+weights load 1:1. The output of instruction ``(i, o)`` is scaled by ``path_weight =
+1/sqrt(sum of mul_in over the instructions feeding o)`` (e3nn's "element" normalisation);
+callers may pass explicit path weights (e.g. when constant inputs were folded into ``bias``).
+``bias`` (e3nn layout, scalar ``0e`` output blocks only) is added unscaled.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..o3 import Irrep, Irreps
+
+
+def linear_instructions(irreps_in: Irreps, irreps_out: Irreps) -> List[Tuple[int, int, float]]:
+    """e3nn's default instructions ``(i_in, i_out, path_weight)`` in e3nn's order."""
+    pairs = [
+        (i, o)
+        for i, mi in enumerate(irreps_in)
+        for o, mo in enumerate(irreps_out)
+        if mi.ir == mo.ir
+    ]
+    fan_in: Dict[int, int] = {}
+    for i, o in pairs:
+        fan_in[o] = fan_in.get(o, 0) + irreps_in[i].mul
+    return [(i, o, (fan_in[o] if fan_in[o] > 0 else 1) ** -0.5) for i, o in pairs]
+
+
+class Linear(torch.nn.Module):
+    """``[..., irreps_in.dim] -> [..., irreps_out.dim]``, equal to ``e3nn.o3.Linear(irreps_in,
+    irreps_out, biases=biases)`` with the same ``weight`` (and ``bias``)."""
+
+    def __init__(
+        self,
+        irreps_in,
+        irreps_out,
+        biases: bool = False,
+        path_weights: Optional[Sequence[float]] = None,
+    ):
+        super().__init__()
+        self.irreps_in = Irreps(irreps_in)
+        self.irreps_out = Irreps(irreps_out)
+        ins = linear_instructions(self.irreps_in, self.irreps_out)
+        if path_weights is not None:
+            if len(path_weights) != len(ins):
+                raise ValueError(f"{len(path_weights)} path weights for {len(ins)} instructions")
+            ins = [(i, o, float(pw)) for (i, o, _), pw in zip(ins, path_weights)]
+        self.path_weights: List[float] = [pw for _, _, pw in ins]
+        self.explicit_path_weights = path_weights is not None
+        in_off, out_off = self.irreps_in.offsets(), self.irreps_out.offsets()
+        # per instruction: in_off, mul_in, out_block, mul_out, dim, w_off
+        self.ins: List[List[int]] = []
+        w_off = 0
+        for i, o, _ in ins:
+            mi, mo = self.irreps_in[i], self.irreps_out[o]
+            self.ins.append([in_off[i], mi.mul, o, mo.mul, mi.ir.dim, w_off])
+            w_off += mi.mul * mo.mul
+        self.weight_numel = w_off
+        self.biases = bool(biases)
+        self.out_blocks: List[List[int]] = []  # mul, dim, bias offset (-1: none), has instructions
+        b_off = 0
+        fed = {o for _, o, _ in ins}
+        for o, mo in enumerate(self.irreps_out):
+            has_bias = self.biases and mo.ir == Irrep(0, 1) and mo.mul > 0
+            self.out_blocks.append([mo.mul, mo.ir.dim, b_off if has_bias else -1, int(o in fed)])
+            b_off += mo.dim if has_bias else 0
+        self.bias_numel = b_off
+        self.dim_in = self.irreps_in.dim
+        self.dim_out = self.irreps_out.dim
+        self.weight = torch.nn.Parameter(torch.randn(self.weight_numel))
+        self.bias = torch.nn.Parameter(torch.zeros(self.bias_numel))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.dim_in)
+        n = x2.shape[0]
+        parts: List[List[torch.Tensor]] = [[] for _ in range(len(self.out_blocks))]
+        for k, ins in enumerate(self.ins):
+            i_off, mul_in, o, mul_out, d, w_off = ins[0], ins[1], ins[2], ins[3], ins[4], ins[5]
+            if mul_in == 0 or mul_out == 0:
+                continue
+            w = self.weight[w_off: w_off + mul_in * mul_out].view(mul_in, mul_out)
+            xb = x2[:, i_off: i_off + mul_in * d].reshape(n, mul_in, d)
+            y = torch.einsum("uw,nui->nwi", w, xb) * self.path_weights[k]
+            parts[o].append(y.reshape(n, mul_out * d))
+        outs: List[torch.Tensor] = []
+        for o, blk in enumerate(self.out_blocks):
+            mul, d, b_off = blk[0], blk[1], blk[2]
+            if mul == 0:
+                continue
+            terms = parts[o]
+            if len(terms) == 0:
+                y = x2.new_zeros((n, mul * d))
+            else:
+                y = terms[0]
+                for t in terms[1:]:
+                    y = y + t
+            if b_off >= 0:
+                y = y + self.bias[b_off: b_off + mul * d]
+            outs.append(y)
+        out = torch.cat(outs, dim=-1) if len(outs) > 0 else x2.new_zeros((n, 0))
+        return out.reshape(lead + (self.dim_out,))
+
+    def spec(self) -> Dict:
+        out: Dict = {"irreps_in": str(self.irreps_in), "irreps_out": str(self.irreps_out), "biases": self.biases}
+        if self.explicit_path_weights:
+            out["path_weights"] = list(self.path_weights)
+        return out
+
+    @classmethod
+    def from_spec(cls, spec: Dict) -> "Linear":
+        return cls(spec["irreps_in"], spec["irreps_out"], spec.get("biases", False), spec.get("path_weights"))
+
+    def extra_repr(self) -> str:
+        return f"{self.irreps_in} -> {self.irreps_out}, weights={self.weight_numel}, bias={self.bias_numel}"
+

@@ -1,0 +1,21 @@
+"""md_accel's equivariant operators: a plain-torch CPU reference (the specification) and fused
+CUDA kernels behind the same torch custom ops (``torch.ops.md_accel.*``)."""
+from ..o3.spherical_harmonics import SphericalHarmonics, spherical_harmonics
+from . import _custom_ops
+from .tp_conv import Graph, TensorProductConv, build_graph
+from .tp_problem import Instruction, TPProblem
+
+
+def _load_cpp_library() -> bool:
+    """Load the compiled C++/CUDA library if it was built (it defines the op schemas)."""
+    try:
+        from . import _cuda
+    except ImportError:
+        return False
+    return bool(_cuda.load())
+
+
+_custom_ops.register(cpp_library_loaded=_load_cpp_library())
+
+__all__ = ["SphericalHarmonics", "spherical_harmonics", "TensorProductConv", "Graph", "build_graph",
+           "TPProblem", "Instruction"]

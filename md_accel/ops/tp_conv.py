@@ -1,0 +1,131 @@
+"""``TensorProductConv``: 'uvu' Clebsch-Gordan tensor product with per-edge weights, fused with
+the sum over neighbours; e3nn semantics (see docs/architecture.md)."""
+
+from typing import List, NamedTuple, Optional, Sequence
+
+import torch
+
+from .tp_problem import TPProblem
+from .tp_reference import tp_conv_fwd_ref
+
+
+class Graph(NamedTuple):
+    """Edges sorted by receiver with CSR offsets, and the transposed (by-sender) order.
+
+    Built once per neighbour list (``build_graph``) and reused by every layer and step.
+    ``perm`` maps sorted position -> original edge index.
+    """
+
+    src: torch.Tensor
+    dst: torch.Tensor
+    dst_ptr: torch.Tensor
+    src_perm: torch.Tensor
+    src_ptr: torch.Tensor
+    perm: torch.Tensor
+
+
+def build_graph(edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int) -> Graph:
+    """Sort edges by receiver (stable) and precompute segment offsets for both directions."""
+    edge_src = edge_src.to(torch.int64)
+    edge_dst = edge_dst.to(torch.int64)
+    perm = torch.argsort(edge_dst, stable=True)
+    src = edge_src.index_select(0, perm)
+    dst = edge_dst.index_select(0, perm)
+    counts_dst = torch.bincount(dst, minlength=num_nodes)
+    dst_ptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=dst.device)
+    dst_ptr[1:] = torch.cumsum(counts_dst, 0)
+    src_perm = torch.argsort(src, stable=True)
+    counts_src = torch.bincount(src, minlength=num_nodes)
+    src_ptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=dst.device)
+    src_ptr[1:] = torch.cumsum(counts_src, 0)
+    return Graph(src, dst, dst_ptr, src_perm, src_ptr, perm)
+
+
+class TensorProductConv(torch.nn.Module):
+    """``forward(x, edge_attr, edge_weights, edge_src, edge_dst, num_nodes)`` equals
+    ``scatter_sum(e3nn TensorProduct(x[src], edge_attr, edge_weights), dst, num_nodes)`` with
+    ``shared_weights=False, internal_weights=False`` and 'uvu' instructions.
+
+    On CUDA it runs md_accel's fused kernels (``torch.ops.md_accel.tp_conv_fwd``); elsewhere the
+    plain-torch reference, which TorchScript can export and autograd differentiates.
+    """
+
+    def __init__(
+        self,
+        irreps_in1,
+        irreps_in2,
+        irreps_out,
+        instructions: Sequence,
+        irrep_normalization: str = "component",
+        path_normalization: str = "element",
+    ):
+        super().__init__()
+        problem = TPProblem.create(irreps_in1, irreps_in2, irreps_out, instructions,
+                                   irrep_normalization, path_normalization)
+        plan = problem.lower()
+        self.problem = problem
+        self.irreps_in1, self.irreps_in2, self.irreps_out = problem.irreps_in1, problem.irreps_in2, problem.irreps_out
+        self.irreps_text: List[str] = [str(problem.irreps_in1), str(problem.irreps_in2), str(problem.irreps_out)]
+        self.dim_in1: int = plan.dim_in1
+        self.dim_in2: int = plan.dim_in2
+        self.dim_out: int = plan.dim_out
+        self.weight_numel: int = plan.weight_numel
+        self.path_list: List[List[int]] = plan.paths.tolist()
+        self.cg_dense: List[torch.Tensor] = plan.dense
+        self.register_buffer("paths", plan.paths, persistent=False)
+        self.register_buffer("cg_ptr", plan.cg_ptr, persistent=False)
+        self.register_buffer("cg_idx", plan.cg_idx, persistent=False)
+        self.register_buffer("cg_val", plan.cg_val, persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        # the dense CG blocks of the reference path follow the module's device and dtype
+        out = super()._apply(fn, recurse)
+        self.cg_dense = [fn(c) if c.is_floating_point() else c for c in self.cg_dense]
+        return out
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        edge_attr: torch.Tensor,
+        edge_weights: torch.Tensor,
+        edge_src: torch.Tensor,
+        edge_dst: torch.Tensor,
+        num_nodes: int,
+        graph: Optional[Graph] = None,
+    ) -> torch.Tensor:
+        self._check(x, edge_attr, edge_weights, edge_src, edge_dst, num_nodes)
+        if x.is_cuda:
+            if graph is None:
+                graph = build_graph(edge_src, edge_dst, num_nodes)
+                edge_attr = edge_attr.index_select(0, graph.perm)
+                edge_weights = edge_weights.index_select(0, graph.perm)
+            return torch.ops.md_accel.tp_conv_fwd(
+                x.contiguous(), edge_attr.contiguous(), edge_weights.contiguous(),
+                graph.src, graph.dst, graph.dst_ptr, graph.src_perm, graph.src_ptr,
+                self.paths, self.cg_ptr, self.cg_idx, self.cg_val.to(x.dtype), self.dim_out,
+            )
+        return tp_conv_fwd_ref(x, edge_attr, edge_weights, edge_src, edge_dst, num_nodes,
+                               self.path_list, self.cg_dense, self.dim_out)
+
+    def _check(self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, src: torch.Tensor,
+               dst: torch.Tensor, num_nodes: int) -> None:
+        if x.dim() != 2 or x.shape[1] != self.dim_in1:
+            raise ValueError(f"x must be [num_nodes, {self.dim_in1}] ({self.irreps_text[0]}), got {list(x.shape)}")
+        if x.shape[0] != num_nodes:
+            raise ValueError(f"x has {x.shape[0]} rows but num_nodes={num_nodes}")
+        e = src.shape[0]
+        if y.dim() != 2 or y.shape[0] != e or y.shape[1] != self.dim_in2:
+            raise ValueError(f"edge_attr must be [{e}, {self.dim_in2}] ({self.irreps_text[1]}), got {list(y.shape)}")
+        if w.dim() != 2 or w.shape[0] != e or w.shape[1] != self.weight_numel:
+            raise ValueError(f"edge_weights must be [{e}, {self.weight_numel}], got {list(w.shape)}")
+        if dst.shape[0] != e or src.dim() != 1 or dst.dim() != 1:
+            raise ValueError("edge_src and edge_dst must be 1-D and of equal length")
+        if src.dtype not in (torch.int64, torch.int32) or dst.dtype not in (torch.int64, torch.int32):
+            raise TypeError("edge_src / edge_dst must be integer tensors")
+        if y.dtype != x.dtype or w.dtype != x.dtype:
+            raise TypeError(f"dtype mismatch: x {x.dtype}, edge_attr {y.dtype}, edge_weights {w.dtype}")
+        if y.device != x.device or w.device != x.device or src.device != x.device or dst.device != x.device:
+            raise ValueError("all inputs must be on the same device")
+
+    def extra_repr(self) -> str:
+        return f"{self.irreps_in1} x {self.irreps_in2} -> {self.irreps_out}, {len(self.path_list)} paths"

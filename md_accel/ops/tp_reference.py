@@ -1,0 +1,95 @@
+"""Plain-torch reference of the tensor-product convolution: the specification of the kernels.
+
+``F(x, y, w, g) = sum_e sum_p sum_(i,j,k) c * w[e,u] x[src,u,i] y[e,j] g[dst,u,k]`` is
+multilinear, so
+
+* forward  = dF/dg               -> ``tp_conv_fwd``
+* backward = (dF/dx, dF/dy, dF/dw) -> ``tp_conv_bwd``
+* double backward: the gradient of ``<gg_x, dF/dx> + <gg_y, dF/dy> + <gg_w, dF/dw>`` is the same
+  contractions with one argument replaced by ``gg_*`` -> ``tp_conv_dbwd``.
+
+Everything here is TorchScript-compatible and differentiable by autograd as well, so models
+running on this path (CPU, LAMMPS without CUDA) get forces and Hessians from plain torch.
+Paths are given as lists ``[in1_off, mul, l1, in2_off, l2, out_off, l3, w_off, w_stride]`` with a
+dense CG block per path (``Plan.dense``).
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import torch
+
+
+def _blocks(path: List[int]) -> Tuple[int, int, int, int, int, int, int, int, int, int, int, int]:
+    in1_off, mul, l1, in2_off, l2, out_off, l3, w_off, w_stride = path
+    return in1_off, mul, 2 * l1 + 1, in2_off, 2 * l2 + 1, out_off, 2 * l3 + 1, w_off, w_stride, l1, l2, l3
+
+
+def _path_weights(w: torch.Tensor, w_off: int, mul: int, w_stride: int) -> torch.Tensor:
+    return w[:, w_off: w_off + (mul - 1) * w_stride + 1: w_stride]
+
+
+def tp_conv_fwd_ref(
+    x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
+    num_nodes: int, paths: List[List[int]], cg: List[torch.Tensor], dim_out: int,
+) -> torch.Tensor:
+    """``out[n] = sum_{e: dst[e] = n} TP(x[src[e]], y[e]; w[e])``."""
+    out = torch.zeros((num_nodes, dim_out), dtype=x.dtype, device=x.device)
+    xs_all = x.index_select(0, src)
+    for p in range(len(paths)):
+        in1_off, mul, d1, in2_off, d2, out_off, d3, w_off, w_stride, _, _, _ = _blocks(paths[p])
+        xs = xs_all[:, in1_off: in1_off + mul * d1].reshape(-1, mul, d1)
+        yc = torch.einsum("ej,ijk->eik", y[:, in2_off: in2_off + d2], cg[p].to(x.dtype))
+        msg = torch.einsum("eui,eik->euk", xs, yc) * _path_weights(w, w_off, mul, w_stride).unsqueeze(-1)
+        block = torch.zeros((num_nodes, mul * d3), dtype=x.dtype, device=x.device)
+        block = block.index_add(0, dst, msg.reshape(-1, mul * d3))
+        out[:, out_off: out_off + mul * d3] += block
+    return out
+
+
+def tp_conv_bwd_ref(
+    grad_out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, src: torch.Tensor,
+    dst: torch.Tensor, paths: List[List[int]], cg: List[torch.Tensor],
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dF/dx, dF/dy, dF/dw)`` with ``g = grad_out``."""
+    grad_x = torch.zeros_like(x)
+    grad_y = torch.zeros_like(y)
+    grad_w = torch.zeros_like(w)
+    xs_all = x.index_select(0, src)
+    gs_all = grad_out.index_select(0, dst)
+    for p in range(len(paths)):
+        in1_off, mul, d1, in2_off, d2, out_off, d3, w_off, w_stride, _, _, _ = _blocks(paths[p])
+        c = cg[p].to(x.dtype)
+        xs = xs_all[:, in1_off: in1_off + mul * d1].reshape(-1, mul, d1)
+        gs = gs_all[:, out_off: out_off + mul * d3].reshape(-1, mul, d3)
+        ys = y[:, in2_off: in2_off + d2]
+        ws = _path_weights(w, w_off, mul, w_stride)
+        yc = torch.einsum("ej,ijk->eik", ys, c)
+        gx = torch.einsum("euk,eik->eui", gs, yc) * ws.unsqueeze(-1)
+        grad_x[:, in1_off: in1_off + mul * d1] += torch.zeros(
+            (x.shape[0], mul * d1), dtype=x.dtype, device=x.device).index_add(0, src, gx.reshape(-1, mul * d1))
+        xg = torch.einsum("eui,euk->eik", xs * ws.unsqueeze(-1), gs)
+        grad_y[:, in2_off: in2_off + d2] += torch.einsum("eik,ijk->ej", xg, c)
+        gw = torch.einsum("eui,eik,euk->eu", xs, yc, gs)
+        grad_w[:, w_off: w_off + (mul - 1) * w_stride + 1: w_stride] += gw
+    return grad_x, grad_y, grad_w
+
+
+def tp_conv_dbwd_ref(
+    gg_x: torch.Tensor, gg_y: torch.Tensor, gg_w: torch.Tensor, grad_out: torch.Tensor,
+    x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
+    paths: List[List[int]], cg: List[torch.Tensor],
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of ``<gg_x, dF/dx> + <gg_y, dF/dy> + <gg_w, dF/dw>`` w.r.t. (grad_out, x, y, w)."""
+    n = grad_out.shape[0]
+    dim_out = grad_out.shape[1]
+    g_grad_out = (
+        tp_conv_fwd_ref(gg_x, y, w, src, dst, n, paths, cg, dim_out)
+        + tp_conv_fwd_ref(x, gg_y, w, src, dst, n, paths, cg, dim_out)
+        + tp_conv_fwd_ref(x, y, gg_w, src, dst, n, paths, cg, dim_out)
+    )
+    gx_a, gy_a, gw_a = tp_conv_bwd_ref(grad_out, gg_x, y, w, src, dst, paths, cg)
+    gx_b, gy_b, gw_b = tp_conv_bwd_ref(grad_out, x, gg_y, w, src, dst, paths, cg)
+    gx_c, gy_c, gw_c = tp_conv_bwd_ref(grad_out, x, y, gg_w, src, dst, paths, cg)
+    # d/dx collects the terms where x was not substituted, etc.
+    return g_grad_out, gx_b + gx_c, gy_a + gy_c, gw_a + gw_b
