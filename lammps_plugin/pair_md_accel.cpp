@@ -274,19 +274,19 @@ double PairMDAccel::init_one(int i, int j)
 
 /* ---------------------------------------------------------------------- */
 
-void PairMDAccel::compute(int eflag, int vflag)
-{
-  ev_init(eflag, vflag);
+/* ----------------------------------------------------------------------
+   edges (within the model cutoff) that can change an owned atom's energy:
+   those into atoms at most num_layers-1 hops from an owned atom. Graph
+   nodes: owned atoms (same index) then the ghosts these edges touch.
+   Returns the node count.
+------------------------------------------------------------------------- */
 
+int PairMDAccel::build_graph()
+{
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
   double **x = atom->x;
-  double **f = atom->f;
-  const int *type = atom->type;
   const double cutsq_model = cutoff * cutoff;
-
-  species.resize(nall);
-  for (int i = 0; i < nall; i++) species[i] = type2species[type[i]];
 
   edge_src.clear();
   edge_dst.clear();
@@ -307,15 +307,64 @@ void PairMDAccel::compute(int eflag, int vflag)
       edge_vec.insert(edge_vec.end(), {dx, dy, dz});
     }
   }
+
+  reached.assign(nall, 0);
+  std::fill(reached.begin(), reached.begin() + nlocal, 1);
+  for (int hop = 1; hop < num_layers; hop++) {
+    grown = reached;
+    for (size_t e = 0; e < edge_src.size(); e++)
+      if (reached[edge_dst[e]]) grown[edge_src[e]] = 1;
+    reached.swap(grown);
+  }
+
+  size_t kept = 0;
+  for (size_t e = 0; e < edge_src.size(); e++) {
+    if (!reached[edge_dst[e]]) continue;
+    edge_src[kept] = edge_src[e];
+    edge_dst[kept] = edge_dst[e];
+    std::copy_n(edge_vec.begin() + 3 * e, 3, edge_vec.begin() + 3 * kept);
+    kept++;
+  }
+  edge_src.resize(kept);
+  edge_dst.resize(kept);
+  edge_vec.resize(3 * kept);
+
+  node_of.assign(nall, -1);
+  for (int i = 0; i < nlocal; i++) node_of[i] = i;
+  int nnodes = nlocal;
+  node_src.resize(kept);
+  node_dst.resize(kept);
+  for (size_t e = 0; e < kept; e++) {
+    for (int64_t atom_index : {edge_src[e], edge_dst[e]})
+      if (node_of[atom_index] < 0) node_of[atom_index] = nnodes++;
+    node_src[e] = node_of[edge_src[e]];
+    node_dst[e] = node_of[edge_dst[e]];
+  }
+  species.resize(nnodes);
+  const int *type = atom->type;
+  for (int i = 0; i < nall; i++)
+    if (node_of[i] >= 0) species[node_of[i]] = type2species[type[i]];
+  return nnodes;
+}
+
+/* ---------------------------------------------------------------------- */
+
+void PairMDAccel::compute(int eflag, int vflag)
+{
+  ev_init(eflag, vflag);
+
+  const int nlocal = atom->nlocal;
+  double **f = atom->f;
+  const int nnodes = build_graph();
   const int64_t nedges = static_cast<int64_t>(edge_src.size());
 
   torch::Tensor node_e, grad;
   try {
     auto as_long = torch::TensorOptions().dtype(torch::kInt64);
     auto as_double = torch::TensorOptions().dtype(torch::kFloat64);
-    torch::Tensor t_species = torch::from_blob(species.data(), {nall}, as_long).to(device);
-    torch::Tensor t_src = torch::from_blob(edge_src.data(), {nedges}, as_long).to(device);
-    torch::Tensor t_dst = torch::from_blob(edge_dst.data(), {nedges}, as_long).to(device);
+    torch::Tensor t_species = torch::from_blob(species.data(), {nnodes}, as_long).to(device);
+    torch::Tensor t_src = torch::from_blob(node_src.data(), {nedges}, as_long).to(device);
+    torch::Tensor t_dst = torch::from_blob(node_dst.data(), {nedges}, as_long).to(device);
     torch::Tensor t_vec = torch::from_blob(edge_vec.data(), {nedges, 3}, as_double)
                               .to(device, dtype, false, true)
                               .requires_grad_(true);

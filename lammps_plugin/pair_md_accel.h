@@ -37,6 +37,7 @@ class PairMDAccel : public Pair {
   enum DeviceChoice { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
 
   void allocate();
+  int build_graph();
   void load_model(const std::string &filename);
   torch::Device pick_device() const;
 
@@ -51,9 +52,12 @@ class PairMDAccel : public Pair {
   int num_layers;                       // message-passing depth
   std::vector<int64_t> type2species;    // LAMMPS type (1-based) -> species
 
-  // per-step edge buffers (receiver i = dst, sender j = src)
-  std::vector<int64_t> edge_src, edge_dst, species;
+  // per-step graph: edges by LAMMPS atom index (receiver i = dst, sender
+  // j = src) and by graph node index; species per graph node
+  std::vector<int64_t> edge_src, edge_dst, node_src, node_dst, species;
   std::vector<double> edge_vec;
+  std::vector<int64_t> node_of;           // LAMMPS atom index -> graph node or -1
+  std::vector<char> reached, grown;       // atoms within k hops of an owned atom
 };
 
 }    // namespace LAMMPS_NS

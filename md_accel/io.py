@@ -5,12 +5,15 @@ Python rebuilds the module from the spec and loads the archive's weights; C++ (L
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime
 import hashlib
 import io as _io
 import json
 import os
 import tempfile
+import warnings
 import zipfile
 from typing import Dict, Optional, Union
 
@@ -43,6 +46,14 @@ def weights_sha256(state_dict: Dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def _quiet_jit():
+    """TorchScript is deprecated in recent torch but is what libtorch (LAMMPS) loads."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=DeprecationWarning)
+        yield
+
+
 def _dtype_name(potential: torch.nn.Module) -> str:
     for t in list(potential.parameters()) + list(potential.buffers()):
         if t.is_floating_point():
@@ -56,12 +67,11 @@ def save(potential: Potential, path: PathLike, provenance: Optional[Dict] = None
     ``provenance``: ``source``, ``library``, ``library_version``, ``verification`` (anything
     JSON-able); ``date`` is filled in. Returns the metadata written."""
     path = os.fspath(path)
-    module = potential.to("cpu")
+    module = copy.deepcopy(potential).to("cpu")  # leave the caller's module where it is
     state = module.state_dict()
     prov = {"source": None, "library": None, "library_version": None, "verification": None}
     prov.update(provenance or {})
-    prov.setdefault("date", datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    if prov["date"] is None:
+    if not prov.get("date"):
         prov["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     meta = {
         "format": FORMAT,
@@ -76,9 +86,9 @@ def save(potential: Potential, path: PathLike, provenance: Optional[Dict] = None
         "sha256": weights_sha256(state),
     }
     text = json.dumps(meta, indent=2, sort_keys=True)  # fails early on non-JSON-able provenance
-    scripted = torch.jit.script(module)
     buf = _io.BytesIO()
-    torch.jit.save(scripted, buf, _extra_files={METADATA_NAME: text})
+    with _quiet_jit():
+        torch.jit.save(torch.jit.script(module), buf, _extra_files={METADATA_NAME: text})
 
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".mdx", dir=directory)
@@ -153,7 +163,8 @@ def load(
             f"(written by md_accel {meta.get('md_accel_version', '?')}): {e}"
         ) from e
     try:
-        archive = torch.jit.load(path, map_location="cpu")
+        with _quiet_jit():
+            archive = torch.jit.load(path, map_location="cpu")
     except RuntimeError as e:
         raise ModelFileError(f"{path!r}: the TorchScript archive cannot be read ({e})") from e
     state = archive.state_dict()

@@ -46,7 +46,7 @@ def _double_factorial_odd(m: int) -> float:
 
 
 def spherical_harmonics(
-    vec: torch.Tensor, lmax: int, normalize: bool = True, normalization: str = "component"
+    vec: torch.Tensor, lmax: int, normalize: bool = True, normalization: str = "integral"
 ) -> torch.Tensor:
     """``[..., 3] -> [..., (lmax + 1)^2]``, equal to ``e3nn.o3.spherical_harmonics(range(lmax+1), ...)``."""
     if vec.shape[-1] != 3:
@@ -97,7 +97,7 @@ def _homogeneous_sh(vec: torch.Tensor, lmax: int, norms: List[List[float]]) -> t
 class SphericalHarmonics(torch.nn.Module):
     """Module form, with e3nn's arguments: ``SphericalHarmonics(lmax, normalize, normalization)``."""
 
-    def __init__(self, lmax: int, normalize: bool = True, normalization: str = "component"):
+    def __init__(self, lmax: int, normalize: bool = True, normalization: str = "integral"):
         super().__init__()
         if lmax < 0:
             raise ValueError("lmax must be >= 0")

@@ -1,0 +1,266 @@
+// CUDA implementations of md_accel::tp_conv_{fwd,bwd,dbwd}: argument checks, the per-plan host
+// preprocessing (cached), output allocation and the kernel launches (tp_conv_kernels.cu).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "tp_conv.h"
+
+namespace md_accel {
+namespace {
+
+using at::Tensor;
+
+// Host-side facts about one plan, and its device tables. The paths/cg tables are read on the
+// host once per plan (one device->host copy); entries hold strong references to the key tensors
+// so their addresses cannot be reused, and a changed version counter invalidates the entry.
+struct PlanEntry {
+  Tensor paths, cg_ptr, cg_idx;  // the caller's tensors (keys)
+  int64_t v_paths, v_ptr, v_idx;
+  int device;
+  Tensor d_paths, d_cg_ptr, d_cg_ijk;  // int32 device copies
+  int num_paths = 0, nnz = 0, max_mul = 0;
+  int64_t ext_in1 = 0, ext_in2 = 0, ext_out = 0, ext_w = 0;  // minimal row widths
+};
+
+void build_entry(PlanEntry& pe) {
+  const Tensor paths = pe.paths.to(at::kCPU, at::kInt).contiguous();
+  const Tensor ptr = pe.cg_ptr.to(at::kCPU, at::kInt).contiguous();
+  const Tensor idx = pe.cg_idx.to(at::kCPU, at::kInt).contiguous();
+  TORCH_CHECK(paths.dim() == 2 && paths.size(1) == kPathCols, "md_accel tp_conv: paths must be [P, ",
+              kPathCols, "], got ", paths.sizes());
+  const int64_t P = paths.size(0);
+  TORCH_CHECK(ptr.dim() == 1 && ptr.numel() == P + 1, "md_accel tp_conv: cg_ptr must be [P+1]");
+  const int64_t nnz = idx.numel() / 3;
+  TORCH_CHECK(idx.dim() == 2 && idx.size(1) == 3, "md_accel tp_conv: cg_idx must be [nnz, 3]");
+  const int* pp = paths.data_ptr<int>();
+  const int* cp = ptr.data_ptr<int>();
+  const int* ip = idx.data_ptr<int>();
+  TORCH_CHECK(cp[0] == 0 && cp[P] == nnz, "md_accel tp_conv: cg_ptr must run from 0 to nnz");
+  Tensor ijk = at::empty({nnz}, at::TensorOptions().dtype(at::kInt));
+  int* kp = ijk.data_ptr<int>();
+  for (int64_t p = 0; p < P; ++p) {
+    const int* r = pp + kPathCols * p;
+    const int in1_off = r[0], mul = r[1], l1 = r[2], in2_off = r[3], l2 = r[4], out_off = r[5],
+              l3 = r[6], w_off = r[7], w_stride = r[8];
+    TORCH_CHECK(in1_off >= 0 && mul >= 0 && in2_off >= 0 && out_off >= 0 && w_off >= 0 &&
+                    w_stride >= 0 && l1 >= 0 && l2 >= 0 && l3 >= 0 && l1 < 100 && l2 < 100 &&
+                    l3 < 100,
+                "md_accel tp_conv: invalid paths row ", p);
+    TORCH_CHECK(cp[p] <= cp[p + 1], "md_accel tp_conv: cg_ptr must be non-decreasing");
+    const int d1 = 2 * l1 + 1, d2 = 2 * l2 + 1, d3 = 2 * l3 + 1;
+    pe.max_mul = std::max(pe.max_mul, mul);
+    pe.ext_in2 = std::max<int64_t>(pe.ext_in2, int64_t(in2_off) + d2);
+    if (mul > 0) {
+      pe.ext_in1 = std::max<int64_t>(pe.ext_in1, in1_off + int64_t(mul) * d1);
+      pe.ext_out = std::max<int64_t>(pe.ext_out, out_off + int64_t(mul) * d3);
+      pe.ext_w = std::max<int64_t>(pe.ext_w, w_off + int64_t(mul - 1) * w_stride + 1);
+    }
+    for (int q = cp[p]; q < cp[p + 1]; ++q) {
+      const int i = ip[3 * q], j = ip[3 * q + 1], k = ip[3 * q + 2];
+      TORCH_CHECK(0 <= i && i < d1 && 0 <= j && j < d2 && 0 <= k && k < d3,
+                  "md_accel tp_conv: cg_idx entry ", q, " out of range for path ", p);
+      kp[q] = i | (j << 8) | (k << 16);
+    }
+  }
+  pe.num_paths = int(P);
+  pe.nnz = int(nnz);
+  const auto dev = at::Device(at::kCUDA, pe.device);
+  pe.d_paths = paths.to(dev);
+  pe.d_cg_ptr = ptr.to(dev);
+  pe.d_cg_ijk = ijk.to(dev);
+}
+
+PlanEntry plan_entry(const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx,
+                            int device) {
+  static std::mutex mutex;
+  static std::vector<PlanEntry> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto& pe : cache) {
+    if (pe.device == device && pe.paths.unsafeGetTensorImpl() == paths.unsafeGetTensorImpl() &&
+        pe.cg_ptr.unsafeGetTensorImpl() == cg_ptr.unsafeGetTensorImpl() &&
+        pe.cg_idx.unsafeGetTensorImpl() == cg_idx.unsafeGetTensorImpl()) {
+      if (pe.v_paths == paths._version() && pe.v_ptr == cg_ptr._version() &&
+          pe.v_idx == cg_idx._version())
+        return pe;
+      PlanEntry fresh{paths, cg_ptr, cg_idx, paths._version(), cg_ptr._version(),
+                      cg_idx._version(), device};
+      build_entry(fresh);
+      pe = fresh;
+      return fresh;
+    }
+  }
+  PlanEntry fresh{paths, cg_ptr, cg_idx, paths._version(), cg_ptr._version(), cg_idx._version(),
+                  device};
+  build_entry(fresh);
+  cache.push_back(fresh);
+  return fresh;  // a copy: the cache may change once the lock is released
+}
+
+// Everything a launch needs, checked and made contiguous. Held tensors keep the storage alive.
+struct Prepared {
+  TPGraph graph;
+  TPPlan plan;
+  TPDims dims;
+  Tensor src, dst, dst_ptr, src_perm, src_ptr, cg_val;
+  Tensor d_paths, d_cg_ptr, d_cg_ijk;
+};
+
+Tensor graph_tensor(const Tensor& t, const at::Device& dev, const char* name) {
+  TORCH_CHECK(t.scalar_type() == at::kLong && t.dim() == 1, "md_accel tp_conv: ", name,
+              " must be a 1-D int64 tensor");
+  TORCH_CHECK(t.device() == dev, "md_accel tp_conv: ", name, " must be on ", dev);
+  return t.contiguous();
+}
+
+void check_features(const Tensor& t, const Tensor& x, int64_t rows, const char* name) {
+  TORCH_CHECK(t.defined(), "md_accel tp_conv: ", name, " is undefined");
+  TORCH_CHECK(t.device() == x.device(), "md_accel tp_conv: ", name, " must be on ", x.device());
+  TORCH_CHECK(t.scalar_type() == x.scalar_type(), "md_accel tp_conv: ", name, " must be ",
+              x.scalar_type());
+  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows, "md_accel tp_conv: ", name, " must have ", rows,
+              " rows, got ", t.sizes());
+  TORCH_CHECK(t.size(1) < (int64_t(1) << 30), "md_accel tp_conv: ", name, " rows too wide");
+}
+
+Prepared prepare(const Tensor& x, const Tensor& y, const Tensor& w, const Tensor& src,
+                 const Tensor& dst, const Tensor& dst_ptr, const Tensor& src_perm,
+                 const Tensor& src_ptr, const Tensor& paths, const Tensor& cg_ptr,
+                 const Tensor& cg_idx, const Tensor& cg_val, int64_t dim_out) {
+  TORCH_CHECK(x.is_cuda(), "md_accel tp_conv (CUDA): x must be a CUDA tensor");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble,
+              "md_accel tp_conv: float32 or float64 features only, got ", x.scalar_type());
+  const auto dev = x.device();
+  Prepared p;
+  p.src = graph_tensor(src, dev, "src");
+  p.dst = graph_tensor(dst, dev, "dst");
+  p.dst_ptr = graph_tensor(dst_ptr, dev, "dst_ptr");
+  p.src_perm = graph_tensor(src_perm, dev, "src_perm");
+  p.src_ptr = graph_tensor(src_ptr, dev, "src_ptr");
+  const int64_t N = p.dst_ptr.numel() - 1;
+  const int64_t E = p.src.numel();
+  TORCH_CHECK(N >= 0 && p.src_ptr.numel() == N + 1, "md_accel tp_conv: dst_ptr and src_ptr must be [N+1]");
+  TORCH_CHECK(p.dst.numel() == E && p.src_perm.numel() == E, "md_accel tp_conv: src, dst, src_perm must be [E]");
+  check_features(x, x, N, "x");
+  check_features(y, x, E, "y");
+  check_features(w, x, E, "w");
+
+  const PlanEntry pe = plan_entry(paths, cg_ptr, cg_idx, dev.index());
+  TORCH_CHECK(cg_val.dim() == 1 && cg_val.numel() == pe.nnz, "md_accel tp_conv: cg_val must be [nnz]");
+  p.cg_val = cg_val.to(dev, x.scalar_type()).contiguous();
+  p.d_paths = pe.d_paths;
+  p.d_cg_ptr = pe.d_cg_ptr;
+  p.d_cg_ijk = pe.d_cg_ijk;
+  TORCH_CHECK(x.size(1) >= pe.ext_in1, "md_accel tp_conv: x has ", x.size(1), " columns, the plan needs ", pe.ext_in1);
+  TORCH_CHECK(y.size(1) >= pe.ext_in2, "md_accel tp_conv: y has ", y.size(1), " columns, the plan needs ", pe.ext_in2);
+  TORCH_CHECK(w.size(1) >= pe.ext_w, "md_accel tp_conv: w has ", w.size(1), " columns, the plan needs ", pe.ext_w);
+  TORCH_CHECK(dim_out >= pe.ext_out && dim_out < (int64_t(1) << 30), "md_accel tp_conv: dim_out ", dim_out,
+              " but the plan needs ", pe.ext_out);
+
+  p.graph = {p.src.data_ptr<int64_t>(), p.dst.data_ptr<int64_t>(), p.dst_ptr.data_ptr<int64_t>(),
+             p.src_perm.data_ptr<int64_t>(), p.src_ptr.data_ptr<int64_t>(), N, E};
+  p.plan = {p.d_paths.data_ptr<int32_t>(), p.d_cg_ptr.data_ptr<int32_t>(), p.d_cg_ijk.data_ptr<int32_t>(),
+            p.cg_val.data_ptr(), pe.num_paths, pe.nnz, pe.max_mul};
+  p.dims = {int(x.size(1)), int(y.size(1)), int(w.size(1)), int(dim_out)};
+  return p;
+}
+
+template <typename T>
+const T* cptr(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+template <typename T>
+T* mptr(const Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+template <typename T>
+TPTensors<T> tensors(const Tensor& x, const Tensor& y, const Tensor& w, const Tensor& g,
+                     const Tensor& ggx, const Tensor& ggy, const Tensor& ggw, const Tensor& out,
+                     const Tensor& gx, const Tensor& gy, const Tensor& gw) {
+  return {cptr<T>(x),   cptr<T>(y),   cptr<T>(w),  cptr<T>(g),  cptr<T>(ggx), cptr<T>(ggy),
+          cptr<T>(ggw), mptr<T>(out), mptr<T>(gx), mptr<T>(gy), mptr<T>(gw)};
+}
+
+void check_launch(const char* err) { TORCH_CHECK(err == nullptr, "md_accel tp_conv: ", err); }
+
+Tensor tp_conv_fwd_cuda(const Tensor& x_, const Tensor& y_, const Tensor& w_, const Tensor& src,
+                        const Tensor& dst, const Tensor& dst_ptr, const Tensor& src_perm,
+                        const Tensor& src_ptr, const Tensor& paths, const Tensor& cg_ptr,
+                        const Tensor& cg_idx, const Tensor& cg_val, int64_t dim_out) {
+  c10::cuda::CUDAGuard guard(x_.device());
+  const Tensor x = x_.contiguous(), y = y_.contiguous(), w = w_.contiguous();
+  Prepared p = prepare(x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out);
+  Tensor out = at::empty({p.graph.num_nodes, dim_out}, x.options());
+  const Tensor none;
+  auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  if (x.scalar_type() == at::kDouble)
+    check_launch(tp_conv_fwd_launch<double>(tensors<double>(x, y, w, none, none, none, none, out, none, none, none),
+                                            p.graph, p.plan, p.dims, stream));
+  else
+    check_launch(tp_conv_fwd_launch<float>(tensors<float>(x, y, w, none, none, none, none, out, none, none, none),
+                                           p.graph, p.plan, p.dims, stream));
+  return out;
+}
+
+std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
+    const Tensor& g_, const Tensor& x_, const Tensor& y_, const Tensor& w_, const Tensor& src,
+    const Tensor& dst, const Tensor& dst_ptr, const Tensor& src_perm, const Tensor& src_ptr,
+    const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx, const Tensor& cg_val) {
+  c10::cuda::CUDAGuard guard(x_.device());
+  const Tensor g = g_.contiguous(), x = x_.contiguous(), y = y_.contiguous(), w = w_.contiguous();
+  TORCH_CHECK(g.dim() == 2, "md_accel tp_conv_bwd: grad_out must be 2-D");
+  Prepared p = prepare(x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, g.size(1));
+  check_features(g, x, p.graph.num_nodes, "grad_out");
+  Tensor gx = at::empty_like(x), gy = at::empty_like(y), gw = at::empty_like(w);
+  const Tensor none;
+  auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  if (x.scalar_type() == at::kDouble)
+    check_launch(tp_conv_bwd_launch<double>(tensors<double>(x, y, w, g, none, none, none, none, gx, gy, gw),
+                                            p.graph, p.plan, p.dims, stream));
+  else
+    check_launch(tp_conv_bwd_launch<float>(tensors<float>(x, y, w, g, none, none, none, none, gx, gy, gw),
+                                           p.graph, p.plan, p.dims, stream));
+  return {gx, gy, gw};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
+    const Tensor& ggx_, const Tensor& ggy_, const Tensor& ggw_, const Tensor& g_, const Tensor& x_,
+    const Tensor& y_, const Tensor& w_, const Tensor& src, const Tensor& dst, const Tensor& dst_ptr,
+    const Tensor& src_perm, const Tensor& src_ptr, const Tensor& paths, const Tensor& cg_ptr,
+    const Tensor& cg_idx, const Tensor& cg_val) {
+  c10::cuda::CUDAGuard guard(x_.device());
+  const Tensor g = g_.contiguous(), x = x_.contiguous(), y = y_.contiguous(), w = w_.contiguous();
+  const Tensor ggx = ggx_.contiguous(), ggy = ggy_.contiguous(), ggw = ggw_.contiguous();
+  TORCH_CHECK(g.dim() == 2, "md_accel tp_conv_dbwd: grad_out must be 2-D");
+  Prepared p = prepare(x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, g.size(1));
+  check_features(g, x, p.graph.num_nodes, "grad_out");
+  check_features(ggx, x, x.size(0), "gg_x");
+  check_features(ggy, x, y.size(0), "gg_y");
+  check_features(ggw, x, w.size(0), "gg_w");
+  TORCH_CHECK(ggx.size(1) == x.size(1) && ggy.size(1) == y.size(1) && ggw.size(1) == w.size(1),
+              "md_accel tp_conv_dbwd: gg_x, gg_y, gg_w must have the shapes of x, y, w");
+  Tensor ggo = at::empty_like(g), gx = at::empty_like(x), gy = at::empty_like(y), gw = at::empty_like(w);
+  auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  if (x.scalar_type() == at::kDouble)
+    check_launch(tp_conv_dbwd_launch<double>(tensors<double>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw),
+                                             p.graph, p.plan, p.dims, stream));
+  else
+    check_launch(tp_conv_dbwd_launch<float>(tensors<float>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw),
+                                            p.graph, p.plan, p.dims, stream));
+  return {ggo, gx, gy, gw};
+}
+
+}  // namespace
+}  // namespace md_accel
+
+TORCH_LIBRARY_IMPL(md_accel, CUDA, m) {
+  m.impl("tp_conv_fwd", md_accel::tp_conv_fwd_cuda);
+  m.impl("tp_conv_bwd", md_accel::tp_conv_bwd_cuda);
+  m.impl("tp_conv_dbwd", md_accel::tp_conv_dbwd_cuda);
+}

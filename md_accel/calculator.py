@@ -1,0 +1,166 @@
+"""ASE calculator for md_accel model files.
+
+Energy, per-atom energies, forces and stress come from one evaluation: the gradient of the
+energy with respect to the edge vectors (``md_accel.model.energy_forces_virial``).
+Stress is ASE's: ``sigma = (1/V) dE/d(strain)`` in eV/A^3, Voigt order xx yy zz yz xz xy.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+import torch
+from ase.calculators.calculator import Calculator as _AseCalculator
+from ase.calculators.calculator import all_changes
+from ase.stress import full_3x3_to_voigt_6_stress
+
+from md_accel import io as _io
+from md_accel.model import Potential, energy_forces_virial
+from md_accel.neighbors import Edges, VerletNeighborList
+
+
+class Calculator(_AseCalculator):
+    """ASE calculator running an md_accel potential.
+
+    model:        path of an ``.mdx`` file, or a ``Potential`` (moved to ``device`` / ``dtype``
+                  in place and frozen).
+    device:       torch device; default ``cuda`` when available, else ``cpu``.
+    dtype:        compute dtype (default: the model's). Positions and cell stay float64; edge
+                  vectors are formed in float64 and cast, so large boxes keep full precision.
+    skin:         Verlet skin in A: the neighbour list is rebuilt only once an atom has moved
+                  more than skin/2 (or the cell changed). 0 rebuilds every call.
+    min_distance: raise when two atoms are closer than this (A). The shortest bond in nature
+                  (H2) is 0.74 A; below 0.5 A a potential fitted to DFT data is pure
+                  extrapolation and such contacts almost always mean a broken structure
+                  (duplicated atoms, wrong units). 0 disables the check.
+    """
+
+    implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
+    nolabel = True
+
+    def __init__(
+        self,
+        model: Union[str, os.PathLike, Potential],
+        device: Optional[Union[str, torch.device]] = None,
+        dtype: Optional[Union[str, torch.dtype]] = None,
+        skin: float = 1.0,
+        min_distance: float = 0.5,
+        **kwargs,
+    ) -> None:
+        super().__init__(**kwargs)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if isinstance(model, (str, os.PathLike)):
+            model = _io.load(model)
+        elif not isinstance(model, Potential):
+            raise TypeError(f"model must be a path to an .mdx file or an md_accel Potential, got {type(model)}")
+        if dtype is not None:
+            model = model.to(_io._as_dtype(dtype))
+        self.model = model.to(self.device).eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.dtype = next((t.dtype for t in self.model.state_dict().values() if t.is_floating_point()), torch.float64)
+        self.min_distance = float(min_distance)
+        self.neighbors = VerletNeighborList(self.model.cutoff, skin)
+        self._index = {sym: k for k, sym in enumerate(self.model.elements)}
+        self.stats: Dict[str, int] = {"atoms": 0, "edges": 0}
+
+    # -- input checks and conversion -------------------------------------------------------
+    def _species(self, atoms) -> torch.Tensor:
+        symbols = atoms.get_chemical_symbols()
+        unknown = sorted(set(symbols) - set(self._index))
+        if unknown:
+            raise ValueError(f"elements {unknown} are not in the model, which knows {list(self.model.elements)}")
+        return torch.tensor([self._index[s] for s in symbols], dtype=torch.int64, device=self.device)
+
+    @staticmethod
+    def _check_geometry(atoms) -> None:
+        pos = atoms.get_positions()
+        if not np.all(np.isfinite(pos)):
+            bad = np.nonzero(~np.all(np.isfinite(pos), axis=1))[0]
+            raise ValueError(f"non-finite positions (NaN or inf) for atoms {bad[:10].tolist()}")
+        cell = np.asarray(atoms.get_cell())
+        pbc = np.asarray(atoms.get_pbc(), dtype=bool)
+        if not np.all(np.isfinite(cell)):
+            raise ValueError("non-finite cell")
+        if pbc.any() and np.linalg.matrix_rank(cell[pbc], tol=1e-6) < pbc.sum():
+            raise ValueError(
+                f"pbc={pbc.tolist()} but the periodic cell vectors {cell[pbc].tolist()} span zero volume; "
+                "set a cell (atoms.set_cell) or switch off pbc in those directions"
+            )
+
+    def _edges(self, atoms, positions: torch.Tensor, species: torch.Tensor) -> Edges:
+        cell = torch.tensor(np.asarray(atoms.get_cell()), dtype=torch.float64, device=self.device)
+        edges = self.neighbors.update(positions, cell, atoms.get_pbc(), species)
+        if self.min_distance > 0 and edges.vec.shape[0] > 0:
+            d2 = edges.vec.detach().pow(2).sum(-1)
+            k = int(torch.argmin(d2))
+            if float(d2[k]) < self.min_distance**2:
+                i, j = int(edges.dst[k]), int(edges.src[k])
+                raise ValueError(
+                    f"atoms {i} and {j} are {float(d2[k]) ** 0.5:.4f} A apart, closer than "
+                    f"min_distance={self.min_distance} A; check the structure (duplicate atoms? units?) "
+                    "or pass min_distance=0 to the Calculator"
+                )
+        return edges
+
+    def _evaluate(self, atoms, create_graph: bool = False):
+        self._check_geometry(atoms)
+        species = self._species(atoms)
+        positions = torch.tensor(atoms.get_positions(), dtype=torch.float64, device=self.device)
+        if create_graph:
+            positions.requires_grad_(True)
+        edges = self._edges(atoms, positions, species)
+        self.stats = {"atoms": len(atoms), "edges": int(edges.src.numel())}
+        try:
+            out = energy_forces_virial(
+                self.model, species, edges.vec.to(self.dtype), edges.src, edges.dst, create_graph=create_graph
+            )
+        except torch.OutOfMemoryError as e:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            raise torch.OutOfMemoryError(
+                f"out of memory on {self.device} evaluating {len(atoms)} atoms ({edges.src.numel()} edges, "
+                f"{self.dtype}). Try a smaller system, float32 (dtype='float32'), a smaller skin (fewer "
+                "stored pairs), or LAMMPS on several GPUs for systems this size. Original error: "
+                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            ) from e
+        return positions, out
+
+    # -- ASE interface ------------------------------------------------------------------------
+    def calculate(self, atoms=None, properties=None, system_changes=all_changes) -> None:
+        super().calculate(atoms, properties or ["energy"], system_changes)
+        atoms = self.atoms
+        _, out = self._evaluate(atoms)
+        node_e = out["node_energies"].detach().to(torch.float64)
+        energy = float(node_e.sum())
+        self.results = {
+            "energy": energy,
+            "free_energy": energy,
+            "energies": node_e.cpu().numpy(),
+            "forces": out["forces"].detach().to(torch.float64).cpu().numpy(),
+        }
+        if atoms.cell.rank == 3:
+            w = out["virial"].detach().to(torch.float64).cpu().numpy()
+            sigma = -0.5 * (w + w.T) / atoms.get_volume()
+            self.results["stress"] = full_3x3_to_voigt_6_stress(sigma)  # ASE: no cell, no stress
+
+    def get_hessian(self, atoms=None) -> np.ndarray:
+        """Analytic second derivatives ``d2E / dx_a dx_b`` ([3N, 3N], eV/A^2, float64), by
+        double backward through the force computation."""
+        atoms = self.atoms if atoms is None else atoms
+        positions, out = self._evaluate(atoms, create_graph=True)
+        forces = out["forces"].reshape(-1)
+        n3 = forces.numel()
+        if not forces.requires_grad:  # no edges: nothing depends on the positions
+            return np.zeros((n3, n3))
+        rows: List[torch.Tensor] = []
+        for k in range(n3):
+            (g,) = torch.autograd.grad(forces[k], positions, retain_graph=k + 1 < n3, materialize_grads=True)
+            rows.append(-g.reshape(-1))
+        return torch.stack(rows).to(torch.float64).cpu().numpy()
+
+
+__all__ = ["Calculator"]

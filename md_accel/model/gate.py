@@ -1,0 +1,115 @@
+"""Gate nonlinearity with e3nn's ``nn.Gate`` semantics.
+
+Input layout (as e3nn builds it): ``scalars + gates + gated``, then stably sorted by irrep and
+simplified. Output: ``act_scalars(scalars)`` followed by ``gated * act_gates(gates)`` (one gate
+scalar per gated irrep). Activations carry e3nn's second-moment normalisation.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence
+
+import torch
+
+from ..o3 import Irreps
+from .activations import Activation
+
+
+def _sorted_positions(irreps: Irreps) -> List[int]:
+    """Position of each block after e3nn's stable sort by irrep."""
+    order = sorted(range(len(irreps)), key=lambda i: (irreps[i].ir, i))
+    pos = [0] * len(irreps)
+    for new, old in enumerate(order):
+        pos[old] = new
+    return pos
+
+
+class Gate(torch.nn.Module):
+    """``Gate(irreps_scalars, act_scalars, irreps_gates, act_gates, irreps_gated)``; activation
+    names as in ``md_accel.model.activations`` (one per block of the scalar / gate irreps)."""
+
+    def __init__(
+        self,
+        irreps_scalars,
+        act_scalars: Sequence[str],
+        irreps_gates,
+        act_gates: Sequence[str],
+        irreps_gated,
+    ):
+        super().__init__()
+        self.irreps_scalars, self.irreps_gates, self.irreps_gated = (
+            Irreps(irreps_scalars), Irreps(irreps_gates), Irreps(irreps_gated))
+        if len(self.irreps_scalars) != len(act_scalars) or len(self.irreps_gates) != len(act_gates):
+            raise ValueError("one activation per block of irreps_scalars / irreps_gates is needed")
+        if self.irreps_scalars.lmax > 0 or self.irreps_gates.lmax > 0:
+            raise ValueError("scalars and gates must be l=0 irreps")
+        if self.irreps_gates.num_irreps != self.irreps_gated.num_irreps:
+            raise ValueError(f"{self.irreps_gates.num_irreps} gates for {self.irreps_gated.num_irreps} gated irreps")
+        self.act_scalar_names = list(act_scalars)
+        self.act_gate_names = list(act_gates)
+        groups = [self.irreps_scalars.simplify(), self.irreps_gates.simplify(), self.irreps_gated.simplify()]
+        concat = Irreps(tuple(groups[0]) + tuple(groups[1]) + tuple(groups[2]))
+        pos = _sorted_positions(concat)
+        sorted_blocks = [concat[i] for i in sorted(range(len(concat)), key=lambda i: pos[i])]
+        sorted_irreps = Irreps(sorted_blocks)
+        self.irreps_in = sorted_irreps.simplify()
+        offs = sorted_irreps.offsets()
+        # gather index of each group's components in the sorted input
+        index: List[List[int]] = [[], [], []]
+        k = 0
+        for g, group in enumerate(groups):
+            for mi in group:
+                start = offs[pos[k]]
+                index[g].extend(range(start, start + mi.dim))
+                k += 1
+        self.register_buffer("idx_scalars", torch.tensor(index[0], dtype=torch.long), persistent=False)
+        self.register_buffer("idx_gates", torch.tensor(index[1], dtype=torch.long), persistent=False)
+        self.register_buffer("idx_gated", torch.tensor(index[2], dtype=torch.long), persistent=False)
+        # each gated component takes the gate of its irrep
+        expand: List[int] = []
+        u = 0
+        for mi in self.irreps_gated:
+            for _ in range(mi.mul):
+                expand.extend([u] * mi.ir.dim)
+                u += 1
+        self.register_buffer("gate_expand", torch.tensor(expand, dtype=torch.long), persistent=False)
+        self.scalar_blocks: List[int] = [mi.mul for mi in self.irreps_scalars]
+        self.gate_blocks: List[int] = [mi.mul for mi in self.irreps_gates]
+        self.act_scalars = torch.nn.ModuleList([Activation(a) for a in act_scalars])
+        self.act_gates = torch.nn.ModuleList([Activation(a) for a in act_gates])
+        self.dim_in = self.irreps_in.dim
+        self.has_gated = len(expand) > 0
+
+    def _acts(self, x: torch.Tensor, blocks: List[int], acts: torch.nn.ModuleList) -> torch.Tensor:
+        outs: List[torch.Tensor] = []
+        off = 0
+        for i, act in enumerate(acts):
+            outs.append(act(x[:, off: off + blocks[i]]))
+            off += blocks[i]
+        if len(outs) == 0:
+            return x[:, :0]
+        return torch.cat(outs, dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.dim_in)
+        scalars = self._acts(x2.index_select(1, self.idx_scalars), self.scalar_blocks, self.act_scalars)
+        if not self.has_gated:
+            return scalars.reshape(lead + (scalars.shape[-1],))
+        gates = self._acts(x2.index_select(1, self.idx_gates), self.gate_blocks, self.act_gates)
+        gated = x2.index_select(1, self.idx_gated) * gates.index_select(1, self.gate_expand)
+        out = torch.cat([scalars, gated], dim=-1)
+        return out.reshape(lead + (out.shape[-1],))
+
+    def spec(self) -> Dict:
+        return {
+            "irreps_scalars": str(self.irreps_scalars),
+            "act_scalars": self.act_scalar_names,
+            "irreps_gates": str(self.irreps_gates),
+            "act_gates": self.act_gate_names,
+            "irreps_gated": str(self.irreps_gated),
+        }
+
+    @classmethod
+    def from_spec(cls, spec: Dict) -> "Gate":
+        return cls(spec["irreps_scalars"], spec["act_scalars"], spec["irreps_gates"], spec["act_gates"],
+                   spec["irreps_gated"])

@@ -1,0 +1,133 @@
+"""Radial functions of the edge length: Bessel basis, cutoff envelopes, and the MLP that maps
+the radial embedding to per-edge tensor-product weights.
+
+Formulas follow the sources (sevenn / nequip / e3nn) operation by operation, so float32 results
+round the same way. Envelopes are not zeroed beyond the cutoff: the neighbour list guarantees
+``r < cutoff``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Sequence
+
+import torch
+
+from .activations import Activation
+
+
+class BesselBasis(torch.nn.Module):
+    """``(2 / r_c) * sin(k_n r) / r`` with ``k_n = n pi / r_c`` (trainable ``k`` if asked)."""
+
+    def __init__(self, cutoff: float, num_basis: int = 8, trainable: bool = True):
+        super().__init__()
+        self.cutoff = float(cutoff)
+        self.num_basis = int(num_basis)
+        self.prefactor = 2.0 / self.cutoff
+        coeffs = torch.tensor([n * math.pi / self.cutoff for n in range(1, self.num_basis + 1)])
+        if trainable:
+            self.coeffs = torch.nn.Parameter(coeffs)
+        else:
+            self.register_buffer("coeffs", coeffs)
+        self.trainable = trainable
+
+    def forward(self, r: torch.Tensor) -> torch.Tensor:
+        ur = r.unsqueeze(-1)
+        return self.prefactor * torch.sin(self.coeffs * ur) / ur
+
+    def spec(self) -> Dict:
+        return {"name": "bessel", "num_basis": self.num_basis, "trainable": self.trainable}
+
+
+class PolynomialCutoff(torch.nn.Module):
+    """Envelope ``1 - (p+1)(p+2)/2 x^p + p(p+2) x^(p+1) - p(p+1)/2 x^(p+2)``, ``x = r / r_c``."""
+
+    def __init__(self, cutoff: float, p: float = 6.0):
+        super().__init__()
+        self.cutoff = float(cutoff)
+        self.p = float(p)
+        self.c0 = (self.p + 1.0) * (self.p + 2.0) / 2.0
+        self.c1 = self.p * (self.p + 2.0)
+        self.c2 = self.p * (self.p + 1.0) / 2.0
+
+    def forward(self, r: torch.Tensor) -> torch.Tensor:
+        x = r / self.cutoff
+        return 1 - self.c0 * torch.pow(x, self.p) + self.c1 * torch.pow(x, self.p + 1.0) - self.c2 * torch.pow(x, self.p + 2.0)
+
+    def spec(self) -> Dict:
+        return {"name": "polynomial", "p": self.p}
+
+
+class XPLORCutoff(torch.nn.Module):
+    """XPLOR switching: 1 below ``r_on``, then
+    ``(r_c^2 - r^2)^2 (r_c^2 + 2 r^2 - 3 r_on^2) / (r_c^2 - r_on^2)^3``."""
+
+    def __init__(self, cutoff: float, r_on: float):
+        super().__init__()
+        if not r_on < cutoff:
+            raise ValueError(f"XPLOR cutoff needs r_on < cutoff, got {r_on} >= {cutoff}")
+        self.cutoff = float(cutoff)
+        self.r_on = float(r_on)
+
+    def forward(self, r: torch.Tensor) -> torch.Tensor:
+        r_sq = r * r
+        on_sq = self.r_on * self.r_on
+        cut_sq = self.cutoff * self.cutoff
+        switched = (cut_sq - r_sq) ** 2 * (cut_sq + 2 * r_sq - 3 * on_sq) / (cut_sq - on_sq) ** 3
+        return torch.where(r < self.r_on, torch.ones_like(r), switched)
+
+    def spec(self) -> Dict:
+        return {"name": "xplor", "r_on": self.r_on}
+
+
+def make_cutoff_fn(cutoff: float, spec: Dict) -> torch.nn.Module:
+    name = spec.get("name")
+    if name == "polynomial":
+        return PolynomialCutoff(cutoff, spec.get("p", 6.0))
+    if name == "xplor":
+        return XPLORCutoff(cutoff, spec["r_on"])
+    raise ValueError(f"unknown cutoff function {name!r} (known: polynomial, xplor)")
+
+
+def make_radial_basis(cutoff: float, spec: Dict) -> torch.nn.Module:
+    name = spec.get("name")
+    if name == "bessel":
+        return BesselBasis(cutoff, spec.get("num_basis", 8), spec.get("trainable", True))
+    raise ValueError(f"unknown radial basis {name!r} (known: bessel)")
+
+
+class _MLPLayer(torch.nn.Module):
+    def __init__(self, h_in: int, h_out: int, act: str):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(h_in, h_out))
+        self.h_in = h_in
+        self.has_act = act != ""
+        self.act = Activation(act if act else "identity")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # e3nn divides the weight (not the product) by sqrt(fan_in)
+        x = x @ (self.weight / float(self.h_in) ** 0.5)
+        if self.has_act:
+            x = self.act(x)
+        return x
+
+
+class RadialMLP(torch.nn.Module):
+    """e3nn ``FullyConnectedNet(hs, act)``: bias-free layers, weights ``W / sqrt(fan_in)``,
+    normalised activation after every layer but the last."""
+
+    def __init__(self, hs: Sequence[int], act: str = "silu"):
+        super().__init__()
+        self.hs: List[int] = [int(h) for h in hs]
+        self.act_name = act
+        n = len(self.hs) - 1
+        self.layers = torch.nn.ModuleList(
+            [_MLPLayer(self.hs[i], self.hs[i + 1], act if i < n - 1 else "") for i in range(n)]
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def spec(self) -> Dict:
+        return {"hs": self.hs, "act": self.act_name}

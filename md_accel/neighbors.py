@@ -1,0 +1,134 @@
+"""Neighbour lists in md_accel's graph convention, with a Verlet-skin cache.
+
+``edge_src`` = sender j, ``edge_dst`` = receiver i,
+``edge_vec = pos[src] - pos[dst] + shift`` with ``shift = S @ cell`` (S the integer image).
+Edges come sorted by receiver (ties by sender, then image) so the order is deterministic and
+the same whatever list they were filtered from. vesin computes the lists: ``vesin_torch`` for
+CUDA tensors, ``vesin`` (numpy) on the CPU; periodic, open and mixed boundaries, any cell.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+
+class Edges(NamedTuple):
+    src: torch.Tensor  # [E] int64, sender j
+    dst: torch.Tensor  # [E] int64, receiver i (sorted)
+    shift: torch.Tensor  # [E, 3] cartesian image shift, dtype of the positions
+    vec: torch.Tensor  # [E, 3] pos[src] - pos[dst] + shift (differentiable in the positions)
+
+
+def _vesin_pairs(
+    positions: torch.Tensor, cell: torch.Tensor, pbc: Tuple[bool, bool, bool], cutoff: float
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(src, dst, S) of all ordered pairs closer than ``cutoff``; S int64 on the positions' device."""
+    pos = positions.detach().to(torch.float64)
+    box = cell.detach().to(torch.float64)
+    if pos.device.type == "cuda":
+        from vesin_torch import NeighborList as TorchNeighborList
+
+        nl = TorchNeighborList(cutoff=cutoff, full_list=True)
+        i, j, s = nl.compute(pos, box, torch.tensor(pbc, device=pos.device), "ijS")
+        return j.long(), i.long(), s.long()
+    from vesin import NeighborList
+
+    nl = NeighborList(cutoff=cutoff, full_list=True)
+    i, j, s = nl.compute(pos.cpu().numpy(), box.cpu().numpy(), list(pbc), "ijS")
+    dev = positions.device
+    as_t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)  # noqa: E731
+    return as_t(j), as_t(i), as_t(s)
+
+
+def _sorted_pairs(
+    positions: torch.Tensor, cell: torch.Tensor, pbc: Tuple[bool, ...], cutoff: float
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(src, dst, S) ordered by (dst, src, S) lexicographically (stable sorts, last key first)."""
+    src, dst, s = _vesin_pairs(positions, cell, pbc, cutoff)
+    order = torch.arange(src.numel(), device=src.device)
+    for key in (s[:, 2], s[:, 1], s[:, 0], src, dst):
+        order = order[torch.sort(key[order], stable=True).indices]
+    return src[order], dst[order], s[order]
+
+
+def _within_cutoff(
+    positions: torch.Tensor, cell: torch.Tensor, pairs: Tuple[torch.Tensor, torch.Tensor, torch.Tensor], cutoff: float
+) -> Edges:
+    """The pairs closer than ``cutoff`` now. Elementwise ops only, so every edge's vector is
+    computed with the same arithmetic whatever list it comes from."""
+    src, dst, s = pairs
+    sf = s.to(positions.dtype)
+    shift = sf[:, 0:1] * cell[0] + sf[:, 1:2] * cell[1] + sf[:, 2:3] * cell[2]
+    vec = positions[src] - positions[dst] + shift
+    keep = (vec.detach().pow(2).sum(-1) < cutoff * cutoff).nonzero().squeeze(-1)
+    return Edges(src[keep], dst[keep], shift[keep], vec[keep])
+
+
+def neighbor_list(positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[bool], cutoff: float) -> Edges:
+    """All directed edges with ``|edge_vec| < cutoff``, sorted by receiver."""
+    cell = cell.to(positions.dtype)
+    pairs = _sorted_pairs(positions, cell, tuple(bool(p) for p in pbc), float(cutoff))
+    return _within_cutoff(positions, cell, pairs, float(cutoff))
+
+
+class VerletNeighborList:
+    """Neighbour list built with ``cutoff + skin`` and reused while no pair can have come
+    within the cutoff unseen; every call filters the stored pairs to the true cutoff,
+    recomputing the vectors from the current positions, cell and stored integer images. The
+    result is identical to a fresh list (same edges, same order, same arithmetic).
+
+    Reuse criterion (rows of ``h`` are the cell vectors, ``M = h_ref^-1 h`` the deformation since
+    the build, ``u = x - x_ref M`` each atom's displacement beyond the affine one): a pair at
+    ``d_ref`` is now at ``d_ref M + u_j - u_i``, so pairs beyond ``cutoff + skin`` at the build
+    stay beyond the cutoff while ``(cutoff + skin) * sigma_min(M) - 2 max|u| > cutoff``. With a
+    fixed cell this is the usual ``max|x - x_ref| < skin / 2``. A cell change with a
+    non-periodic (rank-deficient) cell, a change of boundaries, atom count or species rebuilds.
+    """
+
+    def __init__(self, cutoff: float, skin: float = 1.0) -> None:
+        if skin < 0:
+            raise ValueError(f"skin must be >= 0, got {skin}")
+        self.cutoff = float(cutoff)
+        self.skin = float(skin)
+        self.num_builds = 0
+        self._ref: Optional[Tuple[torch.Tensor, torch.Tensor, Tuple[bool, ...], torch.Tensor]] = None
+        self._pairs: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
+
+    def _can_reuse(
+        self, positions: torch.Tensor, cell: torch.Tensor, pbc: Tuple[bool, ...], species: torch.Tensor
+    ) -> bool:
+        if self._ref is None or self.skin == 0:
+            return False
+        ref_pos, ref_cell, ref_pbc, ref_species = self._ref
+        if (
+            ref_pos.shape != positions.shape
+            or ref_pos.device != positions.device
+            or ref_pbc != pbc
+            or not torch.equal(ref_species, species)
+        ):
+            return False
+        pos = positions.detach().to(torch.float64)
+        if torch.equal(ref_cell, cell):
+            return bool((pos - ref_pos).pow(2).sum(-1).max() < (0.5 * self.skin) ** 2)
+        h_ref, h = ref_cell.to(torch.float64), cell.to(torch.float64)
+        if torch.linalg.matrix_rank(h_ref) < 3 or torch.linalg.matrix_rank(h) < 3:
+            return False
+        m = torch.linalg.solve(h_ref, h)
+        u_max = (pos - ref_pos @ m).pow(2).sum(-1).max().sqrt()
+        margin = (self.cutoff + self.skin) * torch.linalg.svdvals(m).min() - 2 * u_max - self.cutoff
+        return bool(margin > 0)
+
+    def update(
+        self, positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[bool], species: torch.Tensor
+    ) -> Edges:
+        """Edges within the cutoff for the current positions, sorted by receiver."""
+        pbc = tuple(bool(p) for p in pbc)
+        cell = cell.to(positions.dtype)
+        if not self._can_reuse(positions, cell, pbc, species):
+            self._pairs = _sorted_pairs(positions, cell, pbc, self.cutoff + self.skin)
+            self._ref = (positions.detach().to(torch.float64).clone(), cell.clone(), pbc, species.clone())
+            self.num_builds += 1
+        assert self._pairs is not None
+        return _within_cutoff(positions, cell, self._pairs, self.cutoff)

@@ -1,0 +1,96 @@
+"""Finds, or builds at first use, md_accel's C++/CUDA op library and loads it into ``torch.ops``.
+
+Order of preference: a library built by setup.py (``md_accel/_C*.so``), the path in
+``MD_ACCEL_OPS_LIBRARY``, then a JIT build of ``csrc/`` (torch.utils.cpp_extension.load) into
+``$MD_ACCEL_BUILD_DIR/<torch>-<cuda>-<sources hash>`` (default base ``~/.cache/md_accel``). The JIT build
+runs only where torch has CUDA and ``MD_ACCEL_NO_BUILD`` is unset.
+
+Load this before ``_custom_ops.register``: the library defines the op schemas itself.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+_PKG = Path(__file__).resolve().parent.parent
+_CSRC = _PKG.parent / "csrc"
+
+_path: Optional[str] = None
+_error: Optional[str] = None
+_tried = False
+
+
+def _build_module():
+    spec = importlib.util.spec_from_file_location("_md_accel_csrc_build", _CSRC / "build.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _prebuilt() -> Optional[str]:
+    env = os.environ.get("MD_ACCEL_OPS_LIBRARY")
+    if env:
+        return env
+    found = sorted(glob.glob(str(_PKG / "_C*.so")))
+    return found[0] if found else None
+
+
+def _jit_build(verbose: bool) -> str:
+    from torch.utils import cpp_extension
+
+    b = _build_module()
+    tag = f"torch{torch.__version__}-cuda{torch.version.cuda}-{b.source_hash()}".replace("+", "_")
+    base = os.environ.get("MD_ACCEL_BUILD_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "md_accel")
+    build_dir = os.path.join(base, tag)
+    os.makedirs(build_dir, exist_ok=True)
+    return cpp_extension.load(
+        name=b.LIB_NAME,
+        sources=b.sources(cuda=True),
+        extra_cflags=b.cxx_flags(),
+        extra_cuda_cflags=b.nvcc_flags(),
+        build_directory=build_dir,
+        is_python_module=False,
+        verbose=verbose,
+    )
+
+
+def load(build: bool = True, verbose: bool = False) -> bool:
+    """Load the library once (building it if allowed and needed); True when it is loaded."""
+    global _path, _error, _tried
+    if _tried:
+        return _path is not None
+    _tried = True
+    try:
+        path = _prebuilt()
+        if path is not None:
+            torch.ops.load_library(path)
+        elif build and torch.version.cuda is not None and _CSRC.is_dir() and not os.environ.get("MD_ACCEL_NO_BUILD"):
+            path = _jit_build(verbose)  # cpp_extension.load also loads it
+        else:
+            _error = "no prebuilt library and no JIT build possible (CPU torch or MD_ACCEL_NO_BUILD)"
+            return False
+        _path = path
+    except Exception as exc:  # a failed build leaves the pure-torch path working
+        _error = f"{type(exc).__name__}: {exc}"
+    return _path is not None
+
+
+def available() -> bool:
+    """The library is loaded and a CUDA device can run its kernels."""
+    return load() and torch.cuda.is_available()
+
+
+def library_path() -> Optional[str]:
+    """Path of the loaded library (for C++ users: dlopen it before loading a TorchScript model)."""
+    load()
+    return _path
+
+
+def load_error() -> Optional[str]:
+    """Why the library is not loaded, if it is not."""
+    return _error

