@@ -35,7 +35,7 @@ setup(
     packages=find_packages(include=["md_accel", "md_accel.*"]),
     package_data={"md_accel": ["csrc/*", "lammps/*"]},
     python_requires=">=3.11",
-    install_requires=["torch>=2.6", "numpy", "ase>=3.23", "vesin>=0.6"],
+    install_requires=["torch>=2.6", "numpy", "ase>=3.25", "vesin>=0.6"],
     extras_require={
         "test": ["pytest", "hypothesis", "e3nn>=0.5", "sevenn==0.13.0", "vesin-torch>=0.6"],
         "sevenn": ["sevenn==0.13.0"],

@@ -3,7 +3,8 @@
 // reference alike, and works from TorchScript in C++, e.g. LAMMPS).
 //   tp_conv_fwd  backward -> tp_conv_bwd
 //   tp_conv_bwd  backward -> tp_conv_dbwd   (third order is not supported)
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros_like.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>

@@ -1,6 +1,8 @@
 // CUDA implementations of md_accel::tp_conv_{fwd,bwd,dbwd}: argument checks, the per-plan host
 // preprocessing (cached), output allocation and the kernel launches (tp_conv_kernels.cu).
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>

@@ -7,10 +7,11 @@ Stress is ASE's: ``sigma = (1/V) dE/d(strain)`` in eV/A^3, Voigt order xx yy zz 
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
+from ase.data import atomic_numbers, chemical_symbols
 from ase.calculators.calculator import Calculator as _AseCalculator
 from ase.calculators.calculator import all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
@@ -57,23 +58,31 @@ class Calculator(_AseCalculator):
         elif not isinstance(model, Potential):
             raise TypeError(f"model must be a path to an .mdx file or an md_accel Potential, got {type(model)}")
         if dtype is not None:
-            model = model.to(_io._as_dtype(dtype))
+            model = model.to(_io.as_dtype(dtype))
         self.model = model.to(self.device).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.dtype = next((t.dtype for t in self.model.state_dict().values() if t.is_floating_point()), torch.float64)
         self.min_distance = float(min_distance)
         self.neighbors = VerletNeighborList(self.model.cutoff, skin)
-        self._index = {sym: k for k, sym in enumerate(self.model.elements)}
+        self._species_of_z = np.full(len(chemical_symbols), -1, dtype=np.int64)  # Z -> species index
+        for k, symbol in enumerate(self.model.elements):
+            self._species_of_z[atomic_numbers[symbol]] = k
+        self._species_cache: Optional[Tuple[np.ndarray, torch.Tensor]] = None
         self.stats: Dict[str, int] = {"atoms": 0, "edges": 0}
 
     # -- input checks and conversion -------------------------------------------------------
     def _species(self, atoms) -> torch.Tensor:
-        symbols = atoms.get_chemical_symbols()
-        unknown = sorted(set(symbols) - set(self._index))
-        if unknown:
+        numbers = atoms.get_atomic_numbers()
+        if self._species_cache is not None and np.array_equal(self._species_cache[0], numbers):
+            return self._species_cache[1]
+        index = self._species_of_z[numbers]
+        if (index < 0).any():
+            unknown = sorted({chemical_symbols[z] for z in numbers[index < 0]})
             raise ValueError(f"elements {unknown} are not in the model, which knows {list(self.model.elements)}")
-        return torch.tensor([self._index[s] for s in symbols], dtype=torch.int64, device=self.device)
+        species = torch.as_tensor(index, device=self.device)
+        self._species_cache = (numbers.copy(), species)
+        return species
 
     @staticmethod
     def _check_geometry(atoms) -> None:
@@ -96,11 +105,12 @@ class Calculator(_AseCalculator):
         edges = self.neighbors.update(positions, cell, atoms.get_pbc(), species)
         if self.min_distance > 0 and edges.vec.shape[0] > 0:
             d2 = edges.vec.detach().pow(2).sum(-1)
-            k = int(torch.argmin(d2))
-            if float(d2[k]) < self.min_distance**2:
+            d2_min = float(d2.min())  # one host sync per call
+            if d2_min < self.min_distance**2:
+                k = int(torch.argmin(d2))
                 i, j = int(edges.dst[k]), int(edges.src[k])
                 raise ValueError(
-                    f"atoms {i} and {j} are {float(d2[k]) ** 0.5:.4f} A apart, closer than "
+                    f"atoms {i} and {j} are {d2_min ** 0.5:.4f} A apart, closer than "
                     f"min_distance={self.min_distance} A; check the structure (duplicate atoms? units?) "
                     "or pass min_distance=0 to the Calculator"
                 )

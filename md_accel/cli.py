@@ -59,9 +59,8 @@ def cmd_info(args) -> int:
 class _Progress:
     """One status line on stderr: step, ns/day, atom-steps/s, temperature, energy per atom."""
 
-    def __init__(self, dyn, atoms, total: int, timestep_fs: float, stream=sys.stderr) -> None:
+    def __init__(self, dyn, atoms, total: int, timestep_fs: float) -> None:
         self.dyn, self.atoms, self.total, self.dt = dyn, atoms, total, timestep_fs
-        self.stream = stream
         self.t0 = time.perf_counter()
         self.step0 = dyn.nsteps
 
@@ -80,12 +79,12 @@ class _Progress:
         fill = int(width * done / max(self.total, 1))
         r = self.rates()
         epot = self.atoms.get_potential_energy() / len(self.atoms)
-        self.stream.write(
+        sys.stderr.write(
             f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{self.total} steps  "
             f"{r['ns_per_day']:.3g} ns/day  {r['atom_steps_per_s']:.3g} atom-steps/s  "
             f"T={self.atoms.get_temperature():.0f} K  Epot={epot:.4f} eV/atom"
         )
-        self.stream.flush()
+        sys.stderr.flush()
 
 
 def _dynamics(args, atoms):

@@ -139,7 +139,8 @@ def info(path: PathLike) -> Dict:
     return meta
 
 
-def _as_dtype(dtype: Union[str, torch.dtype]) -> torch.dtype:
+def as_dtype(dtype: Union[str, torch.dtype]) -> torch.dtype:
+    """A floating torch dtype from itself or its name ("float32", "torch.float64")."""
     if isinstance(dtype, torch.dtype):
         return dtype
     d = getattr(torch, str(dtype).removeprefix("torch."), None)
@@ -167,16 +168,17 @@ def load(
             archive = torch.jit.load(path, map_location="cpu")
     except RuntimeError as e:
         raise ModelFileError(f"{path!r}: the TorchScript archive cannot be read ({e})") from e
-    state = archive.state_dict()
+    # TorchScript's state_dict also lists non-persistent buffers (recomputed by build): drop them
+    keys = set(potential.state_dict())
+    state = {k: v for k, v in archive.state_dict().items() if k in keys}
     if weights_sha256(state) != meta.get("sha256"):
         raise ModelFileError(f"{path!r}: weights do not match the recorded sha256; the file is corrupt")
-    potential = potential.to(_as_dtype(meta["dtype"]))
-    potential.load_state_dict(state, strict=True)
+    potential.load_state_dict(state, strict=True, assign=True)  # each tensor keeps its stored dtype
     if dtype is not None:
-        potential = potential.to(_as_dtype(dtype))
+        potential = potential.to(as_dtype(dtype))
     if device is not None:
         potential = potential.to(device)
     return potential.eval()
 
 
-__all__ = ["save", "load", "info", "weights_sha256", "ModelFileError", "FORMAT_VERSION"]
+__all__ = ["save", "load", "info", "weights_sha256", "as_dtype", "ModelFileError", "FORMAT_VERSION"]

@@ -29,6 +29,8 @@ class LennardJones(Potential):
         self.sigma = float(sigma)
         self.onset = float(onset)
         self.epsilon = torch.nn.Parameter(torch.tensor(list(epsilon), dtype=torch.float64))
+        # derived from the spec, not stored in the state dict (like real models' CG tables)
+        self.register_buffer("sigma6", torch.tensor(self.sigma**6, dtype=torch.float64), persistent=False)
 
     @classmethod
     def from_spec(cls, spec: Dict) -> "LennardJones":
@@ -49,7 +51,7 @@ class LennardJones(Potential):
     ) -> torch.Tensor:
         r2 = (edge_vec * edge_vec).sum(-1)
         eps = torch.sqrt(self.epsilon[species[edge_src]] * self.epsilon[species[edge_dst]]).to(edge_vec.dtype)
-        c6 = (self.sigma * self.sigma / r2) ** 3
+        c6 = self.sigma6.to(r2.dtype) / (r2 * r2 * r2)
         rc2 = self.cutoff * self.cutoff
         ro2 = self.onset * self.onset
         fc = torch.where(

@@ -1,5 +1,70 @@
-"""Converters from source checkpoints (SevenNet, MACE, NequIP) to md_accel potentials, and the
-check that a converted potential reproduces its source."""
+"""Converters from source checkpoints (SevenNet; MACE, NequIP to come) to md_accel potentials,
+and the check that a converted potential reproduces its source before it is written."""
+import os
+from typing import Dict, Optional
+
+import torch
+
 from .verify import ConversionMismatch, compare_to_reference
 
-__all__ = ["ConversionMismatch", "compare_to_reference"]
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _family(source: str) -> str:
+    """Which library a checkpoint file (by extension) or a model name belongs to."""
+    from .sevenn import KNOWN_MODELS, resolve_checkpoint
+
+    if os.path.isfile(source):
+        if source.endswith(".pth"):
+            return "sevenn"
+    else:
+        try:
+            resolve_checkpoint(source)
+            return "sevenn"
+        except ValueError:
+            pass
+    raise ValueError(f"cannot tell which library {source!r} comes from; supported: SevenNet checkpoints "
+                     f"(.pth) and the names {sorted(KNOWN_MODELS)}")
+
+
+def _check_elements(elements, preferred=("Cu", "O")):
+    """Two elements of the model to build the check structures from."""
+    if all(e in elements for e in preferred):
+        return list(preferred)
+    return list(elements[:2])
+
+
+def convert(source, output, dtype="float64", modal: Optional[str] = None, verify: bool = True,
+            elements=None, seed: int = 0) -> Dict:
+    """Convert ``source``, check it against its own library on ``standard_structures`` (of
+    ``elements``, default two of the model's), and write ``output`` (.mdx). Returns the file's
+    metadata. Raises ``ConversionMismatch`` (and writes nothing) if the check fails."""
+    from .. import io
+    from .structures import standard_structures
+
+    torch_dtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
+    source = os.fspath(source)
+    family = _family(source)
+    if family == "sevenn":
+        import sevenn
+
+        from .sevenn import convert_sevenn, load_sevenn, sevenn_calculator
+
+        src = load_sevenn(source, torch_dtype)
+        potential = convert_sevenn(src, modal=modal, dtype=torch_dtype)
+        reference = sevenn_calculator(src, modal=modal) if verify else None
+        provenance = {"source": src.path, "library": "sevenn", "library_version": sevenn.__version__,
+                      "checkpoint_version": str(src.config.get("version")), "modal": modal}
+    verification = None
+    if verify:
+        els = list(elements) if elements else _check_elements(potential.elements)
+        rows = compare_to_reference(reference, potential, standard_structures(els, seed))
+        verification = {"elements": els, "seed": seed,
+                        "max_rel_err": {q: max(r["rel_err"] for r in rows if r["quantity"] == q)
+                                        for q in ("energy", "forces", "stress")},
+                        "tolerances": {r["quantity"]: r["tol"] for r in rows}}
+    provenance["verification"] = verification
+    return io.save(potential, output, provenance)
+
+
+__all__ = ["ConversionMismatch", "compare_to_reference", "convert"]

@@ -346,11 +346,8 @@ def convert_sevenn(name_or_path, modal: Optional[str] = None, dtype: torch.dtype
     scale, shift = _scale_shift(mods["rescale_atomic_energy"], len(elements), modal_idx)
     state["scale_shift.scale"], state["scale_shift.shift"] = scale, shift
 
-    pot = NequIPLike(spec)
+    pot = NequIPLike(spec).double()  # load_state_dict copies into the existing dtype
     pot.load_state_dict(_complete(pot, state), strict=True)
-    source = {"family": "sevenn", "checkpoint": src.path,
-              "sevenn_version": str(config.get("version")), "modal": modal}
-    pot._spec["source"] = source
     return pot.to(dtype).eval()
 
 

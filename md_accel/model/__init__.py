@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Type
 
+from .embedding import ScaleShift, SpeciesEmbedding
+from .gate import Gate
+from .linear import Linear
 from .potential import Potential, energy_forces_virial
+from .radial import BesselBasis, PolynomialCutoff, RadialMLP, XPLORCutoff
 
 _REGISTRY: Dict[str, Type[Potential]] = {}
 
@@ -40,4 +44,5 @@ def _import_builtin_models() -> None:
                 raise
 
 
-__all__ = ["Potential", "energy_forces_virial", "register", "build"]
+__all__ = ["Potential", "energy_forces_virial", "register", "build", "Linear", "Gate", "BesselBasis",
+           "PolynomialCutoff", "XPLORCutoff", "RadialMLP", "SpeciesEmbedding", "ScaleShift"]

@@ -6,7 +6,6 @@ million float64 normal samples of a generator seeded with 0 (so the constant is 
 not the exact integral), and dropped when ``|c - 1| < 1e-4``. Reproducing e3nn/sevenn/nequip
 numbers needs that same estimate, computed here the same way.
 """
-from __future__ import annotations
 
 import functools
 import math
@@ -14,7 +13,6 @@ import math
 import torch
 
 ACTIVATIONS = ("silu", "ssp", "tanh", "abs", "relu", "sigmoid", "elu", "identity")
-_LOG2 = math.log(2.0)
 
 
 def apply_activation(name: str, x: torch.Tensor) -> torch.Tensor:
@@ -22,7 +20,7 @@ def apply_activation(name: str, x: torch.Tensor) -> torch.Tensor:
     if name == "silu":
         return torch.nn.functional.silu(x)
     if name == "ssp":
-        return torch.nn.functional.softplus(x) - _LOG2
+        return torch.nn.functional.softplus(x) - math.log(2.0)
     if name == "tanh":
         return torch.tanh(x)
     if name == "abs":

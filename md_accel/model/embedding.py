@@ -1,5 +1,4 @@
 """Per-species node quantities: the initial node features and the energy scale/shift."""
-from __future__ import annotations
 
 import torch
 

@@ -4,14 +4,13 @@ Input layout (as e3nn builds it): ``scalars + gates + gated``, then stably sorte
 simplified. Output: ``act_scalars(scalars)`` followed by ``gated * act_gates(gates)`` (one gate
 scalar per gated irrep). Activations carry e3nn's second-moment normalisation.
 """
-from __future__ import annotations
 
 from typing import Dict, List, Sequence
 
 import torch
 
 from ..o3 import Irreps
-from .activations import Activation
+from .activations import apply_activation, second_moment_constant
 
 
 def _sorted_positions(irreps: Irreps) -> List[int]:
@@ -26,6 +25,13 @@ def _sorted_positions(irreps: Irreps) -> List[int]:
 class Gate(torch.nn.Module):
     """``Gate(irreps_scalars, act_scalars, irreps_gates, act_gates, irreps_gated)``; activation
     names as in ``md_accel.model.activations`` (one per block of the scalar / gate irreps)."""
+
+    scalar_blocks: List[int]
+    gate_blocks: List[int]
+    act_scalar_names: List[str]
+    act_gate_names: List[str]
+    scalar_csts: List[float]
+    gate_csts: List[float]
 
     def __init__(
         self,
@@ -74,16 +80,17 @@ class Gate(torch.nn.Module):
         self.register_buffer("gate_expand", torch.tensor(expand, dtype=torch.long), persistent=False)
         self.scalar_blocks: List[int] = [mi.mul for mi in self.irreps_scalars]
         self.gate_blocks: List[int] = [mi.mul for mi in self.irreps_gates]
-        self.act_scalars = torch.nn.ModuleList([Activation(a) for a in act_scalars])
-        self.act_gates = torch.nn.ModuleList([Activation(a) for a in act_gates])
+        self.scalar_csts: List[float] = [second_moment_constant(a) for a in act_scalars]
+        self.gate_csts: List[float] = [second_moment_constant(a) for a in act_gates]
         self.dim_in = self.irreps_in.dim
         self.has_gated = len(expand) > 0
 
-    def _acts(self, x: torch.Tensor, blocks: List[int], acts: torch.nn.ModuleList) -> torch.Tensor:
+    def _acts(self, x: torch.Tensor, blocks: List[int], names: List[str], csts: List[float]) -> torch.Tensor:
         outs: List[torch.Tensor] = []
         off = 0
-        for i, act in enumerate(acts):
-            outs.append(act(x[:, off: off + blocks[i]]))
+        for i in range(len(blocks)):
+            y = apply_activation(names[i], x[:, off: off + blocks[i]])
+            outs.append(y.mul(csts[i]) if csts[i] != 1.0 else y)
             off += blocks[i]
         if len(outs) == 0:
             return x[:, :0]
@@ -92,10 +99,11 @@ class Gate(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.dim_in)
-        scalars = self._acts(x2.index_select(1, self.idx_scalars), self.scalar_blocks, self.act_scalars)
+        scalars = self._acts(x2.index_select(1, self.idx_scalars), self.scalar_blocks, self.act_scalar_names,
+                             self.scalar_csts)
         if not self.has_gated:
             return scalars.reshape(lead + (scalars.shape[-1],))
-        gates = self._acts(x2.index_select(1, self.idx_gates), self.gate_blocks, self.act_gates)
+        gates = self._acts(x2.index_select(1, self.idx_gates), self.gate_blocks, self.act_gate_names, self.gate_csts)
         gated = x2.index_select(1, self.idx_gated) * gates.index_select(1, self.gate_expand)
         out = torch.cat([scalars, gated], dim=-1)
         return out.reshape(lead + (out.shape[-1],))

@@ -8,7 +8,6 @@ weights load 1:1. The output of instruction ``(i, o)`` is scaled by ``path_weigh
 callers may pass explicit path weights (e.g. when constant inputs were folded into ``bias``).
 ``bias`` (e3nn layout, scalar ``0e`` output blocks only) is added unscaled.
 """
-from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -34,6 +33,10 @@ def linear_instructions(irreps_in: Irreps, irreps_out: Irreps) -> List[Tuple[int
 class Linear(torch.nn.Module):
     """``[..., irreps_in.dim] -> [..., irreps_out.dim]``, equal to ``e3nn.o3.Linear(irreps_in,
     irreps_out, biases=biases)`` with the same ``weight`` (and ``bias``)."""
+
+    ins: List[List[int]]
+    out_blocks: List[List[int]]
+    path_weights: List[float]
 
     def __init__(
         self,

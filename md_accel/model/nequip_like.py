@@ -13,8 +13,6 @@ Readout: scalar features -> per-node energy through linears (or an MLP), then pe
 ``scale * e + shift``. The spec is JSON; learned values (weights, denominators, scale/shift)
 live in the state dict.
 """
-from __future__ import annotations
-
 from typing import Dict, List
 
 import torch
@@ -85,6 +83,11 @@ class NequIPLike(Potential):
     ``irreps_embed``, ``layers`` (see ``InteractionLayer``), ``readout`` (``{"kind":
     "linear", "linears": [...]}`` or ``{"kind": "mlp", "hs": [...], "act": ...}``)."""
 
+    # re-declared with real types: TorchScript cannot resolve the base class's string annotations
+    elements: List[str]
+    cutoff: float
+    num_layers: int
+
     def __init__(self, spec: Dict):
         super().__init__()
         self._spec = dict(spec)
@@ -110,7 +113,7 @@ class NequIPLike(Potential):
         self.scale_shift = ScaleShift(n_species)
 
     @classmethod
-    def from_spec(cls, spec: Dict) -> "NequIPLike":
+    def from_spec(cls, spec: Dict) -> Potential:
         return cls(spec)
 
     def spec(self) -> Dict:

@@ -5,7 +5,6 @@ vector ``pos[src] - pos[dst] + shift``) to one energy per node. Forces and the v
 exact gradient of the summed energy with respect to the edge vectors, so periodic images
 (ASE) and ghost atoms (LAMMPS) are handled by the same code.
 """
-from __future__ import annotations
 
 from typing import Dict, List, Optional
 

@@ -5,7 +5,6 @@ Formulas follow the sources (sevenn / nequip / e3nn) operation by operation, so 
 round the same way. Envelopes are not zeroed beyond the cutoff: the neighbour list guarantees
 ``r < cutoff``.
 """
-from __future__ import annotations
 
 import math
 from typing import Dict, List, Sequence

@@ -1,11 +1,12 @@
 """Molecular dynamics with pair_style md_accel: NVE conserves energy with the 2-layer model in a
 triclinic box (forces are the exact gradient of the energy, also across neighbor-list rebuilds)."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from lammps_toy_potentials import SYMBOLS, MessagePassingToy, cu_ni, save_mdx, write_data
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit in torch 2.13
 
 
 def test_nve_conserves_energy(lammps_in_process, tmp_path):
@@ -37,3 +38,15 @@ def test_nve_conserves_energy(lammps_in_process, tmp_path):
     swing = (pe.max() - pe.min()) / n
     assert swing > 5e-3                 # the atoms really moved (eV/atom)
     assert drift < 1e-4, (drift, swing)   # eV/atom over 150 fs (measured 5.1e-5)
+
+
+def test_copper_example_runs(lammps_in_process, tmp_path):
+    """examples/lammps/in.copper (NVT then NPT) on a small box: the box relaxes under NPT."""
+    model = save_mdx(MessagePassingToy(["Cu", "Ni"], cutoff=4.5, num_layers=2), tmp_path / "m.mdx")
+    example = Path(__file__).resolve().parents[2] / "examples" / "lammps" / "in.copper"
+    lmp = lammps_in_process()
+    for name, value in (("model", model), ("n", 3), ("steps", 20), ("T", 300.0)):
+        lmp.command(f"variable {name} index {value}")  # index variables are not redefined
+    lmp.file(str(example))
+    assert lmp.get_thermo("step") == 40
+    assert lmp.get_thermo("vol") != pytest.approx((3 * 3.61) ** 3, rel=1e-6)

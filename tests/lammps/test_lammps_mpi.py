@@ -10,7 +10,6 @@ import pytest
 from lammps_toy_potentials import (SYMBOLS, TYPE_TO_SPECIES, MessagePassingToy, cu_ni, reference,
                                    save_mdx, write_data)
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit in torch 2.13
 
 SCRIPT = """
 units metal

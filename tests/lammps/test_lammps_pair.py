@@ -6,7 +6,6 @@ import pytest
 from lammps_toy_potentials import (EPS, ELEMENTS, SIGMA, SYMBOLS, TYPE_TO_SPECIES, MessagePassingToy,
                                    PairLJ, cu_ni, reference, save_mdx, write_data)
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.jit in torch 2.13
 
 
 def evaluate(make_lammps, data, model, symbols=SYMBOLS, pair=None):

@@ -1,0 +1,473 @@
+"""Convolution tensor product + neighbour sum alone: md_accel vs e3nn, cuEquivariance and
+OpenEquivariance on the same graph, inputs and weight layout.
+
+For each workload (benchmarks/workloads.py) and dtype: a correctness check of every
+implementation against e3nn in float64 on a small subgraph (forward output, first gradients,
+double-backward gradients; max relative error), then timings on the full graph of
+forward, forward+backward (grads to x, y, w) and double backward (loss = sum of the squared
+first gradients, backpropagated to x, y, w), each with its peak memory. Every implementation
+runs inside try/except: a failure is recorded with its reason and the run goes on.
+
+    python benchmarks/kernels.py [--workloads mace_mp0_medium,...] [--dtypes float32,float64]
+        [--graph cu:4000:6.0 | random:NODES:EDGES] [--impls md_accel,e3nn,cueq,oeq_det,oeq_atomic]
+        [--repeats 20] [--budget SECONDS] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from workloads import WORKLOADS, Workload, irreps_dim, parse_irreps  # noqa: E402
+
+PASSES = ("fwd", "fwd_bwd", "dbwd")
+IMPLS = ("md_accel", "e3nn", "cueq", "oeq_det", "oeq_atomic")
+
+
+class GraphT:
+    """A graph's index tensors on the device (edges sorted by receiver) plus md_accel's CSR."""
+
+    def __init__(self, g: Dict, device):
+        self.num_nodes = int(g["num_nodes"])
+        self.src = torch.as_tensor(g["src"], dtype=torch.int64, device=device)
+        self.dst = torch.as_tensor(g["dst"], dtype=torch.int64, device=device)
+        self.vec = torch.as_tensor(g["vec"], dtype=torch.float64, device=device)
+        self.num_edges = int(self.src.numel())
+        self._md = None
+
+    def md_graph(self):
+        if self._md is None:
+            from md_accel.ops import build_graph
+
+            self._md = build_graph(self.src, self.dst, self.num_nodes)
+            assert bool((self._md.perm == torch.arange(self.num_edges, device=self.src.device)).all()), \
+                "benchmark graphs are sorted by receiver"
+        return self._md
+
+
+def layout_perm(irreps: str, to_ir_mul: bool) -> torch.Tensor:
+    """Index map between e3nn's mul_ir layout and cuEquivariance's ir_mul layout (per block)."""
+    idx, off = [], 0
+    for mul, (l, _) in parse_irreps(irreps):
+        d = 2 * l + 1
+        block = torch.arange(off, off + mul * d).view(mul, d)
+        idx.append((block.t() if to_ir_mul else block.reshape(d, mul).t().reshape(mul, d)).reshape(-1))
+        off += mul * d
+    return torch.cat(idx)
+
+
+# --- implementations: prepare (layout, outside timing) / run (timed) / to_e3nn (output) ---------
+class Impl:
+    name = ""
+
+    def prepare(self, x, y, w):
+        return x, y, w
+
+    def run(self, x, y, w):
+        raise NotImplementedError
+
+    def to_e3nn(self, out):
+        return out
+
+
+class E3nnImpl(Impl):
+    name = "e3nn"
+
+    def __init__(self, wl: Workload, g: GraphT, dtype, device):
+        from e3nn import o3
+
+        self.tp = o3.TensorProduct(wl.irreps_in1, wl.irreps_in2, wl.irreps_out, wl.instructions,
+                                   shared_weights=False, internal_weights=False).to(device=device, dtype=dtype)
+        self.g = g
+
+    def run(self, x, y, w):
+        msg = self.tp(x.index_select(0, self.g.src), y, w)
+        return torch.zeros((self.g.num_nodes, msg.shape[1]), dtype=msg.dtype, device=msg.device).index_add(
+            0, self.g.dst, msg)
+
+
+class MdAccelImpl(Impl):
+    name = "md_accel"
+
+    def __init__(self, wl: Workload, g: GraphT, dtype, device):
+        from md_accel.ops import TensorProductConv
+
+        self.conv = TensorProductConv(wl.irreps_in1, wl.irreps_in2, wl.irreps_out, wl.instructions).to(
+            device=device, dtype=dtype)
+        self.g, self.graph = g, g.md_graph()
+
+    def run(self, x, y, w):
+        return self.conv(x, y, w, self.g.src, self.g.dst, self.g.num_nodes, graph=self.graph)
+
+
+def _cue_group():
+    """e3nn's basis for cuEquivariance (mace's ``O3_e3nn``), so outputs are comparable; without
+    mace the native basis (same cost, no correctness check)."""
+    import cuequivariance as cue
+
+    try:
+        from mace.tools.cg import O3_e3nn
+
+        return O3_e3nn, True
+    except Exception:  # noqa: BLE001
+        return cue.O3, False
+
+
+class CueqImpl(Impl):
+    """cuEquivariance's fused conv as mace-torch builds it: channel-wise tensor product
+    polynomial, sender gather and receiver scatter done inside the kernel (uniform_1d)."""
+
+    name = "cueq"
+
+    def __init__(self, wl: Workload, g: GraphT, dtype, device):
+        import cuequivariance as cue
+        import cuequivariance_torch as cuet
+
+        group, self.comparable = _cue_group()
+        poly = cue.descriptors.channelwise_tensor_product(
+            cue.Irreps(group, wl.irreps_in1), cue.Irreps(group, wl.irreps_in2), cue.Irreps(group, wl.irreps_out),
+        ).flatten_coefficient_modes().squeeze_modes().polynomial
+        method = "uniform_1d" if torch.device(device).type == "cuda" else "naive"
+        self.m = cuet.SegmentedPolynomial(poly, method=method, math_dtype=dtype).to(device)
+        self.method = self.m.method
+        if torch.device(device).type == "cuda" and self.method != "uniform_1d":
+            raise RuntimeError(f"cuEquivariance fell back to method {self.method!r} (cuequivariance_ops missing?)")
+        if poly.inputs[0].size != wl.weight_numel:
+            raise RuntimeError(f"weight count {poly.inputs[0].size} != {wl.weight_numel}")
+        self.g = g
+        self.p_in = layout_perm(wl.irreps_in1, True).to(device)
+        self.p_out = layout_perm(wl.irreps_out, False).to(device)
+
+    def prepare(self, x, y, w):
+        return x.index_select(1, self.p_in), y, w
+
+    def run(self, x, y, w):
+        return self.m([w, x, y], {1: self.g.src}, {0: x}, {0: self.g.dst})[0]
+
+    def to_e3nn(self, out):
+        return out.index_select(1, self.p_out)
+
+
+class OeqImpl(Impl):
+    """OpenEquivariance's fused TensorProductConv: atomic, or deterministic (receiver-sorted
+    edges + the by-sender permutation)."""
+
+    def __init__(self, wl: Workload, g: GraphT, dtype, device, deterministic: bool):
+        if torch.device(device).type != "cuda":
+            raise RuntimeError("OpenEquivariance needs CUDA")
+        import openequivariance as oeq
+
+        self.name = "oeq_det" if deterministic else "oeq_atomic"
+        npd = np.float64 if dtype == torch.float64 else np.float32
+        tpp = oeq.TPProblem(wl.irreps_in1, wl.irreps_in2, wl.irreps_out, wl.instructions,
+                            shared_weights=False, internal_weights=False, irrep_dtype=npd, weight_dtype=npd)
+        self.conv = oeq.TensorProductConv(tpp, deterministic=deterministic)
+        self.g = g
+        self.extra = (g.md_graph().src_perm,) if deterministic else ()
+
+    def prepare(self, x, y, w):
+        return x, y, self.conv.reorder_weights_from_e3nn(w, has_batch_dim=True)
+
+    def run(self, x, y, w):
+        return self.conv(x, y, w, self.g.dst, self.g.src, *self.extra)
+
+
+def make_impl(name: str, wl: Workload, g: GraphT, dtype, device) -> Impl:
+    if name == "e3nn":
+        return E3nnImpl(wl, g, dtype, device)
+    if name == "md_accel":
+        return MdAccelImpl(wl, g, dtype, device)
+    if name == "cueq":
+        return CueqImpl(wl, g, dtype, device)
+    if name in ("oeq_det", "oeq_atomic"):
+        return OeqImpl(wl, g, dtype, device, deterministic=name == "oeq_det")
+    raise ValueError(f"unknown implementation {name!r}")
+
+
+# --- inputs, passes, checks ---------------------------------------------------------------------
+def inputs(wl: Workload, g: GraphT, dtype, device, seed: int = 0):
+    """x [N, dim1] ~ N(0,1); y = real spherical harmonics (component normalised) of the edge
+    vectors, or N(0,1) when e3nn is missing; w [E, weights] ~ N(0,1)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    d1, d2, _ = wl.dims
+    x = torch.randn(g.num_nodes, d1, generator=gen, dtype=torch.float64)
+    w = torch.randn(g.num_edges, wl.weight_numel, generator=gen, dtype=torch.float64)
+    try:
+        from e3nn import o3
+
+        y = o3.spherical_harmonics(wl.irreps_in2, g.vec.cpu(), normalize=True, normalization="component")
+    except ImportError:
+        y = torch.randn(g.num_edges, d2, generator=gen, dtype=torch.float64)
+    return tuple(t.to(device=device, dtype=dtype) for t in (x, y, w))
+
+
+def run_pass(impl: Impl, kind: str, args: Sequence[torch.Tensor], grad_out: torch.Tensor) -> Callable[[], object]:
+    """A closure computing one pass on prepared leaf tensors."""
+    if kind == "fwd":
+        plain = [a.detach() for a in args]
+
+        def fwd():
+            with torch.no_grad():
+                return impl.run(*plain)
+
+        return fwd
+    leaves = [a.detach().requires_grad_(True) for a in args]
+    if kind == "fwd_bwd":
+        return lambda: torch.autograd.grad(impl.run(*leaves), leaves, grad_out)
+
+    def dbwd():
+        first = torch.autograd.grad(impl.run(*leaves), leaves, grad_out, create_graph=True)
+        loss = sum((f * f).sum() for f in first)
+        return torch.autograd.grad(loss, leaves)
+
+    return dbwd
+
+
+def through_layouts(impl: Impl, x, y, w, grad_out) -> Tuple[torch.Tensor, ...]:
+    """Forward output, first gradients and double-backward gradients w.r.t. e3nn-layout inputs."""
+    leaves = [t.detach().requires_grad_(True) for t in (x, y, w)]
+    out = impl.to_e3nn(impl.run(*impl.prepare(*leaves)))
+    first = torch.autograd.grad(out, leaves, grad_out, create_graph=True)
+    loss = sum((f * f).sum() for f in first)
+    second = torch.autograd.grad(loss, leaves)
+    return (out.detach(),) + tuple(f.detach() for f in first) + tuple(second)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
+
+
+def byte_floor(wl: Workload, g: GraphT, itemsize: int) -> Dict[str, float]:
+    """Minimum bytes moved per pass if each input is read once and each output written once
+    (int32 sender/receiver indices): fwd reads x, y, w, writes out; backward reads x, y, w,
+    grad_out, writes grad_x, grad_y, grad_w."""
+    d1, d2, d3 = wl.dims
+    e, n, wn = g.num_edges, g.num_nodes, wl.weight_numel
+    idx = 8 * e
+    return {"fwd": itemsize * (e * (d2 + wn) + n * (d1 + d3)) + idx,
+            "fwd_bwd": itemsize * (2 * e * (d2 + wn) + n * (2 * d1 + d3)) + idx}
+
+
+def make_graph(spec: str) -> Dict:
+    kind, *rest = spec.split(":")
+    if kind == "cu":
+        n = int(rest[0]) if rest else 4000
+        r = float(rest[1]) if len(rest) > 1 else 6.0
+        return common.copper_graph(n, r)
+    if kind == "random":
+        return common.random_graph(int(rest[0]), int(rest[1]))
+    raise ValueError(f"graph spec must be cu:ATOMS:RCUT or random:NODES:EDGES, got {spec!r}")
+
+
+# --- the run ------------------------------------------------------------------------------------
+def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, device, args, budget, bw, log):
+    dname = str(dtype).removeprefix("torch.")
+    x, y, w = inputs(wl, g, dtype, device)
+    grad_out = torch.randn(g.num_nodes, wl.dims[2], dtype=dtype, device=device)
+    floors = byte_floor(wl, g, torch.finfo(dtype).bits // 8)
+    # reference on the check graph: e3nn in float64
+    xc, yc, wc = inputs(wl, gc, torch.float64, device, seed=1)
+    goc = torch.randn(gc.num_nodes, wl.dims[2], dtype=torch.float64, device=device)
+    try:
+        ref = through_layouts(E3nnImpl(wl, gc, torch.float64, device), xc, yc, wc, goc)
+    except Exception as e:  # noqa: BLE001
+        ref, ref_error = None, common.failure(e)
+    records, checks = [], []
+    for name in impl_names:
+        base = {"workload": wl.name, "dtype": dname, "impl": name}
+        try:
+            impl = make_impl(name, wl, g, dtype, device)
+        except Exception as e:  # noqa: BLE001
+            reason = common.failure(e)
+            log(f"  {name:10s} setup failed: {reason}")
+            checks.append({**base, "status": reason})
+            records += [{**base, "pass": p, "status": reason} for p in PASSES]
+            common.release(device)
+            continue
+        # correctness on the check graph (same dtype as timed, compared with e3nn float64)
+        chk = {**base, "status": "ok"}
+        try:
+            if ref is None:
+                raise RuntimeError(f"no e3nn reference ({ref_error})")
+            if getattr(impl, "comparable", True) is False:
+                raise RuntimeError("cuEquivariance basis differs from e3nn (mace's O3_e3nn not importable)")
+            impl_c = make_impl(name, wl, gc, dtype, device)
+            got = through_layouts(impl_c, *(t.to(dtype) for t in (xc, yc, wc, goc)))
+            errs = [rel_err(a, b) for a, b in zip(got, ref)]
+            chk.update(fwd=errs[0], bwd=max(errs[1:4]), dbwd=max(errs[4:7]),
+                       bwd_each=errs[1:4], dbwd_each=errs[4:7])
+            del impl_c, got
+        except Exception as e:  # noqa: BLE001
+            chk["status"] = common.failure(e)
+        checks.append(chk)
+        log(f"  {name:10s} check: " + (f"fwd {chk['fwd']:.1e} bwd {chk['bwd']:.1e} dbwd {chk['dbwd']:.1e}"
+                                       if "fwd" in chk else chk["status"]))
+        try:
+            prepared = impl.prepare(x, y, w)
+        except Exception as e:  # noqa: BLE001
+            reason = common.failure(e)
+            records += [{**base, "pass": p, "status": reason} for p in PASSES]
+            continue
+        for kind in PASSES:
+            rec = {**base, "pass": kind, "status": "ok"}
+            try:
+                fn = run_pass(impl, kind, prepared, grad_out)
+                t0 = time.perf_counter()
+                fn()
+                common.sync(device)
+                once = time.perf_counter() - t0
+                if not budget.allows(once * (args.repeats + args.warmup) + 1.0):
+                    raise TimeoutError(f"skipped: time budget (one call {once * 1e3:.0f} ms)")
+                rec.update(common.time_gpu(fn, device, args.warmup, args.repeats))
+                rec["peak_bytes"] = common.peak_memory(fn, device)
+                if kind in floors:
+                    rec["bytes_min"] = floors[kind]
+                    rec["bytes_min_per_edge"] = floors[kind] / g.num_edges
+                    if bw:
+                        rec["floor_ms"] = floors[kind] / (bw * 1e9) * 1e3
+                        rec["floor_fraction"] = rec["floor_ms"] / rec["median_ms"]
+            except Exception as e:  # noqa: BLE001
+                rec["status"] = "budget" if isinstance(e, TimeoutError) else common.failure(e)
+                common.release(device)
+            records.append(rec)
+            log(f"  {name:10s} {kind:7s} " + (f"{rec['median_ms']:9.3f} ms" if "median_ms" in rec else rec["status"])
+                + (f"  peak {rec['peak_bytes'] / 2**30:.2f} GiB" if rec.get("peak_bytes") else ""))
+        del impl, prepared
+        common.release(device)
+    return records, checks
+
+
+def table(records: List[Dict], wl: Workload, dtypes: Sequence[str], impls: Sequence[str], floors: Dict) -> str:
+    header = ["impl"] + [f"{d} {p}" for d in dtypes for p in PASSES]
+    rows = []
+    for name in impls:
+        row = [name]
+        for d in dtypes:
+            for p in PASSES:
+                r = next((r for r in records if r["workload"] == wl.name and r["dtype"] == d and r["impl"] == name
+                          and r["pass"] == p), None)
+                row.append("" if r is None else common.fmt_ms(r["median_ms"]) if "median_ms" in r else r["status"][:40])
+        rows.append(row)
+    rows.append(["byte floor"] + [common.fmt_ms(floors.get((d, p))) if (d, p) in floors else "" for d in dtypes
+                                   for p in PASSES])
+    return common.markdown_table(header, rows)
+
+
+def plot(records: List[Dict], path: str, workloads, dtypes, impls) -> None:
+    plt = common.pyplot()
+    if plt is None:
+        return
+    fig, axes = plt.subplots(len(dtypes), len(workloads), figsize=(3.2 * len(workloads), 3.2 * len(dtypes)),
+                             squeeze=False)
+    for i, d in enumerate(dtypes):
+        for j, wl in enumerate(workloads):
+            ax = axes[i][j]
+            for k, name in enumerate(impls):
+                vals = []
+                for p in PASSES:
+                    r = next((r for r in records if r["workload"] == wl and r["dtype"] == d and r["impl"] == name
+                              and r["pass"] == p and "median_ms" in r), None)
+                    vals.append(r["median_ms"] if r else np.nan)
+                ax.bar(np.arange(len(PASSES)) + k * 0.8 / len(impls), vals, 0.8 / len(impls), label=name)
+            ax.set_yscale("log")
+            ax.set_xticks(np.arange(len(PASSES)) + 0.4 - 0.4 / len(impls), PASSES)
+            ax.set_title(f"{wl} {d}", fontsize=8)
+            ax.set_ylabel("ms")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"[bench] wrote {path}", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--dtypes", default="float32,float64")
+    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--graph", default="cu:4000:6.0", help="cu:ATOMS:RCUT or random:NODES:EDGES")
+    ap.add_argument("--check-nodes", type=int, default=0, help="nodes of the correctness subgraph (default auto)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--tag", default="kernels")
+    args = ap.parse_args(argv)
+    budget = common.Budget(args.budget)
+    device = torch.device(args.device)
+    out = common.out_dir(args.out)
+    log = lambda s: print(s, flush=True)  # noqa: E731
+
+    t0 = time.perf_counter()
+    gnp = make_graph(args.graph)
+    g = GraphT(gnp, device)
+    n_check = args.check_nodes or max(8, min(g.num_nodes, 300))
+    gc = GraphT(common.subgraph(gnp, n_check), device)
+    log(f"[kernels] graph: {gnp['name']}: {g.num_nodes} nodes, {g.num_edges} edges "
+        f"({g.num_edges / g.num_nodes:.1f}/node), built in {time.perf_counter() - t0:.1f} s; "
+        f"check subgraph {gc.num_nodes} nodes, {gc.num_edges} edges")
+    env = common.environment(device)
+    try:
+        from md_accel.ops import _cuda
+
+        env["md_accel_cuda_library"] = _cuda.library_path() if device.type == "cuda" else None
+        env["md_accel_cuda_error"] = _cuda.load_error()
+    except Exception as e:  # noqa: BLE001
+        env["md_accel_cuda_error"] = common.failure(e)
+    bw = common.copy_bandwidth(device)
+    log(f"[kernels] {env['device']}, torch {env['torch']}, copy bandwidth "
+        + (f"{bw:.0f} GB/s" if bw else "n/a"))
+
+    workloads = [WORKLOADS[w] for w in args.workloads.split(",") if w]
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
+    impls = [i for i in args.impls.split(",") if i]
+    records, checks = [], []
+    for wl in workloads:
+        for dtype in dtypes:
+            log(f"[kernels] {wl.name} {str(dtype).removeprefix('torch.')}: {wl.irreps_in1} x {wl.irreps_in2} -> "
+                f"{len(wl.instructions)} paths, {wl.weight_numel} weights/edge")
+            if not budget.allows(5):
+                records += [{"workload": wl.name, "dtype": str(dtype).removeprefix("torch."), "impl": i, "pass": p,
+                             "status": "budget"} for i in impls for p in PASSES]
+                continue
+            r, c = bench_workload(wl, dtype, impls, g, gc, device, args, budget, bw, log)
+            records += r
+            checks += c
+
+    result = {"env": env, "copy_bandwidth_gbs": bw, "args": vars(args),
+              "graph": {"name": gnp["name"], "num_nodes": g.num_nodes, "num_edges": g.num_edges,
+                        "check_nodes": gc.num_nodes, "check_edges": gc.num_edges},
+              "workloads": {wl.name: {**wl._asdict(), "paths": len(wl.instructions), "weight_numel": wl.weight_numel,
+                                      "dims": wl.dims} for wl in workloads},
+              "results": records, "checks": checks}
+    common.write_json(os.path.join(out, f"{args.tag}.json"), result)
+
+    dnames = [str(d).removeprefix("torch.") for d in dtypes]
+    md = [f"{gnp['name']} ({g.num_nodes} nodes, {g.num_edges} edges), {env['device']}, "
+          f"copy bandwidth {bw:.0f} GB/s, ms (median of {args.repeats})" if bw else gnp["name"]]
+    for wl in workloads:
+        floors = {(r["dtype"], r["pass"]): r["floor_ms"] for r in records
+                  if r["workload"] == wl.name and "floor_ms" in r}
+        md.append(f"\n**{wl.name}** ({wl.irreps_in1} x {wl.irreps_in2}, {len(wl.instructions)} paths, "
+                  f"{wl.weight_numel} weights/edge)\n\n" + table(records, wl, dnames, impls, floors))
+    chk_rows = [[c["workload"], c["dtype"], c["impl"]] + ([f"{c['fwd']:.1e}", f"{c['bwd']:.1e}", f"{c['dbwd']:.1e}"]
+                if "fwd" in c else [c["status"][:60], "", ""]) for c in checks]
+    md.append("\nmax relative error vs e3nn float64 (check subgraph)\n\n"
+              + common.markdown_table(["workload", "dtype", "impl", "fwd", "bwd", "dbwd"], chk_rows))
+    text = "\n".join(md)
+    common.append_markdown(os.path.join(out, "tables.md"), f"Kernels ({args.tag})", text)
+    plot(records, os.path.join(out, f"{args.tag}.png"), [wl.name for wl in workloads], dnames, impls)
+    print(text, flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The 'uvu' convolution tensor products of real models, with their instruction lists built the
+way the models build them.
+
+MACE (``tp_out_irreps_with_instructions``) and SevenNet (``IrrepsConvolution``) do the same:
+every product irrep ``ir1 x ir2 -> ir3`` whose type occurs in the layer's target irreps gets its
+own output block of multiplicity ``mul1``; the output blocks are then sorted by irrep (stable)
+and the instructions renumbered and ordered by output block. The per-edge weights follow that
+order, so the weight layout of every implementation here is the models' own.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, NamedTuple, Tuple
+
+Irrep = Tuple[int, int]  # (l, parity +1/-1), ordered like e3nn's (l, p) tuples
+
+
+def parse_irreps(text: str) -> List[Tuple[int, Irrep]]:
+    """'128x0e+64x1o' -> [(128, (0, 1)), (64, (1, -1))]."""
+    out = []
+    for term in text.replace(" ", "").split("+"):
+        m = re.fullmatch(r"(?:(\d+)x)?(\d+)([eo])", term)
+        if not m:
+            raise ValueError(f"bad irreps term {term!r} in {text!r}")
+        out.append((int(m.group(1) or 1), (int(m.group(2)), 1 if m.group(3) == "e" else -1)))
+    return out
+
+
+def format_irreps(irreps: List[Tuple[int, Irrep]]) -> str:
+    return "+".join(f"{mul}x{l}{'e' if p == 1 else 'o'}" for mul, (l, p) in irreps)
+
+
+def irreps_dim(irreps: List[Tuple[int, Irrep]]) -> int:
+    return sum(mul * (2 * l + 1) for mul, (l, _) in irreps)
+
+
+def uvu_conv_instructions(irreps_in1: str, irreps_in2: str, target: str) -> Tuple[str, List[Tuple]]:
+    """(irreps_out, instructions) of a model's convolution; ``target`` filters the output irrep
+    types (multiplicities in it are ignored)."""
+    in1, in2 = parse_irreps(irreps_in1), parse_irreps(irreps_in2)
+    allowed = {ir for _, ir in parse_irreps(target)}
+    outs, ins = [], []
+    for i, (mul, (l1, p1)) in enumerate(in1):
+        for j, (_, (l2, p2)) in enumerate(in2):
+            for l3 in range(abs(l1 - l2), l1 + l2 + 1):
+                ir3 = (l3, p1 * p2)
+                if ir3 in allowed:
+                    ins.append((i, j, len(outs), "uvu", True))
+                    outs.append((mul, ir3))
+    order = sorted(range(len(outs)), key=lambda k: (outs[k][1], k))  # stable sort by irrep
+    new_index = {old: new for new, old in enumerate(order)}
+    ins = sorted(((a, b, new_index[k], m, t) for a, b, k, m, t in ins), key=lambda x: x[2])
+    return format_irreps([outs[k] for k in order]), ins
+
+
+class Workload(NamedTuple):
+    name: str
+    irreps_in1: str
+    irreps_in2: str
+    irreps_out: str
+    instructions: List[Tuple]
+    source: str
+
+    @property
+    def dims(self) -> Tuple[int, int, int]:
+        return tuple(irreps_dim(parse_irreps(s)) for s in (self.irreps_in1, self.irreps_in2, self.irreps_out))
+
+    @property
+    def weight_numel(self) -> int:
+        in1, in2 = parse_irreps(self.irreps_in1), parse_irreps(self.irreps_in2)
+        return sum(in1[i][0] * in2[j][0] for i, j, *_ in self.instructions)
+
+
+def _make(name, in1, in2, target, source) -> Workload:
+    out, ins = uvu_conv_instructions(in1, in2, target)
+    return Workload(name, in1, in2, out, ins, source)
+
+
+SH3_O3 = "1x0e+1x1o+1x2e+1x3o"  # MACE / NequIP spherical harmonics, lmax 3
+SH2_SO3 = "1x0e+1x1e+1x2e"  # SevenNet (is_parity False)
+SH3_SO3 = "1x0e+1x1e+1x2e+1x3e"
+
+WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
+    _make("mace_mp0_medium", "128x0e+128x1o", SH3_O3, "128x0e+128x1o+128x2e+128x3o",
+          "MACE-MP-0 medium, interaction 2 (hidden 128x0e+128x1o, max_ell 3; target = sh x 128 channels)"),
+    _make("mace_first", "128x0e", SH3_O3, "128x0e+128x1o+128x2e+128x3o",
+          "MACE first interaction (node embedding 128x0e)"),
+    _make("sevennet_0", "128x0e+64x1e+32x2e", SH2_SO3, "128x0e+64x1e+32x2e",
+          "SevenNet-0 (11Jul2024) convolutions 1-3 (lmax 2, no parity)"),
+    _make("sevennet_l3i5", "128x0e+64x1e+32x2e+32x3e", SH3_SO3, "128x0e+64x1e+32x2e+32x3e",
+          "SevenNet-l3i5 convolutions 1-3 (lmax 3, no parity)"),
+    _make("nequip_l3", "32x0e+32x1o+32x2e+32x3o", SH3_O3,
+          "32x0e+32x0o+32x1o+32x1e+32x2e+32x2o+32x3o+32x3e",
+          "NequIP-like lmax 3 layer, 32 channels, both parities in the output"),
+]}

@@ -1,0 +1,124 @@
+"""md_accel.model building blocks against e3nn / sevenn, in float64."""
+import math
+
+import pytest
+import torch
+
+e3nn = pytest.importorskip("e3nn")
+from e3nn import o3  # noqa: E402
+from e3nn.math import normalize2mom  # noqa: E402
+from e3nn.nn import FullyConnectedNet  # noqa: E402
+from e3nn.nn import Gate as E3Gate  # noqa: E402
+
+from md_accel.model import (  # noqa: E402
+    BesselBasis, Gate, Linear, PolynomialCutoff, RadialMLP, ScaleShift, SpeciesEmbedding, XPLORCutoff)
+from md_accel.model.activations import second_moment_constant  # noqa: E402
+
+FUNCS = {
+    "silu": torch.nn.functional.silu,
+    "tanh": torch.tanh,
+    "abs": torch.abs,
+    "sigmoid": torch.sigmoid,
+    "relu": torch.relu,
+    "elu": torch.nn.functional.elu,
+    "ssp": lambda x: torch.nn.functional.softplus(x) - math.log(2.0),
+}
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("name", sorted(FUNCS))
+def test_activation_constant_matches_e3nn(name):
+    ref = normalize2mom(FUNCS[name])
+    expected = 1.0 if ref._is_id else ref.cst
+    assert second_moment_constant(name) == pytest.approx(expected, rel=1e-14)
+
+
+@pytest.mark.parametrize("biases", [False, True])
+def test_linear_matches_e3nn(biases):
+    # unsimplified input (two 0e blocks) and an output irrep with no input (must be zero)
+    irreps_in, irreps_out = "3x0e+2x1o+4x0e+1x2e+2x1o", "5x0e+3x1o+2x2e+1x1e"
+    ref = o3.Linear(irreps_in, irreps_out, biases=biases)
+    ours = Linear(irreps_in, irreps_out, biases=biases)
+    assert ours.weight_numel == ref.weight_numel and ours.bias_numel == ref.bias_numel
+    with torch.no_grad():
+        ours.weight.copy_(ref.weight)
+        if biases:
+            ref.bias.normal_()
+            ours.bias.copy_(ref.bias)
+    x = torch.randn(7, o3.Irreps(irreps_in).dim)
+    torch.testing.assert_close(ours(x), ref(x), rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.jit.script(ours)(x), ref(x), rtol=0, atol=1e-12)
+
+
+def test_gate_matches_e3nn():
+    scalars, act_s = "4x0e+3x0o", ["silu", "tanh"]
+    gates, act_g = "3x0e+2x0e", ["sigmoid", "silu"]
+    gated = "2x1o+2x2e+1x1e"
+    ref = E3Gate(scalars, [FUNCS[a] for a in act_s], gates, [FUNCS[a] for a in act_g], gated)
+    ours = Gate(scalars, act_s, gates, act_g, gated)
+    assert str(ours.irreps_in) == str(ref.irreps_in)
+    x = torch.randn(5, ref.irreps_in.dim)
+    torch.testing.assert_close(ours(x), ref(x), rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.jit.script(ours)(x), ref(x), rtol=0, atol=1e-12)
+
+
+def test_gate_scalars_only():
+    ref = E3Gate("6x0e", [FUNCS["silu"]], "", [], "")
+    ours = Gate("6x0e", ["silu"], "", [], "")
+    x = torch.randn(3, 6)
+    torch.testing.assert_close(ours(x), ref(x), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("act", ["silu", "ssp"])
+def test_radial_mlp_matches_fully_connected_net(act):
+    hs = [8, 16, 16, 12]
+    ref = FullyConnectedNet(hs, FUNCS[act])
+    ours = RadialMLP(hs, act)
+    with torch.no_grad():
+        for k, layer in enumerate(ours.layers):
+            layer.weight.copy_(getattr(ref, f"layer{k}").weight)
+    x = torch.randn(20, 8)
+    torch.testing.assert_close(ours(x), ref(x), rtol=0, atol=1e-12)
+
+
+def test_species_embedding_equals_linear_on_one_hot():
+    n, irreps = 7, "16x0e"
+    ref = o3.Linear(f"{n}x0e", irreps)
+    ours = SpeciesEmbedding(n, 16)
+    with torch.no_grad():
+        ours.weight.copy_(ref.weight.view(n, 16))
+    species = torch.tensor([0, 3, 6, 3, 1])
+    onehot = torch.nn.functional.one_hot(species, n).double()
+    torch.testing.assert_close(ours(species), ref(onehot), rtol=0, atol=0)
+
+
+def test_scale_shift():
+    ss = ScaleShift(3)
+    ss.scale.copy_(torch.tensor([1.0, 2.0, 3.0]))
+    ss.shift.copy_(torch.tensor([-1.0, 0.5, 0.0]))
+    out = ss(torch.tensor([1.0, 1.0, 2.0, 2.0]), torch.tensor([0, 1, 2, 1]))
+    torch.testing.assert_close(out, torch.tensor([0.0, 2.5, 6.0, 4.5]))
+
+
+def test_radial_functions_match_sevenn():
+    sevenn_emb = pytest.importorskip("sevenn.nn.edge_embedding")
+    r = torch.linspace(0.5, 4.99, 200)
+    ref_b = sevenn_emb.BesselBasis(5.0, 8).double()
+    ours_b = BesselBasis(5.0, 8)
+    with torch.no_grad():
+        ref_b.coeffs.mul_(1.01)  # trained wavenumbers differ from n*pi/rc
+        ours_b.coeffs.copy_(ref_b.coeffs)
+    torch.testing.assert_close(ours_b(r), ref_b(r), rtol=0, atol=1e-13)
+    torch.testing.assert_close(PolynomialCutoff(5.0, 6)(r), sevenn_emb.PolynomialCutoff(5.0, 6)(r), rtol=0, atol=1e-13)
+    torch.testing.assert_close(XPLORCutoff(5.0, 4.5)(r), sevenn_emb.XPLORCutoff(5.0, 4.5)(r), rtol=0, atol=1e-13)
+    # envelopes go smoothly to zero at the cutoff
+    rc = torch.tensor([5.0 - 1e-6])
+    assert abs(PolynomialCutoff(5.0, 6)(rc).item()) < 1e-9 and abs(XPLORCutoff(5.0, 4.5)(rc).item()) < 1e-9

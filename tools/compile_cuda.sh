@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Compile check of csrc/ without a GPU: every .cu with nvcc for sm_90 (compile only), and the
+# torch glue (.cpp) with g++ -fsyntax-only against the installed torch headers + CUDA headers.
+# Usage: tools/compile_cuda.sh            (PYTHON, NVCC, CXX may be overridden)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NVCC=${NVCC:-nvcc}
+CXX=${CXX:-g++}
+PYTHON=${PYTHON:-python}
+status=0
+
+if ! command -v "$NVCC" >/dev/null; then
+  echo "compile_cuda: nvcc not found" >&2; exit 1
+fi
+CUDA_INC=$(dirname "$(dirname "$(command -v "$NVCC")")")/include
+[ -f "$CUDA_INC/cuda_runtime_api.h" ] || CUDA_INC=$("$NVCC" -v -x cu -E /dev/null 2>&1 | sed -n 's/.*INCLUDES="-I\([^"]*\)".*/\1/p' | head -1)
+
+pids=()
+for f in csrc/*.cu; do
+  [ -e "$f" ] || continue
+  "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -c "$f" -o /dev/null &
+  pids+=("$!:$f")
+done
+
+TORCH_INC=$("$PYTHON" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'include'))" 2>/dev/null || true)
+ABI=$("$PYTHON" -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))" 2>/dev/null || echo 1)
+if [ -n "$TORCH_INC" ] && [ -d "$TORCH_INC" ]; then
+  for f in csrc/*.cpp; do
+    [ -e "$f" ] || continue
+    "$CXX" -std=c++20 -fsyntax-only -Wall -Werror -D_GLIBCXX_USE_CXX11_ABI="$ABI" \
+      -DC10_CUDA_NO_CMAKE_CONFIGURE_FILE -I"$TORCH_INC" -I"$TORCH_INC/torch/csrc/api/include" \
+      -I"$CUDA_INC" "$f" &
+    pids+=("$!:$f")
+  done
+else
+  echo "compile_cuda: torch not importable with $PYTHON, skipping the .cpp glue" >&2
+fi
+
+for entry in "${pids[@]}"; do
+  if wait "${entry%%:*}"; then echo "ok   ${entry#*:}"; else echo "FAIL ${entry#*:}"; status=1; fi
+done
+exit $status
