@@ -11,7 +11,7 @@ _LAZY = {
     "load": ("md_accel.io", "load"),
     "save": ("md_accel.io", "save"),
     "info": ("md_accel.io", "info"),
-    "convert": ("md_accel.convert", "convert"),
+    "convert": ("md_accel.convert", None),  # a callable package: md_accel.convert(source, output)
     "lammps_plugin_path": ("md_accel.lammps", "plugin_path"),
 }
 
@@ -21,7 +21,8 @@ def __getattr__(name):
         import importlib
 
         module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
+        mod = importlib.import_module(module)
+        return mod if attr is None else getattr(mod, attr)
     raise AttributeError(f"module 'md_accel' has no attribute {name!r}")
 
 

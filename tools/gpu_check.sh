@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# On the GPU machine (repo copied there, no install): JIT-build md_accel's CUDA library into
+# .gpu/build, run the GPU tests, then each benchmark script given as an argument.
+# Usage: tools/gpu_check.sh [benchmarks/kernels.py ...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export MD_ACCEL_BUILD_DIR="$ROOT/.gpu/build"
+export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+PYTHON=${PYTHON:-python}
+mkdir -p "$MD_ACCEL_BUILD_DIR" "$ROOT/.gpu/logs"
+summary=()
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
+"$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+
+t0=$SECONDS
+if "$PYTHON" - <<'PY' 2>&1 | tee "$ROOT/.gpu/logs/build.log"; then
+import sys
+from md_accel.ops import _cuda
+ok = _cuda.load(verbose=True)
+print("library:", _cuda.library_path() if ok else _cuda.load_error())
+sys.exit(0 if ok else 1)
+PY
+  summary+=("build: ok ($((SECONDS - t0)) s)")
+else
+  summary+=("build: FAILED ($((SECONDS - t0)) s), see .gpu/logs/build.log")
+  printf '%s\n' "--- summary ---" "${summary[@]}"
+  exit 1
+fi
+
+t0=$SECONDS
+"$PYTHON" -m pytest tests/gpu -x -q -rs 2>&1 | tee "$ROOT/.gpu/logs/pytest.log"
+rc=${PIPESTATUS[0]}
+summary+=("pytest tests/gpu: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$ROOT/.gpu/logs/pytest.log")")
+
+for bench in "$@"; do
+  t0=$SECONDS
+  log="$ROOT/.gpu/logs/$(basename "$bench" .py).log"
+  "$PYTHON" "$bench" 2>&1 | tee "$log"
+  summary+=("$bench: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s), log $log")
+done
+
+printf '%s\n' "--- summary ---" "${summary[@]}"
+exit $rc
