@@ -83,8 +83,15 @@ class E3nnImpl(Impl):
     def __init__(self, wl: Workload, g: GraphT, dtype, device):
         from e3nn import o3
 
-        self.tp = o3.TensorProduct(wl.irreps_in1, wl.irreps_in2, wl.irreps_out, wl.instructions,
-                                   shared_weights=False, internal_weights=False).to(device=device, dtype=dtype)
+        # e3nn computes its Clebsch-Gordan buffers in the default dtype: build in the target
+        # dtype, or a float64 product carries float32-rounded coefficients (~1e-8 errors)
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            self.tp = o3.TensorProduct(wl.irreps_in1, wl.irreps_in2, wl.irreps_out, wl.instructions,
+                                       shared_weights=False, internal_weights=False).to(device=device)
+        finally:
+            torch.set_default_dtype(default)
         self.g = g
 
     def run(self, x, y, w):

@@ -1,9 +1,7 @@
 """Shared fixtures: the test Lennard-Jones potential (tests/lj_potential.py), as a module and as
 a model file, and ASE's own Lennard-Jones calculator with the same parameters."""
 import pytest
-
-# Lennard-Jones "copper": fcc a = 3.61 A is the energy minimum for these parameters.
-LJ = {"epsilon": 0.409, "sigma": 2.338, "cutoff": 5.0, "onset": 4.0}
+from lj_potential import LJ
 
 
 @pytest.fixture

@@ -11,6 +11,9 @@ import torch
 
 from md_accel.model import Potential, register
 
+# Lennard-Jones "copper": fcc a = 3.61 A is the energy minimum for these parameters.
+LJ = {"epsilon": 0.409, "sigma": 2.338, "cutoff": 5.0, "onset": 4.0}
+
 
 @register("test_lj")
 class LennardJones(Potential):

@@ -10,7 +10,7 @@ from ase.calculators.fd import calculate_numerical_forces, calculate_numerical_s
 from ase.md.verlet import VelocityVerlet
 from ase.neighborlist import neighbor_list as ase_neighbor_list
 
-from conftest import LJ
+from lj_potential import LJ
 from md_accel.calculator import Calculator
 from md_accel.io import ModelFileError
 from md_accel.neighbors import VerletNeighborList, neighbor_list

@@ -19,7 +19,7 @@ mace_run_train \
     --r_max 4.5 --num_radial_basis 8 --num_cutoff_basis 5 --radial_MLP '[32, 32]' \
     --MLP_irreps 16x0e --scaling rms_forces_scaling \
     --loss stress --energy_weight 1 --forces_weight 100 --stress_weight 10 \
-    --batch_size 5 --valid_batch_size 10 --lr 0.01 --max_num_epochs 40 \
+    --batch_size 2 --valid_batch_size 10 --lr 0.01 --max_num_epochs 16 \
     --ema --ema_decay 0.99 --eval_interval 2 --error_table PerAtomRMSEstressvirials \
     --compute_stress True --save_cpu
 cp "$work/mace_cu.model" "$here/mace_cu.model"

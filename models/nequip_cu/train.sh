@@ -8,6 +8,8 @@ VARIANT="${1:-l2}"
 shift || true
 VENV="${NEQUIP_VENV:-$HERE/../../.venv-nequip}"
 source "$VENV/bin/activate"
+# one thread: on a shared 2-core machine torch's thread pool oversubscribes (~15x slower)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
 export NEQUIP_CU_DATA="$HERE/data"
 [ -f "$NEQUIP_CU_DATA/train.xyz" ] || python "$HERE/make_data.py" --out "$NEQUIP_CU_DATA"
