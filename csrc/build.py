@@ -16,7 +16,7 @@ LIB_NAME = "md_accel_ops"
 # ops.cpp: schemas + C++ autograd (device-agnostic); the rest: the CUDA implementation.
 CPU_SOURCES = ["ops.cpp"]
 CUDA_SOURCES = ["tp_conv_cuda.cpp", "tp_conv_kernels.cu"]
-HEADERS = ["tp_conv.h"]
+HEADERS = ["tp_conv.h", "tp_spec_abi.h"]
 
 
 def sources(cuda: bool = True) -> List[str]:
@@ -31,6 +31,11 @@ def cxx_flags() -> List[str]:
 def nvcc_flags() -> List[str]:
     # No --use_fast_math: the float64 path must match the reference to ~1e-12.
     return ["-O3", "-lineinfo"]
+
+
+def ldflags() -> List[str]:
+    # dlopen of the plan-specialised kernel libraries (part of libc from glibc 2.34 on)
+    return ["-ldl"]
 
 
 def source_hash(cuda: bool = True) -> str:
@@ -52,5 +57,6 @@ def extension(name: str = "md_accel._C", cuda: bool = True):
 
     if cuda:
         return cpp_extension.CUDAExtension(
-            name, sources(True), extra_compile_args={"cxx": cxx_flags(), "nvcc": nvcc_flags()})
+            name, sources(True), extra_compile_args={"cxx": cxx_flags(), "nvcc": nvcc_flags()},
+            extra_link_args=ldflags())
     return cpp_extension.CppExtension(name, sources(False), extra_compile_args={"cxx": cxx_flags()})

@@ -7,16 +7,83 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "tp_conv.h"
+#include "tp_spec_abi.h"
 
 namespace md_accel {
 namespace {
 
 using at::Tensor;
+
+// ---------------------------------------------------------------------------------------------
+// Plan-specialised kernel libraries (md_accel/ops/_codegen.py, csrc/tp_spec_abi.h). A plan uses
+// the most recently loaded library whose integer tables equal its own; otherwise the generic
+// kernels. MD_ACCEL_TP_KERNELS (colon-separated .so paths) preloads libraries for C++ users.
+std::mutex g_spec_mutex;
+std::vector<const TPSpec*> g_specs;
+std::atomic<int> g_spec_generation{0};
+std::atomic<bool> g_spec_enabled{true};
+
+int64_t load_spec_locked(const std::string& path) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  TORCH_CHECK(h != nullptr, "md_accel tp_conv: cannot load ", path, ": ", dlerror());
+  auto entry = reinterpret_cast<const TPSpec* (*)()>(dlsym(h, "md_accel_tp_spec_v1"));
+  TORCH_CHECK(entry != nullptr, "md_accel tp_conv: ", path, " has no md_accel_tp_spec_v1");
+  const TPSpec* spec = entry();
+  TORCH_CHECK(spec != nullptr && spec->abi_version == kTPSpecAbiVersion, "md_accel tp_conv: ", path,
+              " was built for another ABI version");
+  g_specs.push_back(spec);  // the handle stays open for the life of the process
+  g_spec_generation.fetch_add(1);
+  return int64_t(g_specs.size()) - 1;
+}
+
+void preload_specs_locked() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  const char* env = std::getenv("MD_ACCEL_TP_KERNELS");
+  if (env == nullptr) return;
+  std::string all(env);
+  size_t start = 0;
+  while (start <= all.size()) {
+    const size_t end = std::min(all.find(':', start), all.size());
+    if (end > start) load_spec_locked(all.substr(start, end - start));
+    start = end + 1;
+  }
+}
+
+int64_t load_specialised(std::string path) {
+  std::lock_guard<std::mutex> lock(g_spec_mutex);
+  preload_specs_locked();
+  return load_spec_locked(path);
+}
+
+bool set_specialised(bool enabled) { return g_spec_enabled.exchange(enabled); }
+
+const TPSpec* find_spec(const Tensor& paths, const Tensor& ptr, const Tensor& idx) {
+  std::lock_guard<std::mutex> lock(g_spec_mutex);
+  preload_specs_locked();
+  const int64_t P = paths.size(0), nnz = idx.size(0);
+  for (auto it = g_specs.rbegin(); it != g_specs.rend(); ++it) {
+    const TPSpec* s = *it;
+    if (s->num_paths != P || s->nnz != nnz) continue;
+    if (std::memcmp(s->paths, paths.data_ptr<int>(), sizeof(int32_t) * P * kPathCols) == 0 &&
+        std::memcmp(s->cg_ptr, ptr.data_ptr<int>(), sizeof(int32_t) * (P + 1)) == 0 &&
+        std::memcmp(s->cg_idx, idx.data_ptr<int>(), sizeof(int32_t) * nnz * 3) == 0)
+      return s;
+  }
+  return nullptr;
+}
 
 // Host-side facts about one plan, and its device tables. The paths/cg tables are read on the
 // host once per plan (one device->host copy); entries hold strong references to the key tensors
@@ -28,7 +95,17 @@ struct PlanEntry {
   Tensor d_paths, d_cg_ptr, d_cg_ijk;  // int32 device copies
   int num_paths = 0, nnz = 0, max_mul = 0;
   int64_t ext_in1 = 0, ext_in2 = 0, ext_out = 0, ext_w = 0;  // minimal row widths
+  Tensor h_paths, h_cg_ptr, h_cg_idx;  // int32 host copies (matched against specialised libraries)
+  const TPSpec* spec = nullptr;
+  int spec_generation = -1;
 };
+
+void attach_spec(PlanEntry& pe) {
+  const int gen = g_spec_generation.load();
+  if (pe.spec_generation == gen) return;
+  pe.spec = find_spec(pe.h_paths, pe.h_cg_ptr, pe.h_cg_idx);
+  pe.spec_generation = gen;
+}
 
 void build_entry(PlanEntry& pe) {
   const Tensor paths = pe.paths.to(at::kCPU, at::kInt).contiguous();
@@ -76,6 +153,10 @@ void build_entry(PlanEntry& pe) {
   pe.d_paths = paths.to(dev);
   pe.d_cg_ptr = ptr.to(dev);
   pe.d_cg_ijk = ijk.to(dev);
+  pe.h_paths = paths;
+  pe.h_cg_ptr = ptr;
+  pe.h_cg_idx = idx.reshape({nnz, 3});
+  attach_spec(pe);
 }
 
 PlanEntry plan_entry(const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx,
@@ -88,8 +169,10 @@ PlanEntry plan_entry(const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg
         pe.cg_ptr.unsafeGetTensorImpl() == cg_ptr.unsafeGetTensorImpl() &&
         pe.cg_idx.unsafeGetTensorImpl() == cg_idx.unsafeGetTensorImpl()) {
       if (pe.v_paths == paths._version() && pe.v_ptr == cg_ptr._version() &&
-          pe.v_idx == cg_idx._version())
+          pe.v_idx == cg_idx._version()) {
+        attach_spec(pe);
         return pe;
+      }
       PlanEntry fresh{paths, cg_ptr, cg_idx, paths._version(), cg_ptr._version(),
                       cg_idx._version(), device};
       build_entry(fresh);
@@ -111,6 +194,7 @@ struct Prepared {
   TPDims dims;
   Tensor src, dst, dst_ptr, src_perm, src_ptr, cg_val;
   Tensor d_paths, d_cg_ptr, d_cg_ijk;
+  const TPSpec* spec = nullptr;  // null: generic kernels
 };
 
 Tensor graph_tensor(const Tensor& t, const at::Device& dev, const char* name) {
@@ -158,6 +242,7 @@ Prepared prepare(const Tensor& x, const Tensor& y, const Tensor& w, const Tensor
   p.d_paths = pe.d_paths;
   p.d_cg_ptr = pe.d_cg_ptr;
   p.d_cg_ijk = pe.d_cg_ijk;
+  p.spec = g_spec_enabled.load() ? pe.spec : nullptr;
   TORCH_CHECK(x.size(1) >= pe.ext_in1, "md_accel tp_conv: x has ", x.size(1), " columns, the plan needs ", pe.ext_in1);
   TORCH_CHECK(y.size(1) >= pe.ext_in2, "md_accel tp_conv: y has ", y.size(1), " columns, the plan needs ", pe.ext_in2);
   TORCH_CHECK(w.size(1) >= pe.ext_w, "md_accel tp_conv: w has ", w.size(1), " columns, the plan needs ", pe.ext_w);
@@ -201,12 +286,19 @@ Tensor tp_conv_fwd_cuda(const Tensor& x_, const Tensor& y_, const Tensor& w_, co
   Tensor out = at::empty({p.graph.num_nodes, dim_out}, x.options());
   const Tensor none;
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  if (x.scalar_type() == at::kDouble)
-    check_launch(tp_conv_fwd_launch<double>(tensors<double>(x, y, w, none, none, none, none, out, none, none, none),
-                                            p.graph, p.plan, p.dims, stream));
-  else
-    check_launch(tp_conv_fwd_launch<float>(tensors<float>(x, y, w, none, none, none, none, out, none, none, none),
-                                           p.graph, p.plan, p.dims, stream));
+  if (x.scalar_type() == at::kDouble) {
+    const auto t = tensors<double>(x, y, w, none, none, none, none, out, none, none, none);
+    if (p.spec && p.spec->fwd_f64)
+      check_launch(p.spec->fwd_f64(t, p.graph, p.cg_val.data_ptr<double>(), p.dims, stream));
+    else
+      check_launch(tp_conv_fwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
+  } else {
+    const auto t = tensors<float>(x, y, w, none, none, none, none, out, none, none, none);
+    if (p.spec && p.spec->fwd_f32)
+      check_launch(p.spec->fwd_f32(t, p.graph, p.cg_val.data_ptr<float>(), p.dims, stream));
+    else
+      check_launch(tp_conv_fwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
+  }
   return out;
 }
 
@@ -222,12 +314,23 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gw = at::empty_like(w);
   const Tensor none;
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  if (x.scalar_type() == at::kDouble)
-    check_launch(tp_conv_bwd_launch<double>(tensors<double>(x, y, w, g, none, none, none, none, gx, gy, gw),
-                                            p.graph, p.plan, p.dims, stream));
-  else
-    check_launch(tp_conv_bwd_launch<float>(tensors<float>(x, y, w, g, none, none, none, none, gx, gy, gw),
-                                           p.graph, p.plan, p.dims, stream));
+  const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->bwd_f64 != nullptr
+                                                               : p.spec->bwd_f32 != nullptr);
+  // scratch for the specialised kernel: each edge's contribution to grad_x
+  const Tensor work = spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
+  if (x.scalar_type() == at::kDouble) {
+    const auto t = tensors<double>(x, y, w, g, none, none, none, none, gx, gy, gw);
+    if (spec)
+      check_launch(p.spec->bwd_f64(t, p.graph, p.cg_val.data_ptr<double>(), p.dims, work.data_ptr<double>(), stream));
+    else
+      check_launch(tp_conv_bwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
+  } else {
+    const auto t = tensors<float>(x, y, w, g, none, none, none, none, gx, gy, gw);
+    if (spec)
+      check_launch(p.spec->bwd_f32(t, p.graph, p.cg_val.data_ptr<float>(), p.dims, work.data_ptr<float>(), stream));
+    else
+      check_launch(tp_conv_bwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
+  }
   return {gx, gy, gw};
 }
 
@@ -260,6 +363,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
 
 }  // namespace
 }  // namespace md_accel
+
+// Management of the specialised kernel libraries (no tensor arguments: catch-all kernels).
+TORCH_LIBRARY_FRAGMENT(md_accel, m) {
+  m.def("_tp_conv_load_specialised(str path) -> int", md_accel::load_specialised);
+  m.def("_tp_conv_set_specialised(bool enabled) -> bool", md_accel::set_specialised);
+}
 
 TORCH_LIBRARY_IMPL(md_accel, CUDA, m) {
   m.impl("tp_conv_fwd", md_accel::tp_conv_fwd_cuda);

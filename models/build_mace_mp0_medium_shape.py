@@ -52,9 +52,10 @@ SHAPES = {
 
 
 def build(shape="medium", seed=0, plain_first=False, atomic_inter_scale=0.8,
-          atomic_inter_shift=0.1):
-    """A ScaleShiftMACE of the named shape with seeded random weights (default dtype)."""
-    cfg = dict(SHAPES[shape])
+          atomic_inter_shift=0.1, **overrides):
+    """A ScaleShiftMACE of the named shape (entries of SHAPES[shape] overridable) with seeded
+    random weights, in the default dtype."""
+    cfg = {**SHAPES[shape], **overrides}
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     z = cfg.pop("atomic_numbers")

