@@ -53,18 +53,20 @@ SHAPES = {
 
 def build(shape="medium", seed=0, plain_first=False, atomic_inter_scale=0.8,
           atomic_inter_shift=0.1, **overrides):
-    """A ScaleShiftMACE of the named shape (entries of SHAPES[shape] overridable) with seeded
-    random weights, in the default dtype."""
-    cfg = {**SHAPES[shape], **overrides}
+    """A ScaleShiftMACE of the named shape with seeded random weights, in the default dtype.
+    ``overrides``: any ScaleShiftMACE argument (SHAPES entries, interaction classes, ...)."""
+    cfg = {
+        "interaction_cls_first": (RealAgnosticInteractionBlock if plain_first
+                                  else RealAgnosticResidualInteractionBlock),
+        "interaction_cls": RealAgnosticResidualInteractionBlock,
+        **SHAPES[shape], **overrides,
+    }
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     z = cfg.pop("atomic_numbers")
     model = ScaleShiftMACE(
         atomic_inter_scale=atomic_inter_scale,
         atomic_inter_shift=atomic_inter_shift,
-        interaction_cls_first=(RealAgnosticInteractionBlock if plain_first
-                               else RealAgnosticResidualInteractionBlock),
-        interaction_cls=RealAgnosticResidualInteractionBlock,
         num_elements=len(z),
         atomic_numbers=z,
         atomic_energies=rng.uniform(-5.0, -1.0, len(z)),

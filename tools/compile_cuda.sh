@@ -22,6 +22,15 @@ for f in csrc/*.cu; do
   pids+=("$!:$f")
 done
 
+# one generated plan-specialised library (md_accel/ops/_codegen.py): MACE-MP-0 medium conv
+GEN=$(mktemp -d)
+if "$PYTHON" -m md_accel.ops._codegen "128x0e+128x1o" "1x0e+1x1o+1x2e+1x3o" 3 "$GEN/mace.cu" parity; then
+  "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -shared -Xcompiler -fPIC -Icsrc "$GEN/mace.cu" -o "$GEN/mace.so" &
+  pids+=("$!:generated mace_mp_medium spec")
+else
+  echo "FAIL codegen"; status=1
+fi
+
 TORCH_INC=$("$PYTHON" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'include'))" 2>/dev/null || true)
 ABI=$("$PYTHON" -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))" 2>/dev/null || echo 1)
 if [ -n "$TORCH_INC" ] && [ -d "$TORCH_INC" ]; then
@@ -39,4 +48,5 @@ fi
 for entry in "${pids[@]}"; do
   if wait "${entry%%:*}"; then echo "ok   ${entry#*:}"; else echo "FAIL ${entry#*:}"; status=1; fi
 done
+rm -rf "$GEN"
 exit $status

@@ -1,19 +1,23 @@
-"""NequIP-style message-passing potential (hosts SevenNet models; NequIP variants by options).
+"""NequIP-style message-passing potential (hosts SevenNet and NequIP models, by options).
 
 Per edge: radial embedding ``basis(r) * envelope(r)`` and spherical harmonics of ``edge_vec``.
 Per layer (every block optional where NequIP/SevenNet differ)::
 
-    sc  = self_connection(x)                        # "linear" or "none"
-    h   = linear_in(x)
+    sc  = self_connection(x)                        # "linear", "species_linear" or "none"
+    h   = linear_in(x) (* sender_scale[species])    # NequIP's avg_num_neighbors norm
     h   = sum_{j -> i} TP_uvu(h[j], Y(r_ij); MLP(radial_ij)) / denominator
     h   = linear_out(h) + sc
     x   = gate(h)  (+ x if resnet)
 
-Readout: scalar features -> per-node energy through linears (or an MLP), then per-species
-``scale * e + shift``. The spec is JSON; learned values (weights, denominators, scale/shift)
-live in the state dict.
+NequIP normalises by the average neighbour count *before* the gather, with the sender's
+species when the count is per species, so it is a per-node scale of ``linear_in``'s output
+(``sender_scale``) rather than the receiver-side ``denominator`` SevenNet uses.
+
+Readout: scalar features -> per-node energy through linears or an MLP, then per-species
+``scale * e + shift``, then optional pair terms (ZBL). The spec is JSON; learned values
+(weights, denominators, scales, scale/shift) live in the state dict.
 """
-from typing import Dict, List
+from typing import Dict, List, Union
 
 import torch
 
@@ -25,15 +29,27 @@ from .gate import Gate
 from .linear import Linear
 from .potential import Potential
 from .radial import RadialMLP, make_cutoff_fn, make_radial_basis
+from .scalar_mlp import ScalarMLP
+from .species_linear import SpeciesLinear
+from .zbl import ZBL
 
-SELF_CONNECTIONS = ("linear", "none")
+SELF_CONNECTIONS = ("linear", "species_linear", "none")
+
+
+def make_mlp(spec: Dict) -> Union[RadialMLP, ScalarMLP]:
+    """e3nn ``FullyConnectedNet`` (default) or NequIP's ``ScalarMLP`` (``kind: scalar_mlp``)."""
+    if spec.get("kind", "e3nn") == "scalar_mlp":
+        return ScalarMLP(spec["hs"], spec["alphas"], spec["act"])
+    return RadialMLP(spec["hs"], spec["act"])
 
 
 class InteractionLayer(torch.nn.Module):
     """One convolution layer; ``spec`` keys: ``irreps_in``, ``irreps_tp_out``, ``instructions``
     (``[i_in1, i_in2, i_out]``, mode 'uvu'), ``radial_mlp`` (``hs``, ``act``), ``linear_in``,
-    ``linear_out``, ``self_connection`` (``{"kind": "linear", "linear": ...}`` or
-    ``{"kind": "none"}``), ``gate``, ``resnet``."""
+    ``linear_out``, ``self_connection`` (``{"kind": "linear", "linear": ...}``, ``{"kind":
+    "species_linear", "linear": SpeciesLinear spec}`` or ``{"kind": "none"}``), ``gate`` (with
+    optional ``scalar_csts`` / ``gate_csts`` overriding the activations' normalisation
+    constants), ``resnet``, ``sender_norm`` (bool; needs ``num_species``)."""
 
     def __init__(self, spec: Dict, irreps_sh: Irreps):
         super().__init__()
@@ -44,7 +60,7 @@ class InteractionLayer(torch.nn.Module):
             self.irreps_in, irreps_sh, spec["irreps_tp_out"],
             [(i1, i2, io, "uvu", True) for i1, i2, io in spec["instructions"]],
         )
-        self.radial_mlp = RadialMLP(spec["radial_mlp"]["hs"], spec["radial_mlp"]["act"])
+        self.radial_mlp = make_mlp(spec["radial_mlp"])
         if self.radial_mlp.hs[-1] != self.conv.weight_numel:
             raise ValueError(f"radial MLP gives {self.radial_mlp.hs[-1]} weights, TP needs {self.conv.weight_numel}")
         self.linear_out = Linear.from_spec(spec["linear_out"])
@@ -53,19 +69,34 @@ class InteractionLayer(torch.nn.Module):
             raise ValueError(f"unknown self_connection {sc['kind']!r}; known: {SELF_CONNECTIONS}")
         self.has_sc = sc["kind"] == "linear"
         self.self_connection = Linear.from_spec(sc["linear"]) if self.has_sc else torch.nn.Identity()
+        # 0 or 1 modules: a ModuleList keeps TorchScript away from the absent case
+        self.species_sc = torch.nn.ModuleList(
+            [SpeciesLinear.from_spec(sc["linear"])] if sc["kind"] == "species_linear" else [])
         self.gate = Gate.from_spec(spec["gate"])
+        if "scalar_csts" in spec["gate"]:
+            self.gate.scalar_csts = [float(c) for c in spec["gate"]["scalar_csts"]]
+        if "gate_csts" in spec["gate"]:
+            self.gate.gate_csts = [float(c) for c in spec["gate"]["gate_csts"]]
         self.resnet = bool(spec.get("resnet", False))
         self.register_buffer("denominator", torch.ones(1))
+        self.sender_norm = bool(spec.get("sender_norm", False))
+        # persistent only when used, so files without it (SevenNet) load unchanged
+        self.register_buffer("sender_scale", torch.ones(int(spec["num_species"]) if self.sender_norm else 0),
+                             persistent=self.sender_norm)
 
-    def forward(self, x: torch.Tensor, sh: torch.Tensor, radial: torch.Tensor, edge_src: torch.Tensor,
-                edge_dst: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, species: torch.Tensor, sh: torch.Tensor, radial: torch.Tensor,
+                edge_src: torch.Tensor, edge_dst: torch.Tensor) -> torch.Tensor:
         h = self.linear_in(x)
+        if self.sender_norm:
+            h = h * self.sender_scale.index_select(0, species).unsqueeze(-1)
         w = self.radial_mlp(radial)
         h = self.conv(h, sh, w, edge_src, edge_dst, x.shape[0])
         h = h.div(self.denominator)
         h = self.linear_out(h)
         if self.has_sc:
             h = h + self.self_connection(x)
+        for sc in self.species_sc:
+            h = h + sc.forward_species(x, species)
         h = self.gate(h)
         if self.resnet:
             h = h + x
@@ -81,7 +112,9 @@ class NequIPLike(Potential):
     "num_basis": 8, "trainable": true}``), ``cutoff_fn`` (``{"name": "xplor", "r_on": 4.5}`` or
     ``{"name": "polynomial", "p": 6}``), ``sh`` (``lmax``, ``parity``, ``normalize``),
     ``irreps_embed``, ``layers`` (see ``InteractionLayer``), ``readout`` (``{"kind":
-    "linear", "linears": [...]}`` or ``{"kind": "mlp", "hs": [...], "act": ...}``)."""
+    "linear", "linears": [...]}``, ``{"kind": "mlp", "hs": [...], "act": ...}`` or ``{"kind":
+    "scalar_mlp", "hs", "alphas", "act"}``), optional ``pair`` (list of pair terms, ``{"name":
+    "zbl", "atomic_numbers", "prefactor", "p"}``) added after the scale/shift."""
 
     # re-declared with real types: TorchScript cannot resolve the base class's string annotations
     elements: List[str]
@@ -108,9 +141,17 @@ class NequIPLike(Potential):
             self.readout = torch.nn.Sequential(*[Linear.from_spec(s) for s in readout["linears"]])
         elif self.readout_kind == "mlp":
             self.readout = RadialMLP(readout["hs"], readout["act"])
+        elif self.readout_kind == "scalar_mlp":
+            self.readout = make_mlp(readout)
         else:
-            raise ValueError(f"unknown readout kind {self.readout_kind!r} (known: linear, mlp)")
+            raise ValueError(f"unknown readout kind {self.readout_kind!r} (known: linear, mlp, scalar_mlp)")
         self.scale_shift = ScaleShift(n_species)
+        pairs = []
+        for p in spec.get("pair", []):
+            if p.get("name") != "zbl":
+                raise ValueError(f"unknown pair term {p.get('name')!r} (known: zbl)")
+            pairs.append(ZBL(self.cutoff, p["atomic_numbers"], p["prefactor"], p.get("p", 6.0)))
+        self.pair = torch.nn.ModuleList(pairs)
 
     @classmethod
     def from_spec(cls, spec: Dict) -> Potential:
@@ -127,6 +168,9 @@ class NequIPLike(Potential):
         sh = self.sh(edge_vec)
         x = self.embedding(species)
         for layer in self.layers:
-            x = layer(x, sh, radial, edge_src, edge_dst)
+            x = layer(x, species, sh, radial, edge_src, edge_dst)
         e = self.readout(x).squeeze(-1)
-        return self.scale_shift(e, species)
+        e = self.scale_shift(e, species)
+        for pair in self.pair:
+            e = e + pair(species, r, edge_src, edge_dst)
+        return e

@@ -1,6 +1,7 @@
 """``TensorProductConv``: 'uvu' Clebsch-Gordan tensor product with per-edge weights, fused with
 the sum over neighbours; e3nn semantics (see docs/architecture.md)."""
 
+import warnings
 from typing import List, NamedTuple, Optional, Sequence
 
 import torch
@@ -39,6 +40,24 @@ def build_graph(edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int) 
     src_ptr = torch.zeros(num_nodes + 1, dtype=torch.int64, device=dst.device)
     src_ptr[1:] = torch.cumsum(counts_src, 0)
     return Graph(src, dst, dst_ptr, src_perm, src_ptr, perm)
+
+
+_SPECIALISE_WARNED = []
+
+
+def _specialise(conv: "TensorProductConv") -> None:
+    """Build/load the CUDA kernels generated for this problem (cached on disk); the generic
+    kernels serve it when that is not possible, with a one-time warning saying why."""
+    from . import _cuda
+
+    if not _cuda.available():
+        return
+    try:
+        _cuda.specialise(conv, conv.paths.device)
+    except Exception as e:  # no nvcc at run time, unsupported toolchain, ...
+        if not _SPECIALISE_WARNED:
+            _SPECIALISE_WARNED.append(True)
+            warnings.warn(f"md_accel: using the generic CUDA kernels ({type(e).__name__}: {e})")
 
 
 class TensorProductConv(torch.nn.Module):
@@ -81,6 +100,8 @@ class TensorProductConv(torch.nn.Module):
         # the dense CG blocks of the reference path follow the module's device and dtype
         out = super()._apply(fn, recurse)
         self.cg_dense = [fn(c) if c.is_floating_point() else c for c in self.cg_dense]
+        if self.paths.is_cuda:
+            _specialise(self)
         return out
 
     def forward(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("mace.modules")
+mace_modules = pytest.importorskip("mace.modules")
 from ase.build import bulk  # noqa: E402
 from mace import data as mace_data  # noqa: E402
 from mace.tools import torch_geometric, utils  # noqa: E402
@@ -113,8 +113,14 @@ def node_energies(model, species, edge_vec, src, dst):
     rb = model.radial_embedding
     r_max, p = float(rb.cutoff_fn.r_max), int(rb.cutoff_fn.p)
     nb = rb.bessel_fn.bessel_weights.numel()
+    zs = model.atomic_numbers[species]
+    rb_arg = r
+    if hasattr(rb, "distance_transform"):  # Agnesi
+        t = rb.distance_transform
+        r0 = 0.5 * (t.covalent_radii[zs[src]] + t.covalent_radii[zs[dst]]).unsqueeze(1)
+        rb_arg = 1 / (1 + t.a * (r / r0)**t.q / (1 + (r / r0)**(t.q - t.p)))
     bessel = math.sqrt(2 / r_max) * torch.sin(
-        torch.arange(1, nb + 1, dtype=r.dtype) * math.pi / r_max * r) / r
+        torch.arange(1, nb + 1, dtype=r.dtype) * math.pi / r_max * rb_arg) / rb_arg
     u = r / r_max
     env = (1 - (p + 1) * (p + 2) / 2 * u**p + p * (p + 2) * u**(p + 1)
            - p * (p + 1) / 2 * u**(p + 2)) * (r < r_max)
@@ -130,7 +136,12 @@ def node_energies(model, species, edge_vec, src, dst):
         sc = fctp(inter.skip_tp, h, onehot) if residual else None
         w = radial_mlp(inter.conv_tp_weights, edge_feats)
         msg = conv(inter, linear(inter.linear_up, h), y, w, src, dst, n)
-        msg = linear(inter.linear, msg) / inter.avg_num_neighbors
+        if "Density" in type(inter).__name__:
+            d = radial_mlp(inter.density_fn, edge_feats)
+            density = torch.zeros(n, 1).index_add(0, dst, torch.tanh(d**2))
+            msg = linear(inter.linear, msg) / (density + 1)
+        else:
+            msg = linear(inter.linear, msg) / inter.avg_num_neighbors
         if not residual:
             msg = fctp(inter.skip_tp, msg, onehot)
         in_dims, uu, ww = extract(prod.symmetric_contractions)
@@ -157,9 +168,18 @@ def float64():
     torch.set_default_dtype(old)
 
 
-@pytest.mark.parametrize("plain_first,max_ell", [(False, 3), (True, 2)])
-def test_reference_matches_mace(float64, plain_first, max_ell):
-    model = _builder().build("small", seed=1, plain_first=plain_first, max_ell=max_ell)
+VARIANTS = {  # MACE-MP-0 medium's layers; mace_run_train's default first layer; MP-0b2's kind
+    "residual": dict(max_ell=3),
+    "plain_first": dict(plain_first=True, max_ell=2),
+    "density_agnesi": dict(interaction_cls_first=mace_modules.RealAgnosticDensityInteractionBlock,
+                           interaction_cls=mace_modules.RealAgnosticDensityResidualInteractionBlock,
+                           distance_transform="Agnesi", max_ell=1),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_reference_matches_mace(float64, variant):
+    model = _builder().build("small", seed=1, **VARIANTS[variant])
     atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((2, 1, 1))
     atoms.symbols[[0, 3]] = "O"
     atoms.symbols[5] = "H"
@@ -181,11 +201,8 @@ def test_reference_matches_mace(float64, plain_first, max_ell):
     forces = -torch.autograd.grad(ours.sum(), pos)[0]
     assert (forces - out["forces"]).abs().max() <= 1e-10 * out["forces"].abs().max()
 
-
-def test_conv_w3j_buffers_equal_md_accel(float64):
-    """e3nn 0.4.4 flips the sign of some odd l1+l2+l3 symbols relative to md_accel (e3nn >=
-    0.5); MACE's conv paths are all even (target parities (-1)^l), so they agree there."""
-    model = _builder().build("small", seed=0, max_ell=2)
+    # e3nn 0.4.4 flips the sign of some odd l1+l2+l3 3j symbols relative to md_accel (e3nn >=
+    # 0.5); MACE's conv paths are all even (target parities (-1)^l), so they agree there.
     seen = 0
     for inter in model.interactions:
         for name, buf in inter.conv_tp.named_buffers():

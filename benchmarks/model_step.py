@@ -1,0 +1,431 @@
+"""Energy + forces per MD step of whole models on fcc copper: md_accel potentials vs SevenNet
+(e3nn / cuEquivariance / OpenEquivariance / FlashTP backends) and mace-torch (e3nn /
+cuEquivariance / OpenEquivariance) with an MP-0-medium-shaped model.
+
+The neighbour list is built once per size (CPU) and excluded from the timing; every backend
+gets the same edges in its own convention. A step = the model's forward and the autograd
+backward giving forces, timed by wall clock with a device synchronisation (host work, launches
+and syncs included), median of ``--repeats``; peak memory from torch's allocator. Sizes grow
+until a backend runs out of memory (recorded, larger sizes skipped for it). Every backend runs
+inside try/except; at the smallest size energies and forces are cross-checked within each model.
+
+    python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
+        [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
+        [--mace-model FILE.model] [--sevenn-checkpoint SevenNet_l3i5] [--repeats 20] [--budget S]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import glob
+import os
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+DEFAULT_BACKENDS = ("md_accel:sevennet-l3i5,sevenn:e3nn,sevenn:cueq,sevenn:oeq,sevenn:flash,"
+                    "md_accel:mace,mace:e3nn,mace:cueq,mace:oeq")
+MACE_CUTOFF = 6.0
+
+Step = Callable[[], Tuple[torch.Tensor, torch.Tensor]]  # -> (energy, forces [N, 3])
+
+
+def _tensors(g: Dict, dtype, device):
+    t = lambda a, d: torch.as_tensor(np.ascontiguousarray(a)).to(device=device, dtype=d)  # noqa: E731
+    return {"src": t(g["src"], torch.int64), "dst": t(g["dst"], torch.int64), "vec": t(g["vec"], dtype),
+            "shift": t(g["shift"], dtype), "unit_shift": t(g["unit_shift"], dtype), "pos": t(g["pos"], dtype),
+            "cell": t(g["cell"], dtype), "n": int(g["num_nodes"])}
+
+
+# --- backends -----------------------------------------------------------------------------------
+class Backend:
+    """``load()`` once, then ``step(graph)`` per size. ``model`` groups backends computing the
+    same potential (their energies/forces are compared); ``cutoff`` picks the graph."""
+
+    name = model = ""
+    cutoff = 5.0
+
+    def load(self, dtype, device) -> None:
+        raise NotImplementedError
+
+    def step(self, g: Dict) -> Step:
+        raise NotImplementedError
+
+
+def sevenn_checkpoint(name: str) -> str:
+    if os.path.isfile(name):
+        return name
+    try:
+        from md_accel.convert.sevenn import resolve_checkpoint
+
+        return resolve_checkpoint(name)
+    except Exception:  # noqa: BLE001
+        import sevenn
+
+        found = glob.glob(os.path.join(os.path.dirname(sevenn.__file__), "pretrained_potentials", name, "*.pth"))
+        if not found:
+            raise FileNotFoundError(f"SevenNet checkpoint {name!r} not found")
+        return found[0]
+
+
+class MdAccel(Backend):
+    """An md_accel potential: an ``.mdx`` file (md_accel.io.load), or converted on the fly
+    from SevenNet (md_accel.convert.sevenn) or MACE (md_accel.convert.mace, when present)."""
+
+    def __init__(self, what: str, args):
+        self.what, self.args = what, args
+        self.name = f"md_accel:{os.path.basename(what)}"
+        if what.endswith(".mdx"):
+            self.model = os.path.basename(what)
+        elif what == "mace":
+            self.model, self.cutoff = "mace_medium", MACE_CUTOFF
+        else:
+            self.model = what.replace("-", "_").lower()
+
+    def load(self, dtype, device):
+        from md_accel.ops import _cuda
+
+        if torch.device(device).type == "cuda" and not _cuda.available():
+            print(f"[model_step] md_accel CUDA library not loaded ({_cuda.load_error()}): reference ops", flush=True)
+        if self.what.endswith(".mdx"):
+            from md_accel.io import load
+
+            pot = load(self.what, device=device, dtype=dtype)
+        elif self.what == "mace":
+            mod = importlib.import_module("md_accel.convert.mace")
+            convert = getattr(mod, "convert_mace")
+            pot = convert(mace_model(self.args, dtype, "cpu"), dtype=dtype)
+        else:
+            from md_accel.convert.sevenn import convert_sevenn
+
+            pot = convert_sevenn(sevenn_checkpoint(self.args.sevenn_checkpoint if self.what == "sevenn"
+                                                   else self.what), dtype=dtype)
+        self.pot = pot.to(device=device, dtype=dtype).eval()
+        self.cutoff = float(self.pot.cutoff)
+        self.dtype, self.device = dtype, device
+
+    def step(self, g):
+        from md_accel.model.potential import energy_forces_virial
+
+        t = _tensors(g, self.dtype, self.device)
+        species = torch.full((t["n"],), list(self.pot.elements).index("Cu"), dtype=torch.int64, device=self.device)
+
+        def run():
+            out = energy_forces_virial(self.pot, species, t["vec"], t["src"], t["dst"])
+            return out["energy"], out["forces"]
+
+        return run
+
+
+class SevenNet(Backend):
+    """sevenn's own model, built from the checkpoint with one of its TP accelerators."""
+
+    def __init__(self, variant: str, args):
+        self.variant, self.args = variant, args
+        self.name = f"sevenn:{variant}"
+        self.model = args.sevenn_checkpoint.replace("-", "_").lower().replace("sevennet_l3i5", "sevennet_l3i5")
+
+    def load(self, dtype, device):
+        import warnings
+
+        from sevenn.util import load_checkpoint
+
+        flags = {"e3nn": {}, "cueq": {"enable_cueq": True}, "oeq": {"enable_oeq": True},
+                 "flash": {"enable_flash": True}}[self.variant]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cp = load_checkpoint(sevenn_checkpoint(self.args.sevenn_checkpoint))
+            model = cp.build_model(**flags)
+        model.set_is_batch_data(False)
+        self.net = model.to(device=device, dtype=dtype).eval()
+        self.cutoff = float(cp.config["cutoff"])
+        self.dtype, self.device = dtype, device
+
+    def step(self, g):
+        import sevenn._keys as KEY
+        from sevenn.atom_graph_data import AtomGraphData
+
+        t = _tensors(g, self.dtype, self.device)
+        z = torch.full((t["n"],), 29, dtype=torch.int64, device=self.device)
+        base = AtomGraphData(**{
+            KEY.NODE_FEATURE: z, KEY.ATOMIC_NUMBERS: z, KEY.POS: t["pos"],
+            KEY.EDGE_IDX: torch.stack([t["dst"], t["src"]]),  # sevenn: [receiver, sender]
+            KEY.EDGE_VEC: t["vec"], KEY.CELL_VOLUME: torch.linalg.det(t["cell"]).abs(),
+            KEY.NUM_ATOMS: torch.tensor(t["n"], device=self.device)})
+
+        def run():
+            out = self.net(base.clone())
+            return out[KEY.PRED_TOTAL_ENERGY], out[KEY.PRED_FORCE]
+
+        return run
+
+
+def mace_model(args, dtype, device):
+    """The MACE model: ``--mace-model`` file, else an MP-0-medium-shaped model built in process
+    by models/build_mace_mp0_medium_shape.py (seed 0, random weights)."""
+    import mace.modules  # noqa: F401  (sets TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD for e3nn 0.4.4)
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        if args.mace_model:
+            model = torch.load(args.mace_model, map_location="cpu", weights_only=False)
+        else:
+            path = os.path.join(common.REPO, "models", "build_mace_mp0_medium_shape.py")
+            spec = importlib.util.spec_from_file_location("build_mace_mp0_medium_shape", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            model = mod.build("medium", seed=0)
+    finally:
+        torch.set_default_dtype(default)
+    return model.to(device=device, dtype=dtype).eval()
+
+
+class Mace(Backend):
+    """mace-torch's ScaleShiftMACE, converted by mace's own tools for cuEquivariance (fused conv
+    on CUDA) and OpenEquivariance."""
+
+    model, cutoff = "mace_medium", MACE_CUTOFF
+
+    def __init__(self, variant: str, args):
+        self.variant, self.args = variant, args
+        self.name = f"mace:{variant}"
+
+    def load(self, dtype, device):
+        dev = torch.device(device)
+        model = mace_model(self.args, dtype, dev)
+        default = torch.get_default_dtype()
+        try:
+            if self.variant == "cueq":
+                from mace.cli.convert_e3nn_cueq import run
+
+                model = run(model, device=dev.type)  # "cuda" turns on the fused conv
+            elif self.variant == "oeq":
+                from mace.cli.convert_e3nn_oeq import run
+
+                model = run(model, device=dev.type)
+            elif self.variant != "e3nn":
+                raise ValueError(f"unknown mace variant {self.variant!r}")
+        finally:
+            torch.set_default_dtype(default)  # mace's converters change it
+        self.net = model.to(device=dev, dtype=dtype).eval()
+        for p in self.net.parameters():
+            p.requires_grad_(False)
+        self.cutoff = float(self.net.r_max)
+        self.z_index = [int(z) for z in self.net.atomic_numbers].index(29)
+        self.dtype, self.device = dtype, dev
+
+    def step(self, g):
+        t = _tensors(g, self.dtype, self.device)
+        n, num_el = t["n"], len(self.net.atomic_numbers)
+        node_attrs = torch.zeros((n, num_el), dtype=self.dtype, device=self.device)
+        node_attrs[:, self.z_index] = 1
+        base = {  # mace: edge_index[0] sender, [1] receiver, vector = pos[1] - pos[0] + shift
+            "node_attrs": node_attrs, "positions": t["pos"], "edge_index": torch.stack([t["dst"], t["src"]]),
+            "shifts": t["shift"], "unit_shifts": t["unit_shift"], "cell": t["cell"].view(1, 3, 3),
+            "batch": torch.zeros(n, dtype=torch.int64, device=self.device),
+            "ptr": torch.tensor([0, n], dtype=torch.int64, device=self.device),
+            "head": torch.zeros(1, dtype=torch.int64, device=self.device)}
+
+        def run():
+            out = self.net(dict(base), compute_force=True, compute_stress=False, training=False)
+            return out["energy"], out["forces"]
+
+        return run
+
+
+def make_backend(spec: str, args) -> Backend:
+    family, _, variant = spec.partition(":")
+    if family == "md_accel":
+        return MdAccel(variant, args)
+    if family == "sevenn":
+        return SevenNet(variant, args)
+    if family == "mace":
+        return Mace(variant, args)
+    raise ValueError(f"unknown backend {spec!r} (md_accel:WHAT, sevenn:VARIANT, mace:VARIANT)")
+
+
+# --- the run ------------------------------------------------------------------------------------
+def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, budget, device, log) -> List[Dict]:
+    recs = []
+    base = {"backend": b.name, "model": b.model}
+    t0 = time.perf_counter()
+    try:
+        b.load(args.dtype_t, device)
+        log(f"[model_step] {b.name}: loaded in {time.perf_counter() - t0:.1f} s (cutoff {b.cutoff:g})")
+    except Exception as e:  # noqa: BLE001
+        reason = common.failure(e)
+        log(f"[model_step] {b.name}: load failed: {reason}")
+        common.release(device)
+        return [{**base, "atoms": n, "status": reason} for n in sizes]
+    stop = None
+    for n in sizes:
+        rec = {**base, "atoms": n}
+        if stop:
+            recs.append({**rec, "status": stop})
+            continue
+        try:
+            key = (n, b.cutoff)
+            if key not in graphs:
+                t1 = time.perf_counter()
+                graphs[key] = common.copper_graph(n, b.cutoff)
+                log(f"[model_step] graph {graphs[key]['name']}: {len(graphs[key]['src'])} edges "
+                    f"({time.perf_counter() - t1:.1f} s)")
+            g = graphs[key]
+            rec["edges"] = int(len(g["src"]))
+            fn = b.step(g)
+            t1 = time.perf_counter()
+            energy, forces = fn()
+            common.sync(device)
+            first = time.perf_counter() - t1
+            rec["first_call_s"] = first
+            rec["energy_per_atom"] = float(energy.detach().sum()) / n
+            if n == sizes[0]:
+                rec["_forces"] = forces.detach().double().cpu()
+            del energy, forces
+            repeats = args.repeats
+            if not budget.allows(first * (repeats + args.warmup) + 2):
+                raise TimeoutError(f"skipped: time budget (first call {first:.1f} s)")
+            rec.update(common.time_wall(fn, device, args.warmup, repeats))
+            rec["peak_bytes"] = common.peak_memory(fn, device)
+            rec["status"] = "ok"
+        except Exception as e:  # noqa: BLE001
+            rec["status"] = "budget" if isinstance(e, TimeoutError) else common.failure(e)
+            if rec["status"] == "OOM":
+                stop = f"skipped (OOM at {n})"
+            elif isinstance(e, TimeoutError):
+                stop = "budget"
+        finally:
+            fn = None
+            common.release(device)
+        recs.append(rec)
+        log(f"[model_step] {b.name:22s} {n:7d} atoms: " + (
+            f"{rec['median_ms']:8.1f} ms/step" + (f", peak {rec['peak_bytes'] / 2**30:.2f} GiB"
+                                                   if rec.get("peak_bytes") else "")
+            if rec["status"] == "ok" else rec["status"]))
+    b.__dict__.pop("net", None)
+    b.__dict__.pop("pot", None)
+    common.release(device)
+    return recs
+
+
+def cross_check(recs: List[Dict], n0: int) -> List[Dict]:
+    """Energy per atom and forces at the smallest size, each backend against the first
+    e3nn-based (else first) backend of the same model."""
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in recs):
+        group = [r for r in recs if r["model"] == model and r["atoms"] == n0 and "_forces" in r]
+        if len(group) < 2:
+            continue
+        ref = next((r for r in group if r["backend"].endswith(":e3nn")), group[0])
+        for r in group:
+            if r is ref:
+                continue
+            df = (r["_forces"] - ref["_forces"]).abs().max().item()
+            rows.append({"model": model, "backend": r["backend"], "reference": ref["backend"], "atoms": n0,
+                         "d_energy_per_atom": abs(r["energy_per_atom"] - ref["energy_per_atom"]),
+                         "max_d_force": df, "max_force_ref": ref["_forces"].abs().max().item()})
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backends", default=DEFAULT_BACKENDS)
+    ap.add_argument("--mdx", nargs="*", default=[], help="md_accel model files, benchmarked as md_accel:FILE")
+    ap.add_argument("--sizes", default="864,4000,16384,32000,62500")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--mace-model", default=None, help="mace .model file (default: build the medium shape)")
+    ap.add_argument("--sevenn-checkpoint", default="SevenNet_l3i5")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--tag", default="model_step")
+    args = ap.parse_args(argv)
+    args.dtype_t = getattr(torch, args.dtype)
+    budget = common.Budget(args.budget)
+    device = torch.device(args.device)
+    out = common.out_dir(args.out)
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    env = common.environment(device)
+    log(f"[model_step] {env['device']}, torch {env['torch']}, {args.dtype}, sizes {sizes}")
+
+    specs = [s for s in args.backends.split(",") if s] + [f"md_accel:{p}" for p in args.mdx]
+    graphs: Dict = {}
+    recs: List[Dict] = []
+    for spec in specs:
+        try:
+            b = make_backend(spec, args)
+        except Exception as e:  # noqa: BLE001
+            recs += [{"backend": spec, "model": "?", "atoms": n, "status": common.failure(e)} for n in sizes]
+            continue
+        if not budget.allows(10):
+            recs += [{"backend": b.name, "model": b.model, "atoms": n, "status": "budget"} for n in sizes]
+            continue
+        recs += run_backend(b, sizes, graphs, args, budget, device, log)
+
+    checks = cross_check(recs, sizes[0])
+    for r in recs:
+        r.pop("_forces", None)
+    common.write_json(os.path.join(out, f"{args.tag}.json"),
+                      {"env": env, "args": {k: v for k, v in vars(args).items() if k != "dtype_t"},
+                       "results": recs, "cross_check": checks})
+
+    backends = list(dict.fromkeys(r["backend"] for r in recs))
+    rows = []
+    for name in backends:
+        row = [name]
+        for n in sizes:
+            r = next((r for r in recs if r["backend"] == name and r["atoms"] == n), None)
+            if r is None:
+                row.append("")
+            elif r["status"] == "ok":
+                row.append(f"{common.fmt_ms(r['median_ms'])}" + (f" ({r['peak_bytes'] / 2**30:.1f})"
+                                                                  if r.get("peak_bytes") else ""))
+            else:
+                row.append(r["status"][:40])
+        rows.append(row)
+    md = (f"Energy + forces per step, fcc Cu, {args.dtype}, {env['device']}; ms (peak GiB), median of "
+          f"{args.repeats}; neighbour list excluded\n\n"
+          + common.markdown_table(["backend"] + [f"{n:,}" for n in sizes], rows))
+    if checks:
+        md += "\n\ncross-check at {} atoms\n\n".format(sizes[0]) + common.markdown_table(
+            ["model", "backend", "vs", "|dE|/atom (eV)", "max |dF| (eV/A)", "max |F|"],
+            [[c["model"], c["backend"], c["reference"], f"{c['d_energy_per_atom']:.1e}", f"{c['max_d_force']:.1e}",
+              f"{c['max_force_ref']:.2g}"] for c in checks])
+    common.append_markdown(os.path.join(out, "tables.md"), f"Model step ({args.tag})", md)
+    plot(recs, os.path.join(out, f"{args.tag}.png"), backends, args.dtype)
+    print(md, flush=True)
+
+
+def plot(recs, path, backends, dtype):
+    plt = common.pyplot()
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in backends:
+        pts = [(r["atoms"], r["median_ms"]) for r in recs if r["backend"] == name and r.get("status") == "ok"]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("atoms (fcc Cu)")
+    ax.set_ylabel("ms / step (energy + forces)")
+    ax.set_title(f"MD step, {dtype}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"[bench] wrote {path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
