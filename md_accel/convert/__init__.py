@@ -1,4 +1,4 @@
-"""Converters from source checkpoints (SevenNet; MACE, NequIP to come) to md_accel potentials,
+"""Converters from source checkpoints (SevenNet, NequIP; MACE to come) to md_accel potentials,
 and the check that a converted potential reproduces its source before it is written."""
 import os
 from typing import Dict, Optional
@@ -12,9 +12,13 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 def _family(source: str) -> str:
     """Which library a checkpoint file (by extension) or a model name belongs to."""
+    from .nequip import COMPILED_EXTENSIONS as NEQUIP_COMPILED
+    from .nequip import EXTENSIONS as NEQUIP_EXTENSIONS
     from .sevenn import KNOWN_MODELS, resolve_checkpoint
 
     if os.path.isfile(source):
+        if source.endswith(NEQUIP_EXTENSIONS + NEQUIP_COMPILED):
+            return "nequip"
         if source.endswith(".pth"):
             return "sevenn"
     else:
@@ -24,7 +28,8 @@ def _family(source: str) -> str:
         except ValueError:
             pass
     raise ValueError(f"cannot tell which library {source!r} comes from; supported: SevenNet checkpoints "
-                     f"(.pth) and the names {sorted(KNOWN_MODELS)}")
+                     f"(.pth) and the names {sorted(KNOWN_MODELS)}, NequIP models "
+                     f"({', '.join(NEQUIP_EXTENSIONS)})")
 
 
 def _check_elements(elements, preferred=("Cu", "O")):
@@ -55,6 +60,18 @@ def convert(source, output, dtype="float64", modal: Optional[str] = None, verify
         reference = sevenn_calculator(src, modal=modal) if verify else None
         provenance = {"source": src.path, "library": "sevenn", "library_version": sevenn.__version__,
                       "checkpoint_version": str(src.config.get("version")), "modal": modal}
+    elif family == "nequip":
+        import nequip
+
+        from .nequip import convert_nequip, nequip_calculator, source_from_calculator
+
+        if modal is not None:
+            raise ValueError("modal= applies to multi-fidelity SevenNet models only")
+        reference = nequip_calculator(source)  # loads the model once, for the check and the mapping
+        src = source_from_calculator(reference, source)
+        potential = convert_nequip(src, dtype=torch_dtype)
+        provenance = {"source": os.path.abspath(source), "library": "nequip",
+                      "library_version": nequip.__version__, "model": src.config.get("_target_")}
     verification = None
     if verify:
         els = list(elements) if elements else _check_elements(potential.elements)
