@@ -19,14 +19,14 @@ import copy
 import os
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from workloads import WORKLOADS, Workload, irreps_dim, parse_irreps  # noqa: E402
+from workloads import WORKLOADS, Workload, parse_irreps  # noqa: E402
 
 PASSES = ("fwd", "fwd_bwd", "dbwd")
 IMPLS = ("md_accel", "e3nn", "cueq", "oeq_det", "oeq_atomic")
@@ -149,9 +149,14 @@ class CueqImpl(Impl):
         import cuequivariance_torch as cuet
 
         group, self.comparable = _cue_group()
-        poly = cue.descriptors.channelwise_tensor_product(
-            cue.Irreps(group, wl.irreps_in1), cue.Irreps(group, wl.irreps_in2), cue.Irreps(group, wl.irreps_out),
-        ).flatten_coefficient_modes().squeeze_modes().polynomial
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)  # O3_e3nn takes its coefficients from e3nn in the default dtype
+        try:
+            poly = cue.descriptors.channelwise_tensor_product(
+                cue.Irreps(group, wl.irreps_in1), cue.Irreps(group, wl.irreps_in2), cue.Irreps(group, wl.irreps_out),
+            ).flatten_coefficient_modes().squeeze_modes().polynomial
+        finally:
+            torch.set_default_dtype(default)
         method = "uniform_1d" if torch.device(device).type == "cuda" else "naive"
         self.m = cuet.SegmentedPolynomial(poly, method=method, math_dtype=dtype).to(device)
         self.method = self.m.method

@@ -22,7 +22,7 @@ import glob
 import os
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -130,7 +130,7 @@ class SevenNet(Backend):
     def __init__(self, variant: str, args):
         self.variant, self.args = variant, args
         self.name = f"sevenn:{variant}"
-        self.model = args.sevenn_checkpoint.replace("-", "_").lower().replace("sevennet_l3i5", "sevennet_l3i5")
+        self.model = args.sevenn_checkpoint.replace("-", "_").lower()
 
     def load(self, dtype, device):
         import warnings
@@ -139,6 +139,11 @@ class SevenNet(Backend):
 
         flags = {"e3nn": {}, "cueq": {"enable_cueq": True}, "oeq": {"enable_oeq": True},
                  "flash": {"enable_flash": True}}[self.variant]
+        if self.variant != "e3nn":  # sevenn silently falls back to e3nn when an accelerator is missing
+            short = {"cueq": "cue", "oeq": "oeq", "flash": "flash"}[self.variant]
+            helper = importlib.import_module(f"sevenn.nn.{short}_helper")
+            if not getattr(helper, f"is_{short}_available")():
+                raise RuntimeError(f"sevenn reports {self.variant} unavailable (it would fall back to e3nn)")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             cp = load_checkpoint(sevenn_checkpoint(self.args.sevenn_checkpoint))
@@ -200,6 +205,11 @@ class Mace(Backend):
 
     def load(self, dtype, device):
         dev = torch.device(device)
+        # mace silently keeps e3nn (or cuEquivariance's slow fallback) when a package is missing
+        if self.variant == "oeq":
+            import openequivariance  # noqa: F401
+        if self.variant == "cueq" and dev.type == "cuda":
+            import cuequivariance_ops_torch  # noqa: F401
         model = mace_model(self.args, dtype, dev)
         default = torch.get_default_dtype()
         try:

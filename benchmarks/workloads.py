@@ -80,15 +80,16 @@ SH3_O3 = "1x0e+1x1o+1x2e+1x3o"  # MACE / NequIP spherical harmonics, lmax 3
 SH2_SO3 = "1x0e+1x1e+1x2e"  # SevenNet (is_parity False)
 SH3_SO3 = "1x0e+1x1e+1x2e+1x3e"
 
+# order = run order (a time budget skips the tail)
 WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
     _make("mace_mp0_medium", "128x0e+128x1o", SH3_O3, "128x0e+128x1o+128x2e+128x3o",
           "MACE-MP-0 medium, interaction 2 (hidden 128x0e+128x1o, max_ell 3; target = sh x 128 channels)"),
+    _make("sevennet_l3i5", "128x0e+64x1e+32x2e+32x3e", SH3_SO3, "128x0e+64x1e+32x2e+32x3e",
+          "SevenNet-l3i5 convolutions 1-3 (lmax 3, no parity)"),
     _make("mace_first", "128x0e", SH3_O3, "128x0e+128x1o+128x2e+128x3o",
           "MACE first interaction (node embedding 128x0e)"),
     _make("sevennet_0", "128x0e+64x1e+32x2e", SH2_SO3, "128x0e+64x1e+32x2e",
           "SevenNet-0 (11Jul2024) convolutions 1-3 (lmax 2, no parity)"),
-    _make("sevennet_l3i5", "128x0e+64x1e+32x2e+32x3e", SH3_SO3, "128x0e+64x1e+32x2e+32x3e",
-          "SevenNet-l3i5 convolutions 1-3 (lmax 3, no parity)"),
     _make("nequip_l3", "32x0e+32x1o+32x2e+32x3o", SH3_O3,
           "32x0e+32x0o+32x1o+32x1e+32x2e+32x2o+32x3o+32x3e",
           "NequIP-like lmax 3 layer, 32 channels, both parities in the output"),

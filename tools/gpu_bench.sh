@@ -43,7 +43,7 @@ import importlib, time, torch
 print(f"[preflight] torch {torch.__version__} cuda {torch.version.cuda} "
       f"device {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 for m in ("e3nn", "cuequivariance_torch", "cuequivariance_ops_torch", "openequivariance", "sevenn",
-          "torch_geometric", "mace", "mace.tools.cg", "vesin", "matplotlib"):
+          "torch_geometric", "mace", "mace.tools.cg", "mace.cli.convert_e3nn_cueq", "vesin", "matplotlib"):
     t = time.time()
     try:
         mod = importlib.import_module(m)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Train the small Cu MACE model with mace-torch's own trainer (CPU, float64, a few minutes).
-# Usage: bash train.sh [WORK_DIR]   (needs mace-torch 0.3.16 on PATH: mace_run_train)
+# Train the small Cu MACE model with mace-torch's own trainer (CPU, float64, ~10 CPU-minutes).
+# Usage: bash train.sh [WORK_DIR]   (default: a new temp dir; needs mace-torch 0.3.16's
+# mace_run_train on PATH, e.g. source .venv-mace/bin/activate)
 # Writes WORK_DIR/mace_cu.model and copies it next to this script as mace_cu.model.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-work="${1:-$here/_work}"
+work="${1:-$(mktemp -d)}"
 mkdir -p "$work"
 python "$here/make_data.py" --out "$work/data" --seed 0
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
