@@ -17,12 +17,12 @@ Readout: scalar features -> per-node energy through linears or an MLP, then per-
 ``scale * e + shift``, then optional pair terms (ZBL). The spec is JSON; learned values
 (weights, denominators, scales, scale/shift) live in the state dict.
 """
-from typing import Dict, List, Union
+from typing import Dict, List, Optional, Union
 
 import torch
 
 from ..o3 import Irreps, SphericalHarmonics
-from ..ops import TensorProductConv
+from ..ops import Graph, TensorProductConv, build_graph
 from . import register
 from .embedding import ScaleShift, SpeciesEmbedding
 from .gate import Gate
@@ -85,12 +85,12 @@ class InteractionLayer(torch.nn.Module):
                              persistent=self.sender_norm)
 
     def forward(self, x: torch.Tensor, species: torch.Tensor, sh: torch.Tensor, radial: torch.Tensor,
-                edge_src: torch.Tensor, edge_dst: torch.Tensor) -> torch.Tensor:
+                edge_src: torch.Tensor, edge_dst: torch.Tensor, graph: Optional[Graph]) -> torch.Tensor:
         h = self.linear_in(x)
         if self.sender_norm:
             h = h * self.sender_scale.index_select(0, species).unsqueeze(-1)
         w = self.radial_mlp(radial)
-        h = self.conv(h, sh, w, edge_src, edge_dst, x.shape[0])
+        h = self.conv(h, sh, w, edge_src, edge_dst, x.shape[0], graph)
         h = h.div(self.denominator)
         h = self.linear_out(h)
         if self.has_sc:
@@ -163,12 +163,18 @@ class NequIPLike(Potential):
     def node_energies(
         self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
     ) -> torch.Tensor:
+        graph: Optional[Graph] = None
+        if edge_vec.is_cuda:
+            # one receiver-sorted graph for every layer (the fused kernels need it)
+            graph = build_graph(edge_src, edge_dst, species.shape[0])
+            edge_vec = edge_vec.index_select(0, graph.perm)
+            edge_src, edge_dst = graph.src, graph.dst
         r = torch.linalg.norm(edge_vec, dim=-1)
         radial = self.radial_basis(r) * self.cutoff_fn(r).unsqueeze(-1)
         sh = self.sh(edge_vec)
         x = self.embedding(species)
         for layer in self.layers:
-            x = layer(x, species, sh, radial, edge_src, edge_dst)
+            x = layer(x, species, sh, radial, edge_src, edge_dst, graph)
         e = self.readout(x).squeeze(-1)
         e = self.scale_shift(e, species)
         for pair in self.pair:

@@ -57,7 +57,18 @@ def energy_forces_virial(
             g = torch.zeros_like(edge_vec)
     else:
         g = torch.zeros_like(edge_vec)
-    forces = torch.zeros((n, 3), dtype=edge_vec.dtype, device=edge_vec.device)
-    forces = forces.index_add(0, edge_src, -g).index_add(0, edge_dst, g)
+    forces = _edge_sum_to_nodes(g, edge_dst, n, create_graph) - _edge_sum_to_nodes(g, edge_src, n, create_graph)
     virial = -(edge_vec.unsqueeze(-1) * g.unsqueeze(-2)).sum(0)
     return {"energy": energy, "node_energies": local_e, "forces": forces, "virial": virial, "edge_grad": g}
+
+
+def _edge_sum_to_nodes(values: torch.Tensor, index: torch.Tensor, n: int, create_graph: bool) -> torch.Tensor:
+    """``out[i] = sum_{e: index[e] = i} values[e]``. On CUDA a sorted segmented reduction, so
+    forces are bit-reproducible (``index_add`` uses float atomics there); ``index_add`` where the
+    result must stay differentiable (Hessians) or on the CPU, where it is deterministic anyway."""
+    if not values.is_cuda or create_graph:
+        return torch.zeros((n, values.shape[1]), dtype=values.dtype, device=values.device).index_add(0, index, values)
+    order = torch.argsort(index, stable=True)
+    offsets = torch.searchsorted(index.index_select(0, order),
+                                 torch.arange(n + 1, dtype=index.dtype, device=index.device))
+    return torch.segment_reduce(values.index_select(0, order), "sum", offsets=offsets, axis=0, unsafe=True)
