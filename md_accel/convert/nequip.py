@@ -31,6 +31,7 @@ import torch
 from ..model.linear import linear_instructions
 from ..model.nequip_like import NequIPLike
 from ..o3 import Irreps
+from .state import complete_state
 
 EXTENSIONS = (".ckpt", ".nequip.zip")
 COMPILED_EXTENSIONS = (".nequip.pth", ".nequip.pt2")
@@ -344,24 +345,7 @@ def convert_nequip(source, dtype: torch.dtype = torch.float64) -> NequIPLike:
     _require(_kind(mods["total_energy_sum"]) == "AtomwiseReduce", "total energy must be a plain sum")
 
     pot = NequIPLike(spec).double()
-    pot.load_state_dict(_complete(pot, state), strict=True)
+    pot.load_state_dict(complete_state(pot, state), strict=True)
     return pot.to(dtype).eval()
 
 
-def _complete(pot: torch.nn.Module, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """Check the mapped tensors against the module (names, shapes); fill empty tensors."""
-    own = pot.state_dict()
-    out = {}
-    for k, v in own.items():
-        if k in state:
-            if state[k].shape != v.shape:
-                raise RuntimeError(f"converter bug: {k} has shape {tuple(state[k].shape)}, expected {tuple(v.shape)}")
-            out[k] = state[k]
-        elif v.numel() == 0:
-            out[k] = v
-        else:
-            raise RuntimeError(f"converter bug: no value for {k}")
-    extra = set(state) - set(own)
-    if extra:
-        raise RuntimeError(f"converter bug: unused tensors {sorted(extra)}")
-    return out

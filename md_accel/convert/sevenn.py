@@ -31,6 +31,7 @@ import torch
 from ..model.linear import linear_instructions
 from ..model.nequip_like import NequIPLike
 from ..o3 import Irreps
+from .state import complete_state
 
 KNOWN_MODELS = {
     "sevennet-0": ("SevenNet_0__11Jul2024", "checkpoint_sevennet_0.pth"),
@@ -348,7 +349,7 @@ def convert_sevenn(name_or_path, modal: Optional[str] = None, dtype: torch.dtype
     state["scale_shift.scale"], state["scale_shift.shift"] = scale, shift
 
     pot = NequIPLike(spec).double()  # load_state_dict copies into the existing dtype
-    pot.load_state_dict(_complete(pot, state), strict=True)
+    pot.load_state_dict(complete_state(pot, state), strict=True)
     return pot.to(dtype).eval()
 
 
@@ -370,25 +371,6 @@ def _check_modules(mods, n_layers: int) -> None:
     for t in range(n_layers):
         if type(mods[f"{t}_convolution"]) is not IrrepsConvolution:
             raise UnsupportedSevenNetModel(f"convolution {type(mods[f'{t}_convolution']).__name__} (build with e3nn)")
-
-
-def _complete(pot: torch.nn.Module, state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """Check the mapped tensors against the module (names, shapes); fill empty biases."""
-    own = pot.state_dict()
-    out = {}
-    for k, v in own.items():
-        if k in state:
-            if state[k].shape != v.shape:
-                raise RuntimeError(f"converter bug: {k} has shape {tuple(state[k].shape)}, expected {tuple(v.shape)}")
-            out[k] = state[k]
-        elif v.numel() == 0:
-            out[k] = v
-        else:
-            raise RuntimeError(f"converter bug: no value for {k}")
-    extra = set(state) - set(own)
-    if extra:
-        raise RuntimeError(f"converter bug: unused tensors {sorted(extra)}")
-    return out
 
 
 def _scale_shift(module, n: int, modal_idx: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,147 @@
+"""ASE molecular dynamics throughput: md_accel's Calculator against the source libraries' own
+ASE calculators (SevenNetCalculator with its fastest switches, MACECalculator), neighbour
+lists included — what a user of an ASE MD script sees.
+
+A run = ``--steps`` velocity-Verlet steps (1 fs, fcc Cu at 300 K) after ``--warmup`` steps;
+reported: ms/step (wall clock), atom-steps/s, ns/day and peak GPU memory. Every calculator runs
+in try/except; a failure or OOM is recorded and the run goes on.
+
+    python benchmarks/ase_md.py [--calcs md_accel:sevennet-l3i5,sevenn:oeq,...] [--sizes 864,4000]
+        [--mdx FILE.mdx ...] [--mace-model FILE.model] [--steps 20] [--budget S] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Callable, Dict, List
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+DEFAULT_CALCS = "md_accel:sevennet-l3i5,sevenn:oeq,sevenn:cueq,sevenn:e3nn"
+SEVENN_NAMES = {"sevennet-l3i5": "7net-l3i5", "sevennet-0": "7net-0"}
+
+
+def _atoms(n_atoms: int):
+    from ase import Atoms
+    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+
+    pos, cell = common.fcc_copper(n_atoms)
+    atoms = Atoms("Cu" * len(pos), positions=pos, cell=cell, pbc=True)
+    MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=__import__("numpy").random.default_rng(0))
+    return atoms
+
+
+def _make_calc(name: str, args) -> Callable[[], object]:
+    """A factory of a fresh ASE calculator for ``name`` = family:variant."""
+    family, _, variant = name.partition(":")
+    if family == "md_accel":
+        import md_accel
+
+        if variant.endswith(".mdx"):
+            return lambda: md_accel.Calculator(variant, device="cuda")
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, f"{variant}-{args.dtype}.mdx")
+        if not os.path.exists(path):
+            md_accel.convert(variant, path, dtype=args.dtype)
+        return lambda: md_accel.Calculator(path, device="cuda")
+    if family == "sevenn":
+        from sevenn.calculator import SevenNetCalculator
+
+        flags = {"e3nn": {}, "cueq": {"enable_cueq": True}, "oeq": {"enable_oeq": True},
+                 "flash": {"enable_flash": True}}[variant]
+        model = SEVENN_NAMES.get(args.sevenn_model, args.sevenn_model)
+        return lambda: SevenNetCalculator(model=model, device="cuda", **flags)
+    if family == "mace":
+        from mace.calculators import MACECalculator
+
+        if not args.mace_model:
+            raise RuntimeError("--mace-model is needed for mace calculators")
+        flags = {"e3nn": {}, "cueq": {"enable_cueq": True}, "oeq": {"enable_oeq": True}}[variant]
+        return lambda: MACECalculator(model_paths=args.mace_model, device="cuda", default_dtype=args.dtype,
+                                      **flags)
+    raise ValueError(f"unknown calculator {name!r}")
+
+
+def _run_md(make_calc, n_atoms: int, warmup: int, steps: int) -> Dict:
+    from ase import units
+    from ase.md.verlet import VelocityVerlet
+
+    atoms = _atoms(n_atoms)
+    atoms.calc = make_calc()
+    dyn = VelocityVerlet(atoms, timestep=1.0 * units.fs)
+    dyn.run(warmup)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t = time.perf_counter()
+    dyn.run(steps)
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t) * 1e3 / steps
+    return {"ms_per_step": ms, "atom_steps_per_s": n_atoms / ms * 1e3,
+            "ns_per_day": 86400e3 / ms * 1e-6, "peak_bytes": int(torch.cuda.max_memory_allocated())}
+
+
+def main(argv: List[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calcs", default=DEFAULT_CALCS)
+    ap.add_argument("--mdx", nargs="*", default=[])
+    ap.add_argument("--sizes", default="864,4000,16384,32000")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--sevenn-model", default="sevennet-l3i5")
+    ap.add_argument("--mace-model", default=None)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--budget", type=float, default=0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    args.out = common.out_dir(args.out)
+    if not torch.cuda.is_available():
+        print("[ase_md] needs CUDA")
+        return 2
+    t0 = time.time()
+    calcs = [c for c in args.calcs.split(",") if c] + [f"md_accel:{m}" for m in args.mdx]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: Dict[str, Dict[int, object]] = {c: {} for c in calcs}
+    for name in calcs:
+        try:
+            make = _make_calc(name, args)
+        except Exception as e:  # noqa: BLE001
+            results[name] = {n: common.failure(e) for n in sizes}
+            continue
+        for n in sizes:
+            if args.budget and time.time() - t0 > args.budget:
+                results[name][n] = "budget"
+                continue
+            try:
+                results[name][n] = _run_md(make, n, args.warmup, args.steps)
+                r = results[name][n]
+                print(f"[ase_md] {name:28s} {n:7d} atoms {r['ms_per_step']:9.2f} ms/step "
+                      f"{r['atom_steps_per_s']:.3g} atom-steps/s {r['peak_bytes'] / 2**30:.2f} GiB", flush=True)
+            except Exception as e:  # noqa: BLE001
+                results[name][n] = "OOM" if common.is_oom(e) else common.failure(e)
+                print(f"[ase_md] {name} {n}: {results[name][n]}", flush=True)
+            common.release("cuda")
+    env = common.environment("cuda")
+    common.write_json(os.path.join(args.out, "ase_md.json"), {"env": env, "args": vars(args), "results": results})
+    rows = []
+    for name in calcs:
+        row = [name]
+        for n in sizes:
+            r = results[name].get(n)
+            row.append(f"{common.fmt_ms(r['ms_per_step'])} ({r['peak_bytes'] / 2**30:.1f})" if isinstance(r, dict)
+                       else str(r)[:40])
+        rows.append(row)
+    table = common.markdown_table(["calculator"] + [f"{n:,}" for n in sizes], rows)
+    title = f"ASE MD (velocity Verlet, neighbour list included), {args.dtype}, {env.get('device')}; ms/step (peak GiB)"
+    common.append_markdown(os.path.join(args.out, "tables.md"), title, table)
+    print(title)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
