@@ -20,7 +20,6 @@ refuses anything it does not map exactly. SevenNet specifics that matter:
 """
 from __future__ import annotations
 
-import copy
 import os
 import re
 import warnings
@@ -427,7 +426,9 @@ def sevenn_calculator(name_or_path, modal: Optional[str] = None, dtype: torch.dt
                 data[key] = data[key].to(dtype)
         return data
 
-    model = copy.deepcopy(src.model)
+    # a model of its own for the hooks (not a deepcopy: e3nn modules may hold ScriptFunctions,
+    # which cannot be copied once another library, e.g. nequip, switched e3nn to scripting)
+    model = load_sevenn(src.path, dtype).model
     for module in model.modules():
         if isinstance(module, OnehotEmbedding):
             module.register_forward_hook(cast_onehot)
