@@ -19,6 +19,7 @@ from ase.stress import full_3x3_to_voigt_6_stress
 from md_accel import io as _io
 from md_accel.model import Potential, energy_forces_virial
 from md_accel.neighbors import Edges, VerletNeighborList
+from md_accel.step import GraphedStep
 
 
 class Calculator(_AseCalculator):
@@ -35,6 +36,10 @@ class Calculator(_AseCalculator):
                   (H2) is 0.74 A; below 0.5 A a potential fitted to DFT data is pure
                   extrapolation and such contacts almost always mean a broken structure
                   (duplicated atoms, wrong units). 0 disables the check.
+    cuda_graph:   on CUDA (default there), capture the step (energy, forces, virial) in a CUDA
+                  graph and replay it while the atom count and a padded edge capacity are
+                  unchanged (``md_accel.step.GraphedStep``; ``self.step`` holds its counters).
+                  False runs every kernel from Python each step. Ignored off CUDA.
     """
 
     implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
@@ -47,6 +52,7 @@ class Calculator(_AseCalculator):
         dtype: Optional[Union[str, torch.dtype]] = None,
         skin: float = 1.0,
         min_distance: float = 0.5,
+        cuda_graph: Optional[bool] = None,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -70,6 +76,8 @@ class Calculator(_AseCalculator):
             self._species_of_z[atomic_numbers[symbol]] = k
         self._species_cache: Optional[Tuple[np.ndarray, torch.Tensor]] = None
         self.stats: Dict[str, int] = {"atoms": 0, "edges": 0}
+        use_graph = self.device.type == "cuda" and (cuda_graph is None or bool(cuda_graph))
+        self.step: Optional[GraphedStep] = GraphedStep(self.model, dtype=self.dtype) if use_graph else None
 
     # -- input checks and conversion -------------------------------------------------------
     def _species(self, atoms) -> torch.Tensor:
@@ -125,9 +133,12 @@ class Calculator(_AseCalculator):
         edges = self._edges(atoms, positions, species)
         self.stats = {"atoms": len(atoms), "edges": int(edges.src.numel())}
         try:
-            out = energy_forces_virial(
-                self.model, species, edges.vec.to(self.dtype), edges.src, edges.dst, create_graph=create_graph
-            )
+            if self.step is not None and not create_graph:
+                out = self.step(species, edges.vec, edges.src, edges.dst)  # views, valid until the next call
+            else:
+                out = energy_forces_virial(
+                    self.model, species, edges.vec.to(self.dtype), edges.src, edges.dst, create_graph=create_graph
+                )
         except torch.OutOfMemoryError as e:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -144,16 +155,20 @@ class Calculator(_AseCalculator):
         super().calculate(atoms, properties or ["energy"], system_changes)
         atoms = self.atoms
         _, out = self._evaluate(atoms)
+        n = len(atoms)
         node_e = out["node_energies"].detach().to(torch.float64)
-        energy = float(node_e.sum())
+        # one device-to-host copy: [energy, node energies, forces, virial]
+        flat = torch.cat([node_e.sum().reshape(1), node_e, out["forces"].detach().to(torch.float64).reshape(-1),
+                          out["virial"].detach().to(torch.float64).reshape(-1)]).cpu().numpy()
+        energy = float(flat[0])
         self.results = {
             "energy": energy,
             "free_energy": energy,
-            "energies": node_e.cpu().numpy(),
-            "forces": out["forces"].detach().to(torch.float64).cpu().numpy(),
+            "energies": flat[1 : n + 1],
+            "forces": flat[n + 1 : 4 * n + 1].reshape(n, 3),
         }
         if atoms.cell.rank == 3:
-            w = out["virial"].detach().to(torch.float64).cpu().numpy()
+            w = flat[4 * n + 1 :].reshape(3, 3)
             sigma = -0.5 * (w + w.T) / atoms.get_volume()
             self.results["stress"] = full_3x3_to_voigt_6_stress(sigma)  # ASE: no cell, no stress
 

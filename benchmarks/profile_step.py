@@ -1,0 +1,260 @@
+"""Where an MD step's time goes on small systems: md_accel's Calculator step (neighbour list,
+energy, forces, stress, results to the host) with and without the CUDA graph, optionally
+SevenNet's own model with its accelerators, profiled with torch.profiler on fcc copper.
+
+Per implementation and size: wall ms per step (synchronised, no profiler), kernels and
+launch calls (kernel/memcpy/memset launches and graph launches) per step, host
+synchronisations per step, GPU busy fraction (kernel + copy time / wall time) and the kernel
+time split by part: tp_conv fwd / bwd (md_accel's kernels; the peers' fused TP kernels too),
+gemm (linears, radial MLP), elementwise, reduction, sort/segment (graph build, segment sums),
+index/scatter, neighbour list (kernels launched inside the Verlet-list update), memcpy/memset,
+other. Kernels replayed from a CUDA graph are attributed by name like the others.
+
+    python benchmarks/profile_step.py [--model sevennet-0 | FILE.mdx] [--sizes 864,4000]
+        [--dtype float32] [--steps 20] [--sevenn cueq,oeq] [--out DIR] [--trace-dir DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from types import SimpleNamespace
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+NEIGHBORS = "md_accel::neighbors"
+STEP = "profile_step"
+LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+            "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync",
+            "cudaMemcpy", "cudaMemset"}
+SYNCS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}
+PARTS = ("tp_conv fwd", "tp_conv bwd", "gemm", "elementwise", "reduction", "sort/segment", "index/scatter",
+         "neighbour list", "memcpy/memset", "other")
+_PEER_TP = ("segmented_polynomial", "tensor_product", "cuequivariance", "openequivariance", "fused_tp", "uvu",
+            "tp_fwd", "tp_bwd", "flashtp")
+_GEMM = ("gemm", "gemv", "xmma", "cutlass", "cublas", "nvjet", "sm90_", "sm80_", "ampere_", "dot_kernel", "splitk")
+
+
+def classify(name: str) -> str:
+    """Part of the step a kernel belongs to, from its (demangled) name."""
+    n = name.lower()
+    if "md_accel" in n or "tp_conv" in n or any(s in n for s in _PEER_TP):
+        return "tp_conv bwd" if ("bwd" in n or "backward" in n or "gx_sum" in n) else "tp_conv fwd"
+    if any(s in n for s in _GEMM):
+        return "gemm"
+    if any(s in n for s in ("sort", "scan", "search", "segment")):
+        return "sort/segment"
+    if any(s in n for s in ("index", "scatter", "gather")):
+        return "index/scatter"
+    if "elementwise" in n:
+        return "elementwise"
+    if "reduce" in n:
+        return "reduction"
+    return "other"
+
+
+def analyse(trace: Dict, steps: int) -> Dict:
+    """Per-step counts and kernel time by part from a chrome trace of ``steps`` steps."""
+    ev = [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+    runtime = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    ranges = [e for e in ev if e.get("cat") == "user_annotation" and e.get("name") == NEIGHBORS]
+    in_nbr = set()
+    for r in runtime:
+        if any(a["tid"] == r["tid"] and a["ts"] <= r["ts"] <= a["ts"] + a["dur"] for a in ranges):
+            in_nbr.add(r.get("args", {}).get("correlation"))
+    gpu_us: Dict[str, float] = defaultdict(float)
+    kernels = 0
+    for e in ev:
+        cat = e.get("cat")
+        if cat == "kernel":
+            kernels += 1
+            part = "neighbour list" if e.get("args", {}).get("correlation") in in_nbr else classify(e["name"])
+            gpu_us[part] += e["dur"]
+        elif cat in ("gpu_memcpy", "gpu_memset"):
+            gpu_us["memcpy/memset"] += e["dur"]
+    names = Counter(r["name"] for r in runtime)
+    total = sum(gpu_us.values())
+    step_ranges = [e for e in ev if e.get("cat") == "user_annotation" and e.get("name") == STEP]
+    return {
+        "kernels_per_step": kernels / steps,
+        "launches_per_step": sum(c for k, c in names.items() if k in LAUNCHES) / steps,
+        "graph_launches_per_step": names.get("cudaGraphLaunch", 0) / steps,
+        "syncs_per_step": sum(c for k, c in names.items() if k in SYNCS) / steps,
+        "gpu_ms_per_step": total / steps / 1e3,
+        "profiled_ms_per_step": (sum(e["dur"] for e in step_ranges) / len(step_ranges) / 1e3) if step_ranges else None,
+        "parts_ms_per_step": {p: gpu_us.get(p, 0.0) / steps / 1e3 for p in PARTS},
+    }
+
+
+def profile(fn: Callable[[], object], steps: int, trace_path: str) -> Dict:
+    from torch.profiler import ProfilerActivity, record_function
+
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            with record_function(STEP):
+                fn()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(trace_path)
+    with open(trace_path) as f:
+        return analyse(json.load(f), steps)
+
+
+# --- implementations: each gives a step function for n atoms ---------------------------------------
+def md_accel_potential(model: str, dtype: torch.dtype):
+    if model.endswith(".mdx"):
+        from md_accel.io import load
+
+        return load(model, dtype=dtype)
+    from md_accel.convert.sevenn import convert_sevenn
+    from model_step import sevenn_checkpoint
+
+    return convert_sevenn(sevenn_checkpoint(model), dtype=dtype)
+
+
+def md_accel_step(potential, n: int, dtype: torch.dtype, cuda_graph: bool):
+    """An ASE-driven step: positions change (alternating +-1e-3 A, inside the Verlet skin), then
+    energy, forces and stress are computed and copied to the host."""
+    from ase import Atoms
+
+    from md_accel.calculator import Calculator
+
+    calc = Calculator(copy.deepcopy(potential), device="cuda", dtype=dtype, cuda_graph=cuda_graph)
+    inner = calc._edges
+
+    def edges(*a, **k):  # label the neighbour-list kernels
+        with torch.profiler.record_function(NEIGHBORS):
+            return inner(*a, **k)
+
+    calc._edges = edges
+    symbol = "Cu" if "Cu" in calc.model.elements else calc.model.elements[0]
+    pos, cell = common.fcc_copper(n)
+    atoms = Atoms(f"{symbol}{n}", positions=pos, cell=cell, pbc=True)
+    delta = 1e-3 * np.random.default_rng(1).normal(size=pos.shape) / np.sqrt(3)
+    state = {"k": 0}
+
+    def run():
+        state["k"] += 1
+        atoms.positions = pos + (delta if state["k"] % 2 else -delta)
+        calc.calculate(atoms, ["energy", "forces", "stress"], ["positions"])
+        return calc.results["energy"]
+
+    return run, calc
+
+
+def sevenn_step(variant: str, checkpoint: str, n: int, dtype: torch.dtype):
+    """SevenNet's own model (model_step.SevenNet) on a prebuilt graph: forward + forces; the
+    neighbour list and the results' copy to the host are not part of it."""
+    from model_step import SevenNet
+
+    b = SevenNet(variant, SimpleNamespace(sevenn_checkpoint=checkpoint))
+    b.load(dtype, torch.device("cuda"))
+    fn = b.step(common.copper_graph(n, b.cutoff))
+
+    def run():
+        energy, forces = fn()
+        return float(energy.detach().sum())  # the host needs the result, as in MD
+
+    return run, b
+
+
+def measure(name: str, make: Callable, n: int, args, trace_dir: str, log) -> Dict:
+    rec = {"impl": name, "atoms": n}
+    try:
+        run, owner = make()
+        t = common.time_wall(run, "cuda", args.warmup, args.repeats)
+        rec["wall_ms_per_step"] = t["median_ms"]
+        step = getattr(owner, "step", None)
+        if step is not None and hasattr(step, "num_replays"):
+            rec.update(graph_mode=step.mode, graph_captures=step.num_captures, graph_replays=step.num_replays)
+        rec["status"] = "timed"  # kept if the profiler fails
+        rec.update(profile(run, args.steps, os.path.join(trace_dir, f"{name.replace(':', '_')}_{n}.json")))
+        rec["gpu_busy"] = rec["gpu_ms_per_step"] / rec["wall_ms_per_step"]
+        rec["status"] = "ok"
+        if rec["kernels_per_step"] == 0:
+            rec["note"] = "no kernels in the trace (CUPTI did not report them)"
+    except Exception as e:  # noqa: BLE001
+        rec["status"] = ("profiler: " if rec.get("status") == "timed" else "") + common.failure(e)
+    finally:
+        run = owner = None
+        common.release("cuda")
+    log(f"[profile_step] {name:22s} {n:6d} atoms: " + (
+        f"{rec['wall_ms_per_step']:.2f} ms, {rec['launches_per_step']:.0f} launches, "
+        f"{rec['kernels_per_step']:.0f} kernels, busy {100 * rec['gpu_busy']:.0f} %" if rec["status"] == "ok"
+        else f"{rec.get('wall_ms_per_step', float('nan')):.2f} ms, {rec['status']}"))
+    return rec
+
+
+def table(recs: List[Dict]) -> str:
+    head = ["impl", "atoms", "ms/step", "launches", "kernels", "syncs", "GPU busy"] + [f"{p} %" for p in PARTS]
+    rows = []
+    for r in recs:
+        if r["status"] != "ok":
+            wall = f"{r['wall_ms_per_step']:.2f}" if "wall_ms_per_step" in r else ""
+            rows.append([r["impl"], r["atoms"], wall, r["status"][:60]] + [""] * (len(head) - 4))
+            continue
+        tot = r["gpu_ms_per_step"] or float("nan")
+        rows.append([r["impl"], r["atoms"], f"{r['wall_ms_per_step']:.2f}", f"{r['launches_per_step']:.0f}",
+                     f"{r['kernels_per_step']:.0f}", f"{r['syncs_per_step']:.0f}", f"{100 * r['gpu_busy']:.0f} %"]
+                    + [f"{100 * r['parts_ms_per_step'][p] / tot:.1f}" for p in PARTS])
+    return common.markdown_table(head, rows)
+
+
+def main(argv: Optional[List[str]] = None) -> List[Dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="sevennet-0", help="an .mdx file or a SevenNet checkpoint name/path")
+    ap.add_argument("--sizes", default="864,4000")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    ap.add_argument("--steps", type=int, default=20, help="profiled steps")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=30, help="timed steps (without the profiler)")
+    ap.add_argument("--sevenn", default="", help="also profile sevenn with these variants (e3nn,cueq,oeq,flash); "
+                    "needs --model to be a SevenNet checkpoint")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--trace-dir", default=None, help="keep the chrome traces here")
+    ap.add_argument("--tag", default="profile_step")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("profile_step needs CUDA")
+    dtype = getattr(torch, args.dtype)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    env = common.environment("cuda")
+    log(f"[profile_step] {env['device']}, torch {env['torch']}, {args.dtype}, model {args.model}, sizes {sizes}")
+    out = common.out_dir(args.out)
+    trace_dir = args.trace_dir or tempfile.mkdtemp(prefix="profile_step_")
+    os.makedirs(trace_dir, exist_ok=True)
+
+    t0 = time.perf_counter()
+    potential = md_accel_potential(args.model, dtype)
+    log(f"[profile_step] md_accel potential ready in {time.perf_counter() - t0:.1f} s")
+    recs: List[Dict] = []
+    for n in sizes:
+        for graph in (False, True):
+            name = "md_accel+graph" if graph else "md_accel"
+            recs.append(measure(name, lambda: md_accel_step(potential, n, dtype, graph), n, args, trace_dir, log))
+        for variant in [v for v in args.sevenn.split(",") if v]:
+            recs.append(measure(f"sevenn:{variant}", lambda: sevenn_step(variant, args.model, n, dtype), n, args,
+                                trace_dir, log))
+    common.write_json(os.path.join(out, f"{args.tag}.json"), {"env": env, "args": vars(args), "results": recs})
+    md = (f"Step profile, fcc Cu, {args.model}, {args.dtype}, {env['device']}; md_accel: Calculator step "
+          f"(neighbour list, energy, forces, stress, copy to host); sevenn: model forward + forces on a "
+          f"prebuilt graph. Parts: share of kernel time.\n\n" + table(recs))
+    common.append_markdown(os.path.join(out, "tables.md"), f"Step profile ({args.tag})", md)
+    print(md, flush=True)
+    if not args.trace_dir:
+        log(f"[profile_step] traces in {trace_dir}")
+    return recs
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""The whole step (energy, forces, virial) of a potential replayed from a CUDA graph.
+
+Small systems are bound by kernel launches and host work, not by the GPU: a step launches
+hundreds to thousands of small kernels. ``GraphedStep`` captures the step once per *layout*
+(fixed node and edge counts) and replays it with one launch while the counts fit.
+
+Padding. The real graph (``N`` nodes, ``E`` edges) is copied into static buffers of
+``node_capacity`` nodes and ``edge_capacity`` edges (capacities on a geometric ladder, so they
+change rarely). Padding nodes (species 0) follow the real ones; every padding edge is a
+self-loop on a padding node, with the vector ``(cutoff, 0, 0)``. No edge joins a padding node
+to a real one, so real nodes never see the padding; padding nodes are excluded from the energy
+(``num_local``), so the gradient on padding edges is exactly zero and they add nothing to the
+forces or the virial. The vector length is the cutoff because the envelopes vanish there
+(``r < cutoff`` masks and polynomial/XPLOR envelopes), which keeps the padding nodes' values
+small; the padding edges are spread over enough padding nodes that none receives more than a
+few times the mean degree. Only finiteness matters for exactness: ``0 * finite = 0``.
+
+Per neighbour list. ``build_graph`` (receiver sort, CSR offsets) runs inside the potential's
+``node_energies`` and is sync-free, so it is part of the captured graph: each replay redoes
+it on the device in a few small kernels, and nothing is rebuilt on the host while the Verlet
+list is reused (nor when it is rebuilt, as long as the counts fit the layout).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import torch
+
+from .model.potential import energy_forces_virial
+
+GROWTH = 1.25  # capacity ladder ratio
+ALIGN = 32  # capacities are multiples of this
+PAD_DEGREE = 4  # a padding node receives at most ~PAD_DEGREE x the mean degree of the real graph
+MODES = ("graph", "padded", "plain")
+
+
+def capacity(n: int, growth: float = GROWTH) -> int:
+    """Smallest rung >= ``n`` of the ladder ``32, 64, ..., c_{k+1} = roundup32(ceil(g c_k))``."""
+    if growth <= 1:
+        raise ValueError(f"growth must be > 1, got {growth}")
+    c = ALIGN
+    while c < n:
+        c = max(c + ALIGN, -(-math.ceil(c * growth) // ALIGN) * ALIGN)
+    return c
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes of one captured step. It serves graphs of exactly ``num_nodes`` nodes and
+    ``min_edges..edge_capacity`` edges; the lower bound keeps the padding nodes uncrowded and
+    gives hysteresis (a layout is left only after a growth or a real drop)."""
+
+    num_nodes: int
+    node_capacity: int
+    edge_capacity: int
+    min_edges: int
+
+    @classmethod
+    def for_graph(cls, num_nodes: int, num_edges: int, growth: float = GROWTH) -> "Layout":
+        e_cap = capacity(num_edges, growth)
+        e_min = min(int(e_cap / growth**2), num_edges)
+        degree = PAD_DEGREE * max(1, -(-num_edges // max(num_nodes, 1)))
+        pad_nodes = max(1, -(-(e_cap - e_min) // degree))
+        return cls(num_nodes, capacity(num_nodes + pad_nodes, growth), e_cap, e_min)
+
+    def fits(self, num_nodes: int, num_edges: int) -> bool:
+        return num_nodes == self.num_nodes and self.min_edges <= num_edges <= self.edge_capacity
+
+
+class PaddedGraph:
+    """Static input buffers of one layout; ``load`` writes a real graph into them in place
+    (device-side copies only, no host synchronisation)."""
+
+    def __init__(self, layout: Layout, pad_length: float, dtype: torch.dtype, device: torch.device):
+        n, n_cap, e_cap = layout.num_nodes, layout.node_capacity, layout.edge_capacity
+        self.layout = layout
+        # edge slot s, when padding, is a self-loop on padding node n + s mod (n_cap - n)
+        self._pad_node = torch.arange(e_cap, dtype=torch.int64, device=device) % (n_cap - n) + n
+        self._pad_vec = torch.zeros((e_cap, 3), dtype=dtype, device=device)
+        self._pad_vec[:, 0] = pad_length
+        self.species = torch.zeros(n_cap, dtype=torch.int64, device=device)
+        self.src = self._pad_node.clone()
+        self.dst = self._pad_node.clone()
+        self.vec = self._pad_vec.clone()
+        self._loaded = 0  # real edges currently in the buffers
+
+    @torch.no_grad()
+    def load(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
+             edge_dst: torch.Tensor) -> None:
+        e = int(edge_src.shape[0])
+        if not self.layout.fits(int(species.shape[0]), e):
+            raise ValueError(f"graph of {species.shape[0]} nodes, {e} edges does not fit {self.layout}")
+        self.species[: self.layout.num_nodes].copy_(species)
+        self.src[:e].copy_(edge_src)
+        self.dst[:e].copy_(edge_dst)
+        self.vec[:e].copy_(edge_vec)  # casts like edge_vec.to(dtype)
+        if e < self._loaded:  # slots that held real edges last time become padding again
+            self.src[e:self._loaded].copy_(self._pad_node[e:self._loaded])
+            self.dst[e:self._loaded].copy_(self._pad_node[e:self._loaded])
+            self.vec[e:self._loaded].copy_(self._pad_vec[e:self._loaded])
+        self._loaded = e
+
+    def step(self, potential: torch.nn.Module) -> Dict[str, torch.Tensor]:
+        """Energy, node energies and forces of the real nodes, and the virial (detached)."""
+        n = self.layout.num_nodes
+        with torch.enable_grad():
+            out = energy_forces_virial(potential, self.species, self.vec, self.src, self.dst, num_local=n)
+        return {"energy": out["energy"].detach(), "node_energies": out["node_energies"].detach(),
+                "forces": out["forces"][:n].detach(), "virial": out["virial"].detach()}
+
+
+def padded_step(potential: torch.nn.Module, species: torch.Tensor, edge_vec: torch.Tensor,
+                edge_src: torch.Tensor, edge_dst: torch.Tensor, layout: Optional[Layout] = None,
+                dtype: Optional[torch.dtype] = None, pad_length: Optional[float] = None) -> Dict[str, torch.Tensor]:
+    """The step on padded inputs, uncaptured (the reference a graph replay must equal bitwise).
+    ``layout`` defaults to ``Layout.for_graph``, ``dtype`` to ``edge_vec``'s, ``pad_length``
+    (of the padding edge vectors) to the cutoff."""
+    if layout is None:
+        layout = Layout.for_graph(int(species.shape[0]), int(edge_src.shape[0]))
+    length = float(potential.cutoff) if pad_length is None else float(pad_length)
+    padded = PaddedGraph(layout, length, dtype or edge_vec.dtype, edge_vec.device)
+    padded.load(species, edge_vec, edge_src, edge_dst)
+    return padded.step(potential)
+
+
+class GraphedStep:
+    """``step(species, edge_vec, edge_src, edge_dst)`` -> ``energy``, ``node_energies`` [N],
+    ``forces`` [N, 3], ``virial`` [3, 3], all detached.
+
+    mode ``"graph"`` (CUDA inputs): padded, captured in a CUDA graph per layout and replayed;
+    the results are views of the graph's static outputs, overwritten by the next call (copy them
+    to keep them). On other devices, or if capture fails (a warning says why), it runs
+    ``"plain"``. ``"padded"``: padded, uncaptured (fresh tensors). ``"plain"``:
+    ``energy_forces_virial`` on the inputs as given.
+
+    dtype: compute dtype of the edge vectors (default: the first floating parameter or buffer of
+    the potential); inputs are cast while copied into the buffers. The potential's parameters
+    should not require grad (a frozen model), else every step also accumulates their gradients.
+    """
+
+    def __init__(self, potential: torch.nn.Module, mode: str = "graph", growth: float = GROWTH,
+                 warmup: int = 2, dtype: Optional[torch.dtype] = None):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if growth <= 1:
+            raise ValueError(f"growth must be > 1, got {growth}")
+        self.potential = potential
+        self.mode = mode
+        self.growth = float(growth)
+        self.warmup = int(warmup)
+        self.dtype = dtype or next((t.dtype for t in potential.state_dict().values() if t.is_floating_point()),
+                                   torch.float64)
+        self.layout: Optional[Layout] = None
+        self.num_captures = 0
+        self.num_replays = 0
+        self._padded: Optional[PaddedGraph] = None
+        self._graph: Optional[torch.cuda.CUDAGraph] = None
+        self._outputs: Optional[Dict[str, torch.Tensor]] = None
+
+    def __call__(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
+                 edge_dst: torch.Tensor) -> Dict[str, torch.Tensor]:
+        mode = self.mode if edge_vec.is_cuda or self.mode != "graph" else "plain"
+        if mode == "plain":
+            out = energy_forces_virial(self.potential, species, edge_vec.detach().to(self.dtype), edge_src, edge_dst)
+            return {k: out[k].detach() for k in ("energy", "node_energies", "forces", "virial")}
+        n, e = int(species.shape[0]), int(edge_src.shape[0])
+        new_layout = self.layout is None or not self.layout.fits(n, e) or self._padded is None \
+            or self._padded.vec.device != edge_vec.device
+        if new_layout:
+            self._release()
+            self.layout = Layout.for_graph(n, e, self.growth)
+            self._padded = PaddedGraph(self.layout, float(self.potential.cutoff), self.dtype, edge_vec.device)
+        assert self._padded is not None
+        self._padded.load(species, edge_vec.detach(), edge_src, edge_dst)
+        if mode == "padded":
+            return self._padded.step(self.potential)
+        if self._graph is None:
+            try:
+                self._capture()
+            except torch.OutOfMemoryError:
+                self._release()
+                raise
+            except Exception as exc:  # noqa: BLE001  (an op that synchronises, an unsupported kernel, ...)
+                self._release()
+                self.mode = "plain"
+                warnings.warn(f"md_accel: CUDA graph capture failed, running the step uncaptured "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+                return self(species, edge_vec, edge_src, edge_dst)
+        assert self._graph is not None and self._outputs is not None
+        self._graph.replay()
+        self.num_replays += 1
+        return dict(self._outputs)
+
+    def _capture(self) -> None:
+        """Warm up on a side stream (first calls of the custom ops read their plans on the host,
+        cuBLAS sets up its workspace), then capture one step."""
+        padded = self._padded
+        assert padded is not None
+        device = padded.vec.device
+        with torch.cuda.device(device):
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(self.warmup):
+                    padded.step(self.potential)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = padded.step(self.potential)
+        self._graph, self._outputs = graph, outputs
+        self.num_captures += 1
+
+    def _release(self) -> None:
+        self._graph, self._outputs = None, None
+        self._padded, self.layout = None, None
+
+
+__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity"]

@@ -1,0 +1,83 @@
+"""The Calculator's CUDA-graph step during MD (neighbour-list rebuilds, an edge-capacity growth):
+bitwise equal to the same padded step run uncaptured, and equal within rounding to the
+unpadded step (cuda_graph=False). Skipped without CUDA."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from ase import units
+from ase.build import bulk
+from ase.md.verlet import VelocityVerlet
+from ase.stress import full_3x3_to_voigt_6_stress
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+# per dtype: force (eV/A), relative energy, stress (eV/A^3) tolerances against the unpadded step
+TOL = {"float64": (1e-12, 1e-12, 1e-12), "float32": (1e-4, 1e-6, 1e-5)}
+
+
+@pytest.fixture(scope="module")
+def sevennet0():
+    pytest.importorskip("sevenn")
+    from md_accel.convert.sevenn import convert_sevenn
+
+    return convert_sevenn("sevennet-0", dtype=torch.float64)
+
+
+def _hot_copper():
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((3, 3, 3))
+    atoms.rattle(0.05, seed=0)
+    rng = np.random.default_rng(0)
+    sigma = np.sqrt(1500 * units.kB / atoms.get_masses())[:, None]  # 1500 K
+    v = rng.normal(size=(len(atoms), 3)) * sigma
+    atoms.set_velocities(v - v.mean(0))
+    return atoms
+
+
+def _uncaptured_padded(calc, atoms):
+    """The graphed calculator's step on its current layout, run without the graph, from a fresh
+    neighbour list (identical to the Verlet list's edges, by its contract)."""
+    from md_accel.neighbors import neighbor_list
+    from md_accel.step import padded_step
+
+    pos = torch.tensor(atoms.positions, dtype=torch.float64, device="cuda")
+    cell = torch.tensor(np.asarray(atoms.cell), dtype=torch.float64, device="cuda")
+    edges = neighbor_list(pos, cell, atoms.pbc, calc.model.cutoff)
+    species = calc._species(atoms)
+    out = padded_step(calc.model, species, edges.vec, edges.src, edges.dst, calc.step.layout, dtype=calc.dtype)
+    node_e = out["node_energies"].to(torch.float64)
+    w = out["virial"].to(torch.float64).cpu().numpy()
+    return (float(node_e.sum()), out["forces"].to(torch.float64).cpu().numpy(),
+            full_3x3_to_voigt_6_stress(-0.5 * (w + w.T) / atoms.get_volume()))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_graphed_md_equals_uncaptured_steps(sevennet0, dtype):
+    from md_accel.calculator import Calculator
+
+    graphed = Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3)
+    plain = Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3, cuda_graph=False)
+    assert graphed.step is not None and plain.step is None
+    atoms = _hot_copper()
+    atoms.calc = graphed
+    dyn = VelocityVerlet(atoms, timestep=2 * units.fs)
+    f_tol, e_tol, s_tol = TOL[dtype]
+    capacities = []
+    for i in range(30):
+        if i == 15:  # compress by 4%: the fourth neighbour shell enters the cutoff, edges grow ~20%
+            atoms.set_cell(atoms.cell * 0.96, scale_atoms=True)
+        dyn.run(1)
+        e, f, s = atoms.get_potential_energy(), atoms.get_forces(), atoms.get_stress()
+        capacities.append(graphed.step.layout.edge_capacity)
+        e_ref, f_ref, s_ref = _uncaptured_padded(graphed, atoms)
+        assert e == e_ref and np.array_equal(f, f_ref) and np.array_equal(s, s_ref), f"step {i}: replay != eager"
+        e_plain, f_plain, s_plain = plain.get_potential_energy(atoms), plain.get_forces(atoms), plain.get_stress(atoms)
+        assert abs(e - e_plain) <= e_tol * abs(e_plain), (i, e, e_plain)
+        assert np.abs(f - f_plain).max() <= f_tol, (i, np.abs(f - f_plain).max())
+        assert np.abs(s - s_plain).max() <= s_tol, (i, np.abs(s - s_plain).max())
+        assert np.abs(f).max() > 0.1
+    assert graphed.step.mode == "graph", "capture failed and the step fell back to plain"
+    assert graphed.neighbors.num_builds >= 3  # Verlet-list rebuilds happened during the run
+    assert capacities[-1] > capacities[0] and graphed.step.num_captures >= 2  # the growth re-captured
+    assert graphed.step.num_captures <= 4 and graphed.step.num_replays >= 31  # every call replayed
