@@ -1,4 +1,4 @@
-"""Converters from source checkpoints (SevenNet, NequIP; MACE to come) to md_accel potentials,
+"""Converters from source checkpoints (SevenNet, NequIP, MACE) to md_accel potentials,
 and the check that a converted potential reproduces its source before it is written."""
 import os
 from typing import Dict, Optional
@@ -12,6 +12,7 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 def _family(source: str) -> str:
     """Which library a checkpoint file (by extension) or a model name belongs to."""
+    from .mace import EXTENSIONS as MACE_EXTENSIONS
     from .nequip import COMPILED_EXTENSIONS as NEQUIP_COMPILED
     from .nequip import EXTENSIONS as NEQUIP_EXTENSIONS
     from .sevenn import KNOWN_MODELS, resolve_checkpoint
@@ -21,6 +22,8 @@ def _family(source: str) -> str:
             return "nequip"
         if source.endswith(".pth"):
             return "sevenn"
+        if source.endswith(MACE_EXTENSIONS):
+            return "mace"
     else:
         try:
             resolve_checkpoint(source)
@@ -29,7 +32,7 @@ def _family(source: str) -> str:
             pass
     raise ValueError(f"cannot tell which library {source!r} comes from; supported: SevenNet checkpoints "
                      f"(.pth) and the names {sorted(KNOWN_MODELS)}, NequIP models "
-                     f"({', '.join(NEQUIP_EXTENSIONS)})")
+                     f"({', '.join(NEQUIP_EXTENSIONS)}), MACE models ({', '.join(MACE_EXTENSIONS)})")
 
 
 def _check_elements(elements, preferred=("Cu", "O")):
@@ -40,16 +43,19 @@ def _check_elements(elements, preferred=("Cu", "O")):
 
 
 def convert(source, output, dtype="float64", modal: Optional[str] = None, verify: bool = True,
-            elements=None, seed: int = 0) -> Dict:
+            elements=None, seed: int = 0, head: Optional[str] = None) -> Dict:
     """Convert ``source``, check it against its own library on ``standard_structures`` (of
     ``elements``, default two of the model's), and write ``output`` (.mdx). Returns the file's
-    metadata. Raises ``ConversionMismatch`` (and writes nothing) if the check fails."""
+    metadata. Raises ``ConversionMismatch`` (and writes nothing) if the check fails.
+    ``modal``: modality of a multi-fidelity SevenNet model; ``head``: head of a multi-head MACE."""
     from .. import io
     from .structures import standard_structures
 
     torch_dtype = _DTYPES[dtype] if isinstance(dtype, str) else dtype
     source = os.fspath(source)
     family = _family(source)
+    if head is not None and family != "mace":
+        raise ValueError("head= applies to multi-head MACE models only")
     if family == "sevenn":
         import sevenn
 
@@ -72,6 +78,19 @@ def convert(source, output, dtype="float64", modal: Optional[str] = None, verify
         potential = convert_nequip(src, dtype=torch_dtype)
         provenance = {"source": os.path.abspath(source), "library": "nequip",
                       "library_version": nequip.__version__, "model": src.config.get("_target_")}
+    elif family == "mace":
+        from .mace import convert_mace, load_mace, mace_calculator
+
+        if modal is not None:
+            raise ValueError("modal= applies to multi-fidelity SevenNet models only (MACE: head=)")
+        src = load_mace(source)  # says how to get mace-torch when it is missing
+        import mace
+
+        potential = convert_mace(src, head=head, dtype=torch_dtype)
+        reference = mace_calculator(src.model, head=head) if verify else None
+        provenance = {"source": os.path.abspath(source), "library": "mace-torch",
+                      "library_version": mace.__version__, "model": type(src.model).__name__,
+                      "head": potential.spec()["head"]}
     verification = None
     if verify:
         els = list(elements) if elements else _check_elements(potential.elements)
