@@ -228,7 +228,14 @@ def cmd_convert(args) -> int:
     opts = dict(args.option)
     if args.dtype:
         opts["dtype"] = args.dtype
-    convert(args.source, args.output, **opts)
+    try:
+        convert(args.source, args.output, **opts)
+    except (ValueError, ImportError, RuntimeError, FileNotFoundError, AssertionError) as e:
+        # unsupported / corrupt checkpoints, a mismatch found by the check, a missing source
+        # library: one clear message; nothing was written
+        print(f"md-accel convert: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"nothing was written to {args.output}", file=sys.stderr)
+        return 2
     print(f"wrote {args.output}")
     return 0
 
