@@ -352,12 +352,23 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
               "md_accel tp_conv_dbwd: gg_x, gg_y, gg_w must have the shapes of x, y, w");
   Tensor ggo = at::empty_like(g), gx = at::empty_like(x), gy = at::empty_like(y), gw = at::empty_like(w);
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  if (x.scalar_type() == at::kDouble)
-    check_launch(tp_conv_dbwd_launch<double>(tensors<double>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw),
-                                             p.graph, p.plan, p.dims, stream));
-  else
-    check_launch(tp_conv_dbwd_launch<float>(tensors<float>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw),
-                                            p.graph, p.plan, p.dims, stream));
+  const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->dbwd_f64 != nullptr
+                                                               : p.spec->dbwd_f32 != nullptr);
+  // scratch for the specialised kernel: each edge's contribution to g_x
+  const Tensor work = spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
+  if (x.scalar_type() == at::kDouble) {
+    const auto t = tensors<double>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw);
+    if (spec)
+      check_launch(p.spec->dbwd_f64(t, p.graph, p.cg_val.data_ptr<double>(), p.dims, work.data_ptr<double>(), stream));
+    else
+      check_launch(tp_conv_dbwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
+  } else {
+    const auto t = tensors<float>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw);
+    if (spec)
+      check_launch(p.spec->dbwd_f32(t, p.graph, p.cg_val.data_ptr<float>(), p.dims, work.data_ptr<float>(), stream));
+    else
+      check_launch(tp_conv_dbwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
+  }
   return {ggo, gx, gy, gw};
 }
 

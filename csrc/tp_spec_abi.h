@@ -10,12 +10,13 @@
 
 namespace md_accel {
 
-constexpr int kTPSpecAbiVersion = 1;
+constexpr int kTPSpecAbiVersion = 2;
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const T* cg_val,
                                     const TPDims& d, cudaStream_t stream);
-// bwd: t.gx, t.gy, t.gw as in tp_conv_bwd_launch; work is scratch of num_edges * d.in1 elements.
+// bwd: t.gx, t.gy, t.gw as in tp_conv_bwd_launch; dbwd: t.out, t.gx, t.gy, t.gw as in
+// tp_conv_dbwd_launch. work is scratch of num_edges * d.in1 elements.
 template <typename T>
 using TPSpecBwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const T* cg_val,
                                     const TPDims& d, T* work, cudaStream_t stream);
@@ -31,6 +32,8 @@ struct TPSpec {
   TPSpecFwdFn<double> fwd_f64;
   TPSpecBwdFn<float> bwd_f32;
   TPSpecBwdFn<double> bwd_f64;
+  TPSpecBwdFn<float> dbwd_f32;
+  TPSpecBwdFn<double> dbwd_f64;
 };
 
 }  // namespace md_accel

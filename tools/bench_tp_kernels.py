@@ -1,8 +1,9 @@
 """Generic vs plan-specialised tp_conv kernels on a synthetic MD-like graph (GPU only).
 
-4000 nodes, 312k edges (random senders, ~78 per receiver), fwd and fwd+bwd, float32/float64,
-CUDA events, median over repetitions; prints the byte floor of the fused forward (every input
-read once, the output written once) at the measured copy bandwidth.
+4000 nodes, 312k edges (random senders, ~78 per receiver), fwd, fwd+bwd and dbwd (the double
+backward op alone), float32/float64, CUDA events, median over repetitions; prints the byte floor
+of the fused forward (every input read once, the output written once) at the measured copy
+bandwidth.
 Usage: python tools/bench_tp_kernels.py [--nodes 4000 --edges 312000 --reps 20]
 """
 from __future__ import annotations
@@ -60,12 +61,12 @@ def timed(fn, reps: int) -> float:
     return statistics.median(ts)
 
 
-def reps_for(fn, want: int) -> int:
+def reps_for(fn, want: int, seconds: float = 0.6) -> int:
     t0 = time.perf_counter()
     fn()
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
-    return max(3, min(want, int(1.5 / max(dt, 1e-6))))
+    return max(3, min(want, int(seconds / max(dt, 1e-6))))
 
 
 def copy_bandwidth() -> float:
@@ -101,7 +102,11 @@ def main() -> None:
     g = build_graph(src, dst, n)
     ga = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
 
-    rows = []
+    print(f"\n{n} nodes, {e} edges; ms = median CUDA-event time; floor = fused-fwd bytes / copy bandwidth")
+    hdr = f"{'config':28s} {'dtype':8s} {'fwd gen':>8s} {'fwd spec':>8s} {'f+b gen':>8s} {'f+b spec':>8s} " \
+          f"{'dbwd gen':>8s} {'dbwd spec':>9s} {'floor':>6s} {'fwd x':>6s} {'f+b x':>6s} {'dbwd x':>6s} " \
+          f"{'spec-gen':>9s} {'built':>6s}"
+    print(hdr)
     names = list(CONFIGS) if args.configs == "all" else [c for c in CONFIGS if c.startswith(args.configs)]
     for name in names:
         plan = CONFIGS[name]().lower()
@@ -117,31 +122,27 @@ def main() -> None:
             fwd = lambda: ops.tp_conv_fwd(x, y, w, *ga, *pl, plan.dim_out)  # noqa: E731
             fb = lambda: (ops.tp_conv_fwd(x, y, w, *ga, *pl, plan.dim_out),  # noqa: E731
                           ops.tp_conv_bwd(go, x, y, w, *ga, *pl))
+            ggx, ggy, ggw = (torch.randn(t.shape, device=dev, dtype=dtype, generator=gen) for t in (x, y, w))
+            db = lambda: ops.tp_conv_dbwd(ggx, ggy, ggw, go, x, y, w, *ga, *pl)  # noqa: E731
             res = {}
             for kind in ("generic", "specialised"):
                 _cuda.set_specialised(kind == "specialised")
                 out = fwd()
-                grads = ops.tp_conv_bwd(go, x, y, w, *ga, *pl)
-                res[kind] = (out, grads,
-                             timed(fwd, reps_for(fwd, args.reps)), timed(fb, reps_for(fb, args.reps)))
+                grads = tuple(ops.tp_conv_bwd(go, x, y, w, *ga, *pl)) + tuple(db())
+                res[kind] = (out, grads, timed(fwd, reps_for(fwd, args.reps)),
+                             timed(fb, reps_for(fb, args.reps)), timed(db, reps_for(db, args.reps)))
             _cuda.set_specialised(True)
-            (o0, g0, f0, fb0), (o1, g1, f1, fb1) = res["generic"], res["specialised"]
+            (o0, g0, f0, fb0, db0), (o1, g1, f1, fb1, db1) = res["generic"], res["specialised"]
             diff = max([rel(o1, o0)] + [rel(a, b) for a, b in zip(g1, g0)])
             es = torch.finfo(dtype).bits // 8
             bytes_fwd = es * (e * (plan.weight_numel + plan.dim_in2) + n * (plan.dim_in1 + plan.dim_out)) + 16 * e
             floor = bytes_fwd / (bw * 1e9) * 1e3
-            rows.append((name, str(dtype).replace("torch.", ""), f0, f1, fb0, fb1, floor, diff,
-                         lib is not None, build_s))
-            del x, y, w, go, res, o0, g0, o1, g1
+            dt = str(dtype).replace("torch.", "")
+            print(f"{name:28s} {dt:8s} {f0:8.3f} {f1:8.3f} {fb0:8.3f} {fb1:8.3f} {db0:8.3f} {db1:9.3f} {floor:6.3f} "
+                  f"{f0 / f1:6.1f} {fb0 / fb1:6.1f} {db0 / db1:6.1f} {diff:9.1e} "
+                  f"{('yes' if lib is not None else 'no'):>3s}{build_s:4.0f}s", flush=True)
+            del x, y, w, go, ggx, ggy, ggw, res, o0, g0, o1, g1
             torch.cuda.empty_cache()
-
-    print(f"\n{n} nodes, {e} edges; ms = median CUDA-event time; floor = fused-fwd bytes / copy bandwidth")
-    hdr = f"{'config':28s} {'dtype':8s} {'fwd gen':>8s} {'fwd spec':>8s} {'f+b gen':>8s} {'f+b spec':>8s} " \
-          f"{'floor':>6s} {'fwd x':>6s} {'f+b x':>6s} {'spec-gen':>9s} {'built':>6s}"
-    print(hdr)
-    for (name, dt, f0, f1, fb0, fb1, floor, diff, ok, bs) in rows:
-        print(f"{name:28s} {dt:8s} {f0:8.3f} {f1:8.3f} {fb0:8.3f} {fb1:8.3f} {floor:6.3f} {f0 / f1:6.1f} "
-              f"{fb0 / fb1:6.1f} {diff:9.1e} {('yes' if ok else 'no'):>3s}{bs:4.0f}s")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Plan-specialised CUDA kernels for ``md_accel::tp_conv_{fwd,bwd}``: CUDA source generated from a
+"""Plan-specialised CUDA kernels for ``md_accel::tp_conv_{fwd,bwd,dbwd}``: CUDA source generated from a
 lowered plan (paths table + Clebsch-Gordan sparsity), built with nvcc into a small shared
 library, and loaded by the op library (``csrc/tp_spec_abi.h``).
 
@@ -7,13 +7,19 @@ and the (i, j, k) positions of its CG non-zeros (loops fully unrolled, zeros nev
 The CG *values* are read at run time from ``cg_val`` (staged in shared memory), so one build
 serves every normalisation of the same structure. Mapping (see .notes/kernels.md):
 
-* fwd: one block per receiver, thread u = channel; the node's incoming edges are summed in CSR
-  order with the accumulators out[u, k] in registers (no atomics: bit-reproducible). When the
-  output is too wide for registers, the output blocks are split into groups, one edge pass each.
-* bwd: one block per receiver, grad_out[n] of the thread's channel held in registers; per edge
-  grad_w (direct), grad_y (fixed-order warp butterfly + cross-warp sum) and the edge's
-  contribution to grad_x, written to a scratch row; a second kernel sums the scratch rows of
-  each sender in src_perm order.
+* fwd: one block per receiver; passes over its incoming edges, each for a group of output blocks
+  of one multiplicity (accumulators out[u, k] in registers, at most FWD_ACC_BUDGET per channel).
+  Thread (slot, u) = channel u of every S-th edge: a 32-channel block in a 64-thread kernel uses
+  both warps; the slots' partial sums are added in slot order at the end (no atomics:
+  bit-reproducible).
+* bwd: one block per receiver; one pass per in1 block (split over its output blocks when their
+  grad_out components exceed BWD_G_BUDGET per channel, per dtype), grad_out of the pass held in
+  registers; per edge grad_w (direct), grad_y (fixed-order warp butterfly + cross-warp sum,
+  accumulated over passes) and the edge's contribution to grad_x, written to a scratch row; a
+  second kernel sums the scratch rows of each sender in src_perm order. Same edge slots.
+* dbwd: the same two kernels with substituted arguments (tp_reference.tp_conv_dbwd_ref):
+  g_grad_out = fwd-like kernel with message w (ggx, y) + w (x, ggy) + ggw (x, y); g_x, g_y, g_w =
+  bwd-like kernel (each non-zero feeds both substitutions), then the per-sender sum.
 
 Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`` (default base
 ``~/.cache/md_accel``).
@@ -27,11 +33,16 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-GEN_VERSION = 1  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 3  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
-BWD_G_BUDGET = 64     # grad_out components per channel held in registers by the bwd kernel
+DBWD_ACC_BUDGET = 32  # the same for g_grad_out of the double backward (x, ggx, y, ggy live too)
+FWD_SLOT_SMEM = 24 * 1024  # shared-memory bytes (float64) for the fwd edge slots' partial sums
+# grad_out components per channel held in registers by one bwd / dbwd pass, (float32, float64)
+BWD_G_BUDGET = (48, 24)
+DBWD_G_BUDGET = (32, 16)
+GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one barrier
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
 MAX_NNZ = 2048        # shared-memory staging of the CG values, and compile time
 MAX_THREADS = 1024
@@ -132,21 +143,33 @@ def _num(v: int) -> str:
     return str(v)
 
 
-def _out_groups(live: List[_Path]) -> List[List[_Path]]:
-    """Output blocks split into groups of at most FWD_ACC_BUDGET components per channel."""
+def _parts(keys: List[Tuple[int, int, int]], budget: int) -> List[List[Tuple[int, int, int]]]:
+    """Consecutive runs of output blocks (width key[2]) of near-equal total width, the fewest
+    runs of at most ``budget`` (a single wider block forms its own run)."""
+    total = sum(k[2] for k in keys)
+    want = max(1, -(-total // budget))
+    target = -(-total // want)
+    while True:
+        parts: List[List[Tuple[int, int, int]]] = [[]]
+        used = 0
+        for k in keys:
+            if parts[-1] and used + k[2] > target:
+                parts.append([])
+                used = 0
+            parts[-1].append(k)
+            used += k[2]
+        if len(parts) <= want or target >= budget:
+            return parts
+        target += 1
+
+
+def _out_groups(live: List[_Path], budget: int) -> List[List[_Path]]:
+    """Output blocks split into groups of at most ``budget`` components per channel."""
     order: List[Tuple[int, int, int]] = []
     for p in live:
         if p.out_key not in order:
             order.append(p.out_key)
-    groups: List[List[Tuple[int, int, int]]] = [[]]
-    used = 0
-    for key in order:
-        if groups[-1] and used + key[2] > FWD_ACC_BUDGET:
-            groups.append([])
-            used = 0
-        groups[-1].append(key)
-        used += key[2]
-    return [[p for p in live if p.out_key in g] for g in groups]
+    return [[p for p in live if p.out_key in g] for g in _parts(order, budget)]
 
 
 def _by_mul(paths: List[_Path]) -> List[Tuple[int, List[_Path]]]:
@@ -158,74 +181,131 @@ def _bname(prefix: str, key) -> str:
     return f"{prefix}{key[0]}"
 
 
-def _fwd_group(gi: int, group: List[_Path], I: str) -> str:
+def _fwd_slots(mul: int, comps: int, threads: int) -> Tuple[int, int]:
+    """(M, S): channels rounded up to a warp, and edge slots per block (the partial sums of slots
+    1..S-1 meet in shared memory, at most FWD_SLOT_SMEM bytes in float64)."""
+    M = (mul + 31) // 32 * 32
+    S = max(1, min(threads // M, 1 + FWD_SLOT_SMEM // (comps * M * 8)))
+    return M, S
+
+
+def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int) -> str:
+    """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
+    thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
+    sums are then added in slot order (deterministic). dbwd: the message is
+    w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward)."""
+    mul = group[0].mul
     out_keys = []
     for p in group:
         if p.out_key not in out_keys:
             out_keys.append(p.out_key)
+    comps = sum(k[2] for k in out_keys)
+    M, S = _fwd_slots(mul, comps, threads)
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
-    s = [f"{I}{{  // group {gi}: output blocks at " + ", ".join(str(k[0]) for k in out_keys) + "\n"]
+    accs = [f"{_bname('acc', key)}_{k}" for key in out_keys for k in range(key[2])]
+    s = [f"{I}{{  // group {gi}: output blocks at " + ", ".join(str(k[0]) for k in out_keys)
+         + f"; {M} channels x {S} edge slot(s)\n"]
     I2 = I + "  "
+    s.append(f"{I2}const int slot = threadIdx.x / {M}, u = threadIdx.x % {M};\n")
     for key in out_keys:
         s.append(f"{I2}T " + ", ".join(f"{_bname('acc', key)}_{k} = T(0)" for k in range(key[2])) + ";\n")
-    s.append(f"{I2}for (int64_t e = e_begin; e < e_end; ++e) {{\n")
+    s.append(f"{I2}if (slot < {S} && u < {mul})\n")
+    s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     I3 = I2 + "  "
-    s.append(f"{I3}const T* xr = x + __ldg(src + e) * d.in1;\n")
+    s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
+    s.append(f"{I3}const T* xr = x + sidx * d.in1;\n")
     s.append(f"{I3}const T* yr = y + e * d.in2;\n")
     s.append(f"{I3}const T* wr = w + e * d.w;\n")
+    if dbwd:
+        s.append(f"{I3}const T* hr = ggx + sidx * d.in1;\n")
+        s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
+        s.append(f"{I3}const T* vr = ggw + e * d.w;\n")
     for c in y_cols:
         s.append(f"{I3}const T y{c} = __ldg(yr + {c});\n")
-    for mul, ps in _by_mul(group):
-        s.append(f"{I3}if (u < {mul}) {{\n")
-        I4 = I3 + "  "
-        xs = {}
-        for p in ps:
-            for (_, i, _, _) in p.nz:
-                xs.setdefault(p.in1_key, set()).add(i)
-        for key, iset in xs.items():
-            for i in sorted(iset):
-                s.append(f"{I4}const T {_bname('x', key)}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
-        for p in ps:
-            s.append(f"{I4}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
-            I5 = I4 + "  "
-            s.append(f"{I5}const T wp = __ldg(wr + {p.w_off} + u * {p.w_stride});\n")
-            ks = sorted({k for (_, _, _, k) in p.nz})
-            for k in ks:
-                terms = [(q, i, j) for (q, i, j, kk) in p.nz if kk == k]
+        if dbwd:
+            s.append(f"{I3}const T z{c} = __ldg(zr + {c});\n")
+    xs = {}
+    for p in group:
+        for (_, i, _, _) in p.nz:
+            xs.setdefault(p.in1_key, set()).add(i)
+    for key, iset in xs.items():
+        for i in sorted(iset):
+            s.append(f"{I3}const T {_bname('x', key)}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
+            if dbwd:
+                s.append(f"{I3}const T {_bname('h', key)}_{i} = __ldg(hr + {key[0]} + u * {key[2]} + {i});\n")
+    for p in group:
+        s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
+        I5 = I3 + "  "
+        s.append(f"{I5}const T wp = __ldg(wr + {p.w_off} + u * {p.w_stride});\n")
+        if dbwd:
+            s.append(f"{I5}const T vp = __ldg(vr + {p.w_off} + u * {p.w_stride});\n")
+        ks = sorted({k for (_, _, _, k) in p.nz})
+        xk, hk = _bname('x', p.in1_key), _bname('h', p.in1_key)
+        acc = _bname('acc', p.out_key)
+        for k in ks:
+            terms = [(q, i, j) for (q, i, j, kk) in p.nz if kk == k]
+            if not dbwd:
                 expr = "T(0)"
                 for (q, i, j) in terms:
-                    expr = f"fma(s_cg[{q}] * y{p.in2_off + j}, {_bname('x', p.in1_key)}_{i}, {expr})"
-                s.append(f"{I5}{_bname('acc', p.out_key)}_{k} = fma(wp, {expr}, {_bname('acc', p.out_key)}_{k});\n")
-            s.append(f"{I4}}}\n")
+                    expr = f"fma(s_cg[{q}] * y{p.in2_off + j}, {xk}_{i}, {expr})"
+                s.append(f"{I5}{acc}_{k} = fma(wp, {expr}, {acc}_{k});\n")
+            else:
+                ew, eg = "T(0)", "T(0)"
+                for (q, i, j) in terms:
+                    c = p.in2_off + j
+                    ew = f"fma(s_cg[{q}], fma(y{c}, {hk}_{i}, z{c} * {xk}_{i}), {ew})"
+                    eg = f"fma(s_cg[{q}] * y{c}, {xk}_{i}, {eg})"
+                s.append(f"{I5}{acc}_{k} = fma(wp, {ew}, fma(vp, {eg}, {acc}_{k}));\n")
         s.append(f"{I3}}}\n")
     s.append(f"{I2}}}\n")
-    for mul, ps in _by_mul(group):
-        keys = []
-        for p in ps:
-            if p.out_key not in keys:
-                keys.append(p.out_key)
-        s.append(f"{I2}if (u < {mul}) {{\n")
-        for key in keys:
-            for k in range(key[2]):
-                s.append(f"{I2}  orow[{key[0]} + u * {key[2]} + {k}] = {_bname('acc', key)}_{k};\n")
-        s.append(f"{I2}}}\n")
+    if S > 1:
+        s.append(f"{I2}if (slot > 0 && slot < {S}) {{\n")
+        for c, a in enumerate(accs):
+            s.append(f"{I2}  s_acc[((slot - 1) * {len(accs)} + {c}) * {M} + u] = {a};\n")
+        s.append(f"{I2}}}\n{I2}__syncthreads();\n")
+        s.append(f"{I2}if (slot == 0) {{\n")
+        s.append(f"{I2}  for (int r = 0; r < {S - 1}; ++r) {{\n")
+        for c, a in enumerate(accs):
+            s.append(f"{I2}    {a} += s_acc[(r * {len(accs)} + {c}) * {M} + u];\n")
+        s.append(f"{I2}  }}\n{I2}}}\n")
+        s.append(f"{I2}__syncthreads();  // s_acc is reused by the next group\n")
+    s.append(f"{I2}if (slot == 0 && u < {mul}) {{\n")
+    for key in out_keys:
+        for k in range(key[2]):
+            s.append(f"{I2}  orow[{key[0]} + u * {key[2]} + {k}] = {_bname('acc', key)}_{k};\n")
+    s.append(f"{I2}}}\n")
     s.append(f"{I}}}\n")
     return "".join(s)
 
 
-def _gen_fwd(live: List[_Path]) -> str:
-    groups = _out_groups(live)
-    body = "".join(_fwd_group(gi, g, "  ") for gi, g in enumerate(groups))
+def _fwd_passes(live: List[_Path], budget: int) -> List[List[_Path]]:
+    """Output blocks grouped by multiplicity, then split to at most ``budget`` components."""
+    return [g for _, ps in _by_mul(live) for g in _out_groups(ps, budget)]
+
+
+def _gen_fwd(live: List[_Path], dbwd: bool, threads: int) -> str:
+    groups = _fwd_passes(live, DBWD_ACC_BUDGET if dbwd else FWD_ACC_BUDGET)
+    body = "".join(_fwd_group(gi, g, "  ", dbwd, threads) for gi, g in enumerate(groups))
+    red = 0
+    for g in groups:
+        comps = sum(k[2] for k in {p.out_key for p in g})
+        M, S = _fwd_slots(g[0].mul, comps, threads)
+        if S > 1:
+            red = max(red, (S - 1) * comps * M)
+    smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
+    name = "dfwd_kernel" if dbwd else "fwd_kernel"
+    extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
+             if dbwd else "")
+    what = "g_grad_out of the double backward" if dbwd else "Forward"
     return f"""
-// Forward: block n = receiver, thread u = channel; {len(groups)} edge pass(es).
+// {what}: block n = receiver; {len(groups)} pass(es) over its edges.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) fwd_kernel(const T* __restrict__ x, const T* __restrict__ y,
-    const T* __restrict__ w, T* __restrict__ out, const int64_t* __restrict__ src,
+__global__ void __launch_bounds__(kThreads) {name}(const T* __restrict__ x, const T* __restrict__ y,
+    const T* __restrict__ w, {extra}T* __restrict__ out, const int64_t* __restrict__ src,
     const int64_t* __restrict__ dst_ptr, const T* __restrict__ cg_val, TPDims d) {{
   __shared__ T s_cg[kNnz];
-  for (int q = threadIdx.x; q < kNnz; q += kThreads) s_cg[q] = cg_val[q];
+{smem}  for (int q = threadIdx.x; q < kNnz; q += kThreads) s_cg[q] = cg_val[q];
   __syncthreads();
-  const int u = threadIdx.x;
   const int64_t n = blockIdx.x;
   const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
   T* orow = out + n * d.out;
@@ -235,119 +315,237 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const T* __restrict__ x, 
 """
 
 
-def _gen_bwd(live: List[_Path]) -> Optional[str]:
-    out_keys, in1_keys, w_keys = [], [], []
+def _bwd_groups(live: List[_Path], budget: int) -> List[List[_Path]]:
+    """Backward passes: the paths of one in1 block per pass (x, grad_x and w of the block are then
+    touched by one pass only); a block whose grad_out components exceed ``budget`` per channel is
+    split over its output blocks into near-equal parts (its grad_x rows are then accumulated)."""
+    in1_order: List[Tuple[int, int, int]] = []
     for p in live:
-        for lst, key in ((out_keys, p.out_key), (in1_keys, p.in1_key), (w_keys, p.w_key)):
-            if key not in lst:
-                lst.append(key)
-    if sum(k[2] for k in out_keys) > BWD_G_BUDGET:
-        return None
-    y_cols = sorted({p.in2_off + j for p in live for (_, _, j, _) in p.nz})
-    if len(y_cols) > MAX_IN2:
-        return None
+        if p.in1_key not in in1_order:
+            in1_order.append(p.in1_key)
+    groups: List[List[_Path]] = []
+    for key in in1_order:
+        ps = [p for p in live if p.in1_key == key]
+        outs: List[Tuple[int, int, int]] = []
+        for p in ps:
+            if p.out_key not in outs:
+                outs.append(p.out_key)
+        parts = _parts(outs, budget)
+        groups += [[p for p in ps if p.out_key in part] for part in parts]
+    return groups
+
+
+def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str) -> Tuple[str, str]:
+    """Device code of one backward pass, and its constant tables. Thread (slot, u): channel u of
+    the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul rounded up to a warp)."""
+    mul = group[0].mul
+    M = (mul + 31) // 32 * 32
+    S = threads // M
+    WPS = M // 32
+    y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
     V = 1
     while V < len(y_cols):
         V *= 2
     slot = {c: n for n, c in enumerate(y_cols)}
+    gy_first = first.setdefault("gy", gi) == gi
+    G = f"{tag}{gi}"
+    if WPS == 1:
+        cols = ", ".join(str(y_cols[v]) if v < len(y_cols) else "-1" for v in range(V))
+        tables = f"__constant__ int kColOf{G}[{V}] = {{{cols}}};\n"
+        if gy_first:
+            tables += _covered_fn(f"gy_cols{G}", y_cols)
+    else:
+        slots = ", ".join(str(slot.get(c, -1)) for c in range(max(y_cols) + 1))
+        tables = f"__constant__ int kSlotOf{G}[{max(y_cols) + 1}] = {{{slots}}};\n"
     I = "  "
-    s = []
-    # grad_out of this channel, all output blocks, for the whole node
-    for mul, ps in _by_mul(live):
-        keys = []
-        for p in ps:
-            if p.out_key not in keys:
-                keys.append(p.out_key)
-        for key in keys:
-            for k in range(key[2]):
-                s.append(f"{I}const T {_bname('g', key)}_{k} = u < {mul} ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
-    s.append(f"{I}for (int64_t e = e_begin; e < e_end; ++e) {{\n")
-    I2 = I + "  "
-    s.append(f"{I2}const T* xr = x + __ldg(src + e) * d.in1;\n")
-    s.append(f"{I2}const T* yr = y + e * d.in2;\n")
-    s.append(f"{I2}const T* wr = w + e * d.w;\n")
-    for c in y_cols:
-        s.append(f"{I2}const T y{c} = __ldg(yr + {c});\n")
+    s = [f"{I}{{  // pass {gi}: paths " + ", ".join(str(p.idx) for p in group)
+         + f"; {M} channels x {S} edge slot(s)\n"]
+    I1 = I + "  "
+    s.append(f"{I1}const int slot = threadIdx.x / {M}, u = threadIdx.x % {M};\n")
+    s.append(f"{I1}const bool chan = slot < {S} && u < {mul};\n")
+    out_keys = []
+    for p in group:
+        if p.out_key not in out_keys:
+            out_keys.append(p.out_key)
+    for key in out_keys:
+        for k in range(key[2]):
+            s.append(f"{I1}const T {_bname('g', key)}_{k} = chan ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
+    if WPS == 1:
+        s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}) {{\n")
+    else:
+        s.append(f"{I1}int it = 0;\n")
+        s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}, ++it) {{\n")
+    I2 = I1 + "  "
+    s.append(f"{I2}const int64_t e = e0 + slot;\n")
+    s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
     s.append(f"{I2}T gy[{V}];  // this channel's grad_y partials, slot = used y column\n")
     s.append(f"{I2}#pragma unroll\n{I2}for (int v = 0; v < {V}; ++v) gy[v] = T(0);\n")
-    for mul, ps in _by_mul(live):
-        s.append(f"{I2}if (u < {mul}) {{\n")
-        I3 = I2 + "  "
-        my_in1 = [k for k in in1_keys if any(p.in1_key == k for p in ps)]
-        my_w = [k for k in w_keys if any(p.w_key == k for p in ps)]
-        for key in my_in1:
-            used = sorted({i for p in ps if p.in1_key == key for (_, i, _, _) in p.nz})
-            for i in used:
-                s.append(f"{I3}const T {_bname('x', key)}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
-            s.append(f"{I3}T " + ", ".join(f"{_bname('gx', key)}_{i} = T(0)" for i in range(key[2])) + ";\n")
-        for key in my_w:
-            s.append(f"{I3}T sw{key[0]} = T(0);\n")
-        for p in ps:
-            s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
-            I4 = I3 + "  "
-            s.append(f"{I4}const T wp = __ldg(wr + {p.w_off} + u * {p.w_stride});\n")
-            js = sorted({j for (_, _, j, _) in p.nz})
-            iset = sorted({i for (_, i, _, _) in p.nz})
-            s.append(f"{I4}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
-            s.append(f"{I4}T " + ", ".join(f"px{i} = T(0)" for i in iset) + ";\n")
-            s.append(f"{I4}T sw = T(0);\n")
-            xk, gk = _bname('x', p.in1_key), _bname('g', p.out_key)
-            for (q, i, j, k) in p.nz:
-                yc = f"y{p.in2_off + j}"
-                s.append(f"{I4}{{ const T cg = s_cg[{q}] * {gk}_{k}; const T t = cg * {xk}_{i}; "
-                         f"sw = fma(t, {yc}, sw); py{j} += t; px{i} = fma(cg, {yc}, px{i}); }}\n")
-            for j in js:
-                v = slot[p.in2_off + j]
-                s.append(f"{I4}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
-            for i in iset:
-                s.append(f"{I4}{_bname('gx', p.in1_key)}_{i} = fma(wp, px{i}, {_bname('gx', p.in1_key)}_{i});\n")
-            s.append(f"{I4}sw{p.w_off} += sw;\n")
-            s.append(f"{I3}}}\n")
-        for key in my_w:
-            s.append(f"{I3}gw[e * d.w + {key[0]} + u * {key[2]}] = sw{key[0]};\n")
-        for key in my_in1:
-            for i in range(key[2]):
-                s.append(f"{I3}work[e * d.in1 + {key[0]} + u * {key[2]} + {i}] = {_bname('gx', key)}_{i};\n")
-        s.append(f"{I2}}}\n")
-    s.append(f"""{I2}for (int q = threadIdx.x; q < d.w; q += kThreads)
-{I2}  if (!w_covered(q)) gw[e * d.w + q] = T(0);
-{I2}for (int q = threadIdx.x; q < d.in1; q += kThreads)
-{I2}  if (!in1_covered(q)) work[e * d.in1 + q] = T(0);
-{I2}// grad_y: sum over channels, fixed order: butterfly inside each warp, then warps in order.
-{I2}const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, buf = int(e & 1);
-{I2}const T mine = warp_butterfly<T, {V}>(gy, lane);
-{I2}if ((lane & plain_mask<{V}>()) == 0) s_red[buf][warp][butterfly_slot<{V}>(lane)] = mine;
-{I2}__syncthreads();
-{I2}for (int q = threadIdx.x; q < d.in2; q += kThreads) {{
-{I2}  const int v = q < kExtIn2 ? kSlotOf[q] : -1;
-{I2}  T r = T(0);
-{I2}  if (v >= 0)
-{I2}    for (int k = 0; k < kWarps; ++k) r += s_red[buf][k][v];
-{I2}  gyo[e * d.in2 + q] = r;
-{I2}}}
-{I}}}
+    s.append(f"{I2}if (act) {{\n")
+    I3 = I2 + "  "
+    s.append(f"{I3}const T* yr = y + e * d.in2;\n")
+    if dbwd:
+        s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
+    for c in y_cols:
+        s.append(f"{I3}const T y{c} = __ldg(yr + {c});\n")
+        if dbwd:
+            s.append(f"{I3}const T z{c} = __ldg(zr + {c});\n")
+    s.append(f"{I3}if (u < {mul}) {{\n")
+    I4 = I3 + "  "
+    s.append(f"{I4}const int64_t sidx = __ldg(src + e);\n")
+    s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
+    s.append(f"{I4}const T* wr = w + e * d.w;\n")
+    if dbwd:
+        s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
+        s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
+    key = group[0].in1_key
+    xk, hk, gxk = _bname('x', key), _bname('h', key), _bname('gx', key)
+    used = sorted({i for p in group for (_, i, _, _) in p.nz})
+    for i in used:
+        s.append(f"{I4}const T {xk}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
+        if dbwd:
+            s.append(f"{I4}const T {hk}_{i} = __ldg(hr + {key[0]} + u * {key[2]} + {i});\n")
+    s.append(f"{I4}T " + ", ".join(f"{gxk}_{i} = T(0)" for i in range(key[2])) + ";\n")
+    w_keys = []
+    for p in group:
+        if p.w_key not in w_keys:
+            w_keys.append(p.w_key)
+    for wk in w_keys:
+        s.append(f"{I4}T sw{wk[0]} = T(0);\n")
+    for p in group:
+        s.append(f"{I4}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
+        I5 = I4 + "  "
+        s.append(f"{I5}const T wp = __ldg(wr + {p.w_off} + u * {p.w_stride});\n")
+        if dbwd:
+            s.append(f"{I5}const T vp = __ldg(vr + {p.w_off} + u * {p.w_stride});\n")
+        js = sorted({j for (_, _, j, _) in p.nz})
+        iset = sorted({i for (_, i, _, _) in p.nz})
+        s.append(f"{I5}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
+        s.append(f"{I5}T " + ", ".join(f"px{i} = T(0)" for i in iset) + ";\n")
+        if dbwd:
+            s.append(f"{I5}T " + ", ".join(f"qy{j} = T(0)" for j in js) + ";\n")
+            s.append(f"{I5}T " + ", ".join(f"qx{i} = T(0)" for i in iset) + ";\n")
+        s.append(f"{I5}T sw = T(0);\n")
+        gk = _bname('g', p.out_key)
+        for (q, i, j, k) in p.nz:
+            c = p.in2_off + j
+            if not dbwd:
+                s.append(f"{I5}{{ const T cg = s_cg[{q}] * {gk}_{k}; const T t = cg * {xk}_{i}; "
+                         f"sw = fma(t, y{c}, sw); py{j} += t; px{i} = fma(cg, y{c}, px{i}); }}\n")
+            else:
+                # g_w: ggx (x substituted) with y, x with ggy; g_y: w with ggx, ggw with x;
+                # g_x: w with ggy, ggw with y
+                s.append(f"{I5}{{ const T cg = s_cg[{q}] * {gk}_{k}; const T t = cg * {xk}_{i}; "
+                         f"const T th = cg * {hk}_{i}; sw = fma(th, y{c}, fma(t, z{c}, sw)); "
+                         f"py{j} += th; qy{j} += t; px{i} = fma(cg, z{c}, px{i}); qx{i} = fma(cg, y{c}, qx{i}); }}\n")
+        for j in js:
+            v = slot[p.in2_off + j]
+            if dbwd:
+                s.append(f"{I5}gy[{v}] = fma(wp, py{j}, fma(vp, qy{j}, gy[{v}]));\n")
+            else:
+                s.append(f"{I5}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
+        for i in iset:
+            if dbwd:
+                s.append(f"{I5}{gxk}_{i} = fma(wp, px{i}, fma(vp, qx{i}, {gxk}_{i}));\n")
+            else:
+                s.append(f"{I5}{gxk}_{i} = fma(wp, px{i}, {gxk}_{i});\n")
+        s.append(f"{I5}sw{p.w_off} += sw;\n")
+        s.append(f"{I4}}}\n")
+    for wk in w_keys:
+        op = "=" if first.setdefault(("w", wk), gi) == gi else "+="
+        s.append(f"{I4}gw[e * d.w + {wk[0]} + u * {wk[2]}] {op} sw{wk[0]};\n")
+    op = "=" if first.setdefault(("in1", key), gi) == gi else "+="
+    for i in range(key[2]):
+        s.append(f"{I4}work[e * d.in1 + {key[0]} + u * {key[2]} + {i}] {op} {gxk}_{i};\n")
+    s.append(f"{I3}}}\n")
+    if gi == 0:
+        s.append(f"""{I3}for (int q = u; q < d.w; q += {M})
+{I3}  if (!w_covered(q)) gw[e * d.w + q] = T(0);
+{I3}for (int q = u; q < d.in1; q += {M})
+{I3}  if (!in1_covered(q)) work[e * d.in1 + q] = T(0);
 """)
-    slot_of = ", ".join(str(slot.get(c, -1)) for c in range(max(y_cols) + 1))
-    return f"""
-// Backward, part 1: block n = receiver, thread u = channel; grad_out[n] in registers; per edge:
-// grad_w, grad_y, and the edge's grad_x contribution (work row e; summed by sender later).
-constexpr int kWarps = kThreads / 32;
-constexpr int kExtIn2 = {max(y_cols) + 1};
-__constant__ int kSlotOf[kExtIn2] = {{{slot_of}}};
+    s.append(f"{I2}}}\n")
+    gop = "=" if gy_first else "+="
+    s.append(f"{I2}// grad_y: sum over channels, fixed order: butterfly inside each warp, then the slot's warps in order.\n")
+    s.append(f"{I2}const int lane = threadIdx.x & 31;\n")
+    if WPS == 1:
+        s.append(f"{I2}if (act) {{\n")
+        s.append(f"{I2}  const T mine = warp_butterfly<T, {V}>(gy, lane);\n")
+        s.append(f"{I2}  const int col = kColOf{G}[butterfly_slot<{V}>(lane)];\n")
+        s.append(f"{I2}  if ((lane & plain_mask<{V}>()) == 0 && col >= 0) gyo[e * d.in2 + col] {gop} mine;\n")
+        if gy_first:
+            s.append(f"{I2}  for (int q = lane; q < d.in2; q += 32)\n")
+            s.append(f"{I2}    if (!gy_cols{G}(q)) gyo[e * d.in2 + q] = T(0);\n")
+        s.append(f"{I2}}}\n")
+    else:
+        # partial sums of GY_CHUNK consecutive edge iterations meet in s_red, then one barrier
+        s.append(f"{I2}const int warp = threadIdx.x >> 5, c = it % {GY_CHUNK};\n")
+        s.append(f"{I2}if (act) {{\n")
+        s.append(f"{I2}  const T mine = warp_butterfly<T, {V}>(gy, lane);\n")
+        s.append(f"{I2}  if ((lane & plain_mask<{V}>()) == 0) s_red[c][warp][butterfly_slot<{V}>(lane)] = mine;\n")
+        s.append(f"{I2}}}\n")
+        s.append(f"{I2}if (c == {GY_CHUNK - 1} || e0 + {S} >= e_end) {{  // uniform over the block\n")
+        s.append(f"{I2}  __syncthreads();\n")
+        s.append(f"{I2}  const int64_t ebase = e0 - int64_t(c) * {S};\n")
+        s.append(f"{I2}  if (slot < {S})\n")
+        s.append(f"{I2}    for (int t = u; t < (c + 1) * d.in2; t += {M}) {{  // (chunk entry r, column q)\n")
+        s.append(f"{I2}      const int r = t / d.in2, q = t - r * d.in2;\n")
+        s.append(f"{I2}      const int64_t er = ebase + int64_t(r) * {S} + slot;\n")
+        s.append(f"{I2}      if (er >= e_end) continue;\n")
+        s.append(f"{I2}      const int v = q < {max(y_cols) + 1} ? kSlotOf{G}[q] : -1;\n")
+        s.append(f"{I2}      if (v >= 0) {{\n")
+        s.append(f"{I2}        T sum = T(0);\n")
+        s.append(f"{I2}        for (int k = 0; k < {WPS}; ++k) sum += s_red[r][slot * {WPS} + k][v];\n")
+        s.append(f"{I2}        gyo[er * d.in2 + q] {gop} sum;\n")
+        if gy_first:
+            s.append(f"{I2}      }} else {{\n")
+            s.append(f"{I2}        gyo[er * d.in2 + q] = T(0);\n")
+        s.append(f"{I2}      }}\n")
+        s.append(f"{I2}    }}\n")
+        s.append(f"{I2}  __syncthreads();  // s_red is refilled by the next chunk\n")
+        s.append(f"{I2}}}\n")
+    s.append(f"{I1}}}\n")
+    s.append(f"{I1}__syncthreads();  // the next pass may read-modify-write what this one wrote\n")
+    s.append(f"{I}}}\n")
+    return "".join(s), tables
+
+
+def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str) -> Optional[str]:
+    """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
+    edge grad_w, grad_y and the edge's grad_x contribution (work row e; summed by sender later)."""
+    groups = _bwd_groups(live, budget)
+    for g in groups:
+        if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
+            return None
+    first: dict = {}
+    bodies, tables = [], []
+    for gi, g in enumerate(groups):
+        b, t = _bwd_group(gi, g, threads, first, dbwd, tag)
+        bodies.append(b)
+        tables.append(t)
+    vmax = 1
+    for g in groups:
+        n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
+        while vmax < n:
+            vmax *= 2
+    extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
+             if dbwd else "")
+    name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
+    multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
+    red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
+    return "".join(tables) + f"""
+// {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: block n = receiver; {len(groups)} pass(es) over its edges.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) bwd_kernel(const T* __restrict__ x, const T* __restrict__ y,
-    const T* __restrict__ w, const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
+__global__ void __launch_bounds__(kThreads) {name}(const T* __restrict__ x, const T* __restrict__ y,
+    const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
     const T* __restrict__ cg_val, TPDims d) {{
   __shared__ T s_cg[kNnz];
-  __shared__ T s_red[2][kWarps][{V}];
-  for (int q = threadIdx.x; q < kNnz; q += kThreads) s_cg[q] = cg_val[q];
+{red}  for (int q = threadIdx.x; q < kNnz; q += kThreads) s_cg[q] = cg_val[q];
   __syncthreads();
-  const int u = threadIdx.x;
   const int64_t n = blockIdx.x;
   const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
   const T* grow = g + n * d.out;
-{"".join(s)}}}
+{"".join(bodies)}}}
 """
 
 
@@ -372,25 +570,33 @@ constexpr int32_t kCgIdx[] = {{{cg_idx}}};
 template <int V>
 __device__ constexpr int plain_mask() {{ return 32 / V - 1; }}
 
-// Sum of a[0..V) over the 32 lanes, fixed order. Each step sends half of the remaining slots to
-// the partner lane and keeps the other half; after log2(V) steps a lane holds one slot, then
-// plain xor-adds finish. Returns the lane's slot sum (valid on lanes with (lane & plain_mask<V>()) == 0).
-template <typename T, int V>
-__device__ __forceinline__ T warp_butterfly(T (&a)[V], int lane) {{
-  int off = 16;
-#pragma unroll
-  for (int c = V; c > 1; c /= 2, off /= 2) {{
+// One butterfly step per level C = V, V/2, .., 2 (partner lane offset 16 C / V): half of the
+// remaining C slots go to the partner lane, the other half are kept (compile-time indices only,
+// so a[] stays in registers).
+template <int C, int V, typename T>
+__device__ __forceinline__ void butterfly_steps(T (&a)[V], int lane) {{
+  if constexpr (C > 1) {{
+    constexpr int off = 16 * C / V;
     const bool upper = (lane & off) != 0;
 #pragma unroll
-    for (int v = 0; v < c / 2; ++v) {{
-      const T send = upper ? a[v] : a[v + c / 2];
-      const T keep = upper ? a[v + c / 2] : a[v];
+    for (int v = 0; v < C / 2; ++v) {{
+      const T send = upper ? a[v] : a[v + C / 2];
+      const T keep = upper ? a[v + C / 2] : a[v];
       a[v] = keep + __shfl_xor_sync(0xffffffffu, send, off);
     }}
+    butterfly_steps<C / 2, V>(a, lane);
   }}
+}}
+
+// Sum of a[0..V) over the 32 lanes, fixed order: after log2(V) butterfly steps a lane holds one
+// slot, then plain xor-adds finish. Returns the lane's slot sum (valid on lanes with
+// (lane & plain_mask<V>()) == 0).
+template <typename T, int V>
+__device__ __forceinline__ T warp_butterfly(T (&a)[V], int lane) {{
+  butterfly_steps<V, V>(a, lane);
   T r = a[0];
 #pragma unroll
-  for (; off > 0; off /= 2) r += __shfl_xor_sync(0xffffffffu, r, off);
+  for (int off = 16 / V; off > 0; off /= 2) r += __shfl_xor_sync(0xffffffffu, r, off);
   return r;
 }}
 
@@ -435,7 +641,7 @@ const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, con
 }}
 {bwd_launch}
 const TPSpec kSpec = {{kTPSpecAbiVersion, {num_paths}, kNnz, kPaths, kCgPtr, kCgIdx,
-                      fwd_launch<float>, fwd_launch<double>, {bwd_f32}, {bwd_f64}}};
+                      fwd_launch<float>, fwd_launch<double>, {bwd_f32}, {bwd_f64}, {dbwd_f32}, {dbwd_f64}}};
 
 }}  // namespace
 }}  // namespace md_accel
@@ -449,13 +655,53 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, con
                        cudaStream_t stream) {
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
-  bwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work, g.src,
-                                                                 g.dst_ptr, cg, d);
+  if constexpr (sizeof(T) == 4)
+    bwd_kernel_BS<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
+                                                                      g.src, g.dst_ptr, cg, d);
+  else
+    bwd_kernel_BD<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
+                                                                      g.src, g.dst_ptr, cg, d);
+  if (const char* err = last_error()) return err;
+  gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, t.gx);
+  return last_error();
+}
+
+// Double backward: t.out = g_grad_out (forward with substituted arguments), then g_x, g_y, g_w as
+// a backward with substituted arguments (g_x through the work rows and the per-sender sum).
+template <typename T>
+const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, const TPDims& d, T* work,
+                        cudaStream_t stream) {
+  if (g.num_nodes == 0) return nullptr;
+  if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
+  dfwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.out,
+                                                                  g.src, g.dst_ptr, cg, d);
+  if (const char* err = last_error()) return err;
+  if constexpr (sizeof(T) == 4)
+    dbwd_kernel_DS<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
+                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, cg, d);
+  else
+    dbwd_kernel_DD<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
+                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, cg, d);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, t.gx);
   return last_error();
 }
 """
+
+
+def _bwd_variants(live: List[_Path], threads: int, dbwd: bool) -> Optional[Tuple[str, str, str]]:
+    """(source, f32 kernel tag, f64 kernel tag); one kernel when both budgets give the same passes."""
+    b32, b64 = (DBWD_G_BUDGET if dbwd else BWD_G_BUDGET)
+    pre = "d" if dbwd else "b"
+    src32 = _gen_bwd(live, threads, b32, dbwd, pre + "s")
+    if src32 is None:
+        return None
+    if _bwd_groups(live, b32) == _bwd_groups(live, b64):
+        return src32, pre + "s", pre + "s"
+    src64 = _gen_bwd(live, threads, b64, dbwd, pre + "d")
+    if src64 is None:
+        return None
+    return src32 + src64, pre + "s", pre + "d"
 
 
 def generate(struct) -> str:
@@ -467,17 +713,30 @@ def generate(struct) -> str:
         gen=GEN_VERSION, key=structure_key(struct), num_paths=len(paths), nnz=nnz, threads=threads,
         paths=", ".join(str(v) for r in paths for v in r), cg_ptr=", ".join(str(v) for v in cg_ptr),
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), covered=covered)
-    src += _gen_fwd(live)
-    bwd = _gen_bwd(live)
+    src += _gen_fwd(live, dbwd=False, threads=threads)
+    bwd = _bwd_variants(live, threads, dbwd=False)
+    dbwd = _bwd_variants(live, threads, dbwd=True) if bwd is not None else None
+    launch = ""
     if bwd is not None:
         src += _covered_fn("in1_covered", [p.in1_off + q for p in live for q in range(p.mul * p.d1)])
         src += _covered_fn("w_covered", [p.w_off + u * p.w_stride for p in live for u in range(p.mul)])
-        src += bwd
+        src += bwd[0]
+        launch = _BWD_LAUNCH.replace("bwd_kernel_BS", f"bwd_kernel_{bwd[1]}").replace(
+            "bwd_kernel_BD", f"bwd_kernel_{bwd[2]}")
+        if dbwd is not None:
+            src += _gen_fwd(live, dbwd=True, threads=threads) + dbwd[0]
+            launch = launch.replace("dbwd_kernel_DS", f"dbwd_kernel_{dbwd[1]}").replace(
+                "dbwd_kernel_DD", f"dbwd_kernel_{dbwd[2]}")
+        else:
+            launch = launch[:launch.index("// Double backward")]
     src += _LAUNCHERS.format(
-        bwd_launch=_BWD_LAUNCH if bwd is not None else "", num_paths=len(paths),
+        bwd_launch=launch, num_paths=len(paths),
         bwd_f32="bwd_launch<float>" if bwd is not None else "nullptr",
-        bwd_f64="bwd_launch<double>" if bwd is not None else "nullptr")
+        bwd_f64="bwd_launch<double>" if bwd is not None else "nullptr",
+        dbwd_f32="dbwd_launch<float>" if dbwd is not None else "nullptr",
+        dbwd_f64="dbwd_launch<double>" if dbwd is not None else "nullptr")
     return src
+
 
 
 # --- build ---------------------------------------------------------------------------------------

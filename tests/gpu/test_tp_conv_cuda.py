@@ -115,9 +115,9 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
-# configs whose plan the generator must specialise (fwd and bwd where marked)
+# configs whose plan the generator must specialise (fwd, and bwd + dbwd where marked)
 MUST_SPECIALISE = {"mace_medium": True, "mace_mp_medium": True, "first_layer": True, "sevennet0_like": True,
-                   "sevennet_l3i5_like": False, "in2_mul2": True}
+                   "sevennet_l3i5_like": True, "in2_mul2": True}
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +144,7 @@ def test_specialised_built(specs):
         assert specs[name] is not None, name
         src = _codegen.generate(_codegen.plan_structure(CONFIGS[name]().lower()))
         assert ("bwd_launch<float>" in src) == with_bwd, name
+        assert ("dbwd_launch<float>" in src) == with_bwd, name
 
 
 def run_all(problem, g, num_nodes, dtype, seed):
@@ -222,9 +223,10 @@ def test_large_graph_forward(kernels):
     assert rel_err(out, ref) <= 1e-5
 
 
+@pytest.mark.parametrize("name", ["mace_medium", "sevennet_l3i5_like"])
 @pytest.mark.parametrize("op", ["fwd", "bwd", "dbwd"])
-def test_bitwise_deterministic(op, kernels):
-    problem = CONFIGS["mace_medium"]()
+def test_bitwise_deterministic(op, name, kernels):
+    problem = CONFIGS[name]()
     gen = torch.Generator().manual_seed(8)
     g = random_graph(64, 3000, gen, hub=5, hub_degree=500)
     plan, pl = plan_tensors(problem, torch.float32)
