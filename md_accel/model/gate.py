@@ -32,6 +32,8 @@ class Gate(torch.nn.Module):
     act_gate_names: List[str]
     scalar_csts: List[float]
     gate_csts: List[float]
+    gated_muls: List[int]
+    gated_dims: List[int]
 
     def __init__(
         self,
@@ -70,20 +72,16 @@ class Gate(torch.nn.Module):
         self.register_buffer("idx_scalars", torch.tensor(index[0], dtype=torch.long), persistent=False)
         self.register_buffer("idx_gates", torch.tensor(index[1], dtype=torch.long), persistent=False)
         self.register_buffer("idx_gated", torch.tensor(index[2], dtype=torch.long), persistent=False)
-        # each gated component takes the gate of its irrep
-        expand: List[int] = []
-        u = 0
-        for mi in self.irreps_gated:
-            for _ in range(mi.mul):
-                expand.extend([u] * mi.ir.dim)
-                u += 1
-        self.register_buffer("gate_expand", torch.tensor(expand, dtype=torch.long), persistent=False)
+        # each gated component takes the gate of its irrep; broadcast per block (an index_select
+        # with repeated indices would sum its gradient with float atomics on CUDA)
+        self.gated_muls: List[int] = [mi.mul for mi in self.irreps_gated]
+        self.gated_dims: List[int] = [mi.ir.dim for mi in self.irreps_gated]
         self.scalar_blocks: List[int] = [mi.mul for mi in self.irreps_scalars]
         self.gate_blocks: List[int] = [mi.mul for mi in self.irreps_gates]
         self.scalar_csts: List[float] = [second_moment_constant(a) for a in act_scalars]
         self.gate_csts: List[float] = [second_moment_constant(a) for a in act_gates]
         self.dim_in = self.irreps_in.dim
-        self.has_gated = len(expand) > 0
+        self.has_gated = self.irreps_gated.dim > 0
 
     def _acts(self, x: torch.Tensor, blocks: List[int], names: List[str], csts: List[float]) -> torch.Tensor:
         outs: List[torch.Tensor] = []
@@ -96,6 +94,16 @@ class Gate(torch.nn.Module):
             return x[:, :0]
         return torch.cat(outs, dim=-1)
 
+    def _expand(self, gates: torch.Tensor) -> torch.Tensor:
+        """[n, num_gated_irreps] -> [n, dim(irreps_gated)]: each gate repeated over its irrep."""
+        outs: List[torch.Tensor] = []
+        u = 0
+        for mul, dim in zip(self.gated_muls, self.gated_dims):
+            g = gates[:, u: u + mul].unsqueeze(-1).expand(gates.shape[0], mul, dim)
+            outs.append(g.reshape(gates.shape[0], mul * dim))
+            u += mul
+        return torch.cat(outs, dim=-1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.dim_in)
@@ -104,7 +112,7 @@ class Gate(torch.nn.Module):
         if not self.has_gated:
             return scalars.reshape(lead + (scalars.shape[-1],))
         gates = self._acts(x2.index_select(1, self.idx_gates), self.gate_blocks, self.act_gate_names, self.gate_csts)
-        gated = x2.index_select(1, self.idx_gated) * gates.index_select(1, self.gate_expand)
+        gated = x2.index_select(1, self.idx_gated) * self._expand(gates)
         out = torch.cat([scalars, gated], dim=-1)
         return out.reshape(lead + (out.shape[-1],))
 

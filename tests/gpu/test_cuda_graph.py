@@ -71,7 +71,9 @@ def test_graphed_md_equals_uncaptured_steps(sevennet0, dtype):
         e, f, s = atoms.get_potential_energy(), atoms.get_forces(), atoms.get_stress()
         capacities.append(graphed.step.layout.edge_capacity)
         e_ref, f_ref, s_ref = _uncaptured_padded(graphed, atoms)
-        assert e == e_ref and np.array_equal(f, f_ref) and np.array_equal(s, s_ref), f"step {i}: replay != eager"
+        assert e == e_ref and np.array_equal(f, f_ref) and np.array_equal(s, s_ref), (
+            f"step {i}: replay != eager: |dE| {abs(e - e_ref):.3g}, max |dF| {np.abs(f - f_ref).max():.3g}, "
+            f"max |dS| {np.abs(s - s_ref).max():.3g}")
         e_plain, f_plain, s_plain = plain.get_potential_energy(atoms), plain.get_forces(atoms), plain.get_stress(atoms)
         assert abs(e - e_plain) <= e_tol * abs(e_plain), (i, e, e_plain)
         assert np.abs(f - f_plain).max() <= f_tol, (i, np.abs(f - f_plain).max())
