@@ -23,10 +23,11 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 import torch
 
 from ..model.activations import second_moment_constant
-from ..model.linear import linear_instructions
 from ..model.mace import MACE
 from ..o3 import Irreps
 from ..o3.wigner import wigner_3j
+from ..model.linear import linear_instructions
+from .e3nn_modules import irreps_of, linear_of
 from .state import complete_state
 
 EXTENSIONS = (".model",)
@@ -127,24 +128,12 @@ def mace_calculator(model, head: Optional[str] = None):
 
 # -- module mapping ------------------------------------------------------------------------------
 
-def _irreps(irreps) -> Irreps:
-    return Irreps([(int(mul), (int(ir.l), int(ir.p))) for mul, ir in irreps])
-
-
 def _t(x) -> torch.Tensor:
     return x.detach().to(torch.float64).clone()
 
 
 def _linear(lin) -> Tuple[Dict, torch.Tensor]:
-    """e3nn 0.4.4 ``o3.Linear`` (no biases) -> ``Linear`` spec and weight."""
-    _require(_kind(lin) == "Linear" and hasattr(lin, "instructions"), f"linear map {_kind(lin)} (cueq layout?)")
-    irreps_in, irreps_out = _irreps(lin.irreps_in), _irreps(lin.irreps_out)
-    _require(lin.bias.numel() == 0, "e3nn Linear with biases")
-    ins = linear_instructions(irreps_in, irreps_out)
-    _require(len(ins) == len(lin.instructions) and all(
-        e.i_in == i and e.i_out == o and abs(e.path_weight - pw) <= 1e-15 * pw
-        for (i, o, pw), e in zip(ins, lin.instructions)), f"e3nn Linear {lin} with non-default instructions")
-    return {"irreps_in": str(irreps_in), "irreps_out": str(irreps_out), "biases": False}, _t(lin.weight)
+    return linear_of(lin, UnsupportedMACEModel)
 
 
 def _head_linear(lin, h: int, num_heads: int, out_per_head: int, in_slice: Optional[int] = None
@@ -177,8 +166,8 @@ def _species_linear(tp, num_elements: int) -> Tuple[Dict, torch.Tensor]:
     """e3nn ``FullyConnectedTensorProduct(x, E x 0e)`` with the one-hot species -> a linear map
     per species: ``W_s = W[:, s, :]`` with path weight ``path_weight * w3j(l, 0, l)``."""
     _require(_kind(tp) == "FullyConnectedTensorProduct", f"skip connection {_kind(tp)}")
-    irreps_in, irreps_out = _irreps(tp.irreps_in1), _irreps(tp.irreps_out)
-    _require(str(_irreps(tp.irreps_in2)) == f"{num_elements}x0e", f"skip connection second operand {tp.irreps_in2}")
+    irreps_in, irreps_out = irreps_of(tp.irreps_in1), irreps_of(tp.irreps_out)
+    _require(str(irreps_of(tp.irreps_in2)) == f"{num_elements}x0e", f"skip connection second operand {tp.irreps_in2}")
     ins = linear_instructions(irreps_in, irreps_out)
     _require(len(ins) == len(tp.instructions), f"skip connection {tp} with non-default instructions")
     weights, pws, off = [], [], 0
@@ -219,7 +208,7 @@ def _conv(inter, irreps_sh: Irreps, hs_weights: List[torch.Tensor]) -> Dict:
 
     tp = inter.conv_tp
     _require(_kind(tp) == "TensorProduct", f"convolution {_kind(tp)} (cueq/oeq models: convert to e3nn first)")
-    in1, in2, out = _irreps(tp.irreps_in1), _irreps(tp.irreps_in2), _irreps(tp.irreps_out)
+    in1, in2, out = irreps_of(tp.irreps_in1), irreps_of(tp.irreps_in2), irreps_of(tp.irreps_out)
     _require(in2 == irreps_sh, f"convolution second operand {in2} is not the edge harmonics {irreps_sh}")
     instructions, off = [], 0
     for e in tp.instructions:
@@ -245,7 +234,7 @@ def _product(prod, num_elements: int) -> Tuple[Dict, Dict[str, torch.Tensor]]:
     sc = prod.symmetric_contractions
     _require(_kind(sc) == "SymmetricContraction" and hasattr(sc, "contractions"),
              f"symmetric contraction {_kind(sc)} (cueq models: convert to e3nn first)")
-    in_irreps = _irreps(sc.irreps_in)
+    in_irreps = irreps_of(sc.irreps_in)
     channels = in_irreps[0].mul
     _require(all(m.mul == channels for m in in_irreps), f"product input {in_irreps} with unequal multiplicities")
     agnostic = bool(getattr(prod, "use_agnostic_product", False))
@@ -321,7 +310,7 @@ def convert_mace(source, head: Optional[str] = None, dtype: torch.dtype = torch.
     sh = model.spherical_harmonics
     lmax = int(sh._lmax)
     irreps_sh = Irreps.spherical_harmonics(lmax, -1)
-    _require(_irreps(sh.irreps_out) == irreps_sh and sh.normalize and sh.normalization == "component",
+    _require(irreps_of(sh.irreps_out) == irreps_sh and sh.normalize and sh.normalization == "component",
              f"edge harmonics {sh.irreps_out} (normalize={sh.normalize}, {sh.normalization})")
 
     emb = model.node_embedding.linear
@@ -371,7 +360,7 @@ def convert_mace(source, head: Optional[str] = None, dtype: torch.dtype = torch.
             _require(len(acts) == 1, "readout with several activations")
             name = getattr(acts[0].f, "__name__", "")
             _require(name in _ACTS, f"readout activation {name!r}")
-            hidden = _irreps(ro.linear_1.irreps_out)
+            hidden = irreps_of(ro.linear_1.irreps_out)
             _require(len(hidden) == 1 and hidden[0].ir.l == 0 and hidden[0].mul % num_heads == 0,
                      f"readout hidden irreps {hidden}")
             m = hidden[0].mul // num_heads

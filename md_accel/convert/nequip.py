@@ -28,9 +28,10 @@ from typing import Dict, List, NamedTuple, Tuple
 
 import torch
 
-from ..model.linear import linear_instructions
 from ..model.nequip_like import NequIPLike
 from ..o3 import Irreps
+from ..model.linear import linear_instructions
+from .e3nn_modules import irreps_of, linear_of
 from .state import complete_state
 
 EXTENSIONS = (".ckpt", ".nequip.zip")
@@ -149,11 +150,6 @@ def _require(cond: bool, what: str) -> None:
         raise UnsupportedNequIPModel(what)
 
 
-def _irreps(irreps) -> Irreps:
-    """md_accel irreps from an (installed or packaged) e3nn ``Irreps``."""
-    return Irreps([(int(mul), (int(ir.l), int(ir.p))) for mul, ir in irreps])
-
-
 def _act_name(fn) -> str:
     name = getattr(fn, "__name__", None) or type(fn).__name__
     _require(name in _ACTIVATIONS, f"activation {fn!r} has no md_accel equivalent")
@@ -161,14 +157,7 @@ def _act_name(fn) -> str:
 
 
 def _linear(lin) -> Tuple[Dict, torch.Tensor]:
-    """e3nn ``o3.Linear`` (no biases) -> ``Linear`` spec and weight."""
-    irreps_in, irreps_out = _irreps(lin.irreps_in), _irreps(lin.irreps_out)
-    _require(lin.bias.numel() == 0, "e3nn Linear with biases")
-    ins = linear_instructions(irreps_in, irreps_out)
-    _require(len(ins) == len(lin.instructions) and all(
-        e.i_in == i and e.i_out == o and abs(e.path_weight - pw) <= 1e-15 * pw
-        for (i, o, pw), e in zip(ins, lin.instructions)), f"e3nn Linear {lin} with non-default instructions")
-    return {"irreps_in": str(irreps_in), "irreps_out": str(irreps_out), "biases": False}, lin.weight.detach().double()
+    return linear_of(lin, UnsupportedNequIPModel)
 
 
 def _species_linear(sc, emb: torch.Tensor) -> Tuple[Dict, torch.Tensor]:
@@ -176,9 +165,9 @@ def _species_linear(sc, emb: torch.Tensor) -> Tuple[Dict, torch.Tensor]:
     second operand -> one linear map per species."""
     from e3nn.o3 import wigner_3j
 
-    irreps_in, irreps_out = _irreps(sc.irreps_in1), _irreps(sc.irreps_out)
+    irreps_in, irreps_out = irreps_of(sc.irreps_in1), irreps_of(sc.irreps_out)
     n_types = emb.shape[1]
-    _require(str(_irreps(sc.irreps_in2)) == f"{n_types}x0e", f"self-connection second operand {sc.irreps_in2}")
+    _require(str(irreps_of(sc.irreps_in2)) == f"{n_types}x0e", f"self-connection second operand {sc.irreps_in2}")
     ins = linear_instructions(irreps_in, irreps_out)
     _require(len(ins) == len(sc.instructions), f"self-connection {sc} with non-default instructions")
     weights, pws = [], []
@@ -232,9 +221,9 @@ def _gate(gate) -> Dict:
     s_names, s_csts = acts(gate.act_scalars)
     g_names, g_csts = acts(gate.act_gates)
     # the activations' irreps keep the blocks (one activation each); Gate's own are simplified
-    return {"irreps_scalars": str(_irreps(gate.act_scalars.irreps_in)), "act_scalars": s_names,
-            "irreps_gates": str(_irreps(gate.act_gates.irreps_in)), "act_gates": g_names,
-            "irreps_gated": str(_irreps(gate.irreps_gated)), "scalar_csts": s_csts, "gate_csts": g_csts}
+    return {"irreps_scalars": str(irreps_of(gate.act_scalars.irreps_in)), "act_scalars": s_names,
+            "irreps_gates": str(irreps_of(gate.act_gates.irreps_in)), "act_gates": g_names,
+            "irreps_gated": str(irreps_of(gate.irreps_gated)), "scalar_csts": s_csts, "gate_csts": g_csts}
 
 
 def _per_type(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -276,7 +265,7 @@ def convert_nequip(source, dtype: torch.dtype = torch.float64) -> NequIPLike:
     sh_mod = mods["spharm"]
     _require(sh_mod.sh.normalize and sh_mod.sh.normalization == "component",
              "spherical harmonics must be normalize=True, normalization='component'")
-    irreps_sh = _irreps(sh_mod.irreps_edge_sh)
+    irreps_sh = irreps_of(sh_mod.irreps_edge_sh)
     _require(irreps_sh == Irreps.spherical_harmonics(irreps_sh.lmax, -1), f"edge SH irreps {irreps_sh}")
 
     te = mods["type_embed"]
@@ -303,10 +292,10 @@ def convert_nequip(source, dtype: torch.dtype = torch.float64) -> NequIPLike:
         instructions = []
         for e in tp.instructions:
             _require(e.connection_mode == "uvu" and e.has_weight, f"tensor product instruction {e}")
-            _require(abs(e.path_weight - math.sqrt(2 * _irreps(tp.irreps_out)[e.i_out].ir.l + 1)) < 1e-12,
+            _require(abs(e.path_weight - math.sqrt(2 * irreps_of(tp.irreps_out)[e.i_out].ir.l + 1)) < 1e-12,
                      f"non-default tensor product path weight {e.path_weight}")
             instructions.append([int(e.i_in1), int(e.i_in2), int(e.i_out)])
-        _require(_irreps(tp.irreps_in2) == irreps_sh, "tensor product second input is not the edge SH")
+        _require(irreps_of(tp.irreps_in2) == irreps_sh, "tensor product second input is not the edge SH")
         mlp_spec, mlp_t = _scalar_mlp(conv.edge_mlp)
         lin_in, state[prefix + "linear_in.weight"] = _linear(conv.linear_1)
         lin_out, state[prefix + "linear_out.weight"] = _linear(conv.linear_2)
@@ -318,7 +307,7 @@ def convert_nequip(source, dtype: torch.dtype = torch.float64) -> NequIPLike:
         gate = layer.equivariant_nonlin
         _require(_kind(gate) == "Gate", f"layer {k}: nonlinearity {_kind(gate)}")
         layers.append({
-            "irreps_in": str(_irreps(tp.irreps_in1)), "irreps_tp_out": str(_irreps(tp.irreps_out)),
+            "irreps_in": str(irreps_of(tp.irreps_in1)), "irreps_tp_out": str(irreps_of(tp.irreps_out)),
             "instructions": instructions, "radial_mlp": mlp_spec, "linear_in": lin_in, "linear_out": lin_out,
             "self_connection": sc, "gate": _gate(gate), "resnet": bool(layer.resnet),
             "sender_norm": True, "num_species": n,
