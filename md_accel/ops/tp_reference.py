@@ -29,22 +29,73 @@ def _path_weights(w: torch.Tensor, w_off: int, mul: int, w_stride: int) -> torch
     return w[:, w_off: w_off + (mul - 1) * w_stride + 1: w_stride]
 
 
+def _split_points(starts: List[int], ends: List[int], total: int) -> List[int]:
+    """Sorted unique block boundaries (0 and ``total`` included) of the given [start, end) blocks."""
+    points = [0, total]
+    for v in starts + ends:
+        if v not in points:
+            points.append(v)
+    points.sort()
+    return points
+
+
+def _split(t: torch.Tensor, points: List[int]) -> List[torch.Tensor]:
+    """Column blocks of ``t`` between consecutive ``points``; one split, so autograd
+    concatenates the block gradients once instead of materialising a full-width zero per slice."""
+    sizes: List[int] = []
+    for i in range(len(points) - 1):
+        sizes.append(points[i + 1] - points[i])
+    return list(torch.split(t, sizes, dim=1))
+
+
 def tp_conv_fwd_ref(
     x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
     num_nodes: int, paths: List[List[int]], cg: List[torch.Tensor], dim_out: int,
 ) -> torch.Tensor:
     """``out[n] = sum_{e: dst[e] = n} TP(x[src[e]], y[e]; w[e])``."""
-    out = torch.zeros((num_nodes, dim_out), dtype=x.dtype, device=x.device)
-    xs_all = x.index_select(0, src)
+    s1: List[int] = []
+    e1: List[int] = []
+    s2: List[int] = []
+    e2: List[int] = []
+    so: List[int] = []
+    eo: List[int] = []
+    sw: List[int] = []
+    ew: List[int] = []
+    for path in paths:
+        in1_off, mul, d1, in2_off, d2, out_off, d3, w_off, w_stride, _, _, _ = _blocks(path)
+        s1.append(in1_off)
+        e1.append(in1_off + mul * d1)
+        s2.append(in2_off)
+        e2.append(in2_off + d2)
+        so.append(out_off)
+        eo.append(out_off + mul * d3)
+        if w_stride == 1:
+            sw.append(w_off)
+            ew.append(w_off + mul)
+    p1, p2, po, pw = (_split_points(s1, e1, x.shape[1]), _split_points(s2, e2, y.shape[1]),
+                      _split_points(so, eo, dim_out), _split_points(sw, ew, w.shape[1]))
+    x_blocks = _split(x.index_select(0, src), p1)
+    y_blocks = _split(y, p2)
+    w_blocks = _split(w, pw)
+    msgs: List[List[torch.Tensor]] = [[] for _ in range(len(po) - 1)]
     for p in range(len(paths)):
         in1_off, mul, d1, in2_off, d2, out_off, d3, w_off, w_stride, _, _, _ = _blocks(paths[p])
-        xs = xs_all[:, in1_off: in1_off + mul * d1].reshape(-1, mul, d1)
-        yc = torch.einsum("ej,ijk->eik", y[:, in2_off: in2_off + d2], cg[p].to(x.dtype))
-        msg = torch.einsum("eui,eik->euk", xs, yc) * _path_weights(w, w_off, mul, w_stride).unsqueeze(-1)
-        block = torch.zeros((num_nodes, mul * d3), dtype=x.dtype, device=x.device)
-        block = block.index_add(0, dst, msg.reshape(-1, mul * d3))
-        out[:, out_off: out_off + mul * d3] += block
-    return out
+        xs = x_blocks[p1.index(in1_off)].reshape(-1, mul, d1)
+        yc = torch.einsum("ej,ijk->eik", y_blocks[p2.index(in2_off)], cg[p].to(x.dtype))
+        ws = w_blocks[pw.index(w_off)] if w_stride == 1 else _path_weights(w, w_off, mul, w_stride)
+        msg = torch.einsum("eui,eik->euk", xs, yc) * ws.unsqueeze(-1)
+        msgs[po.index(out_off)].append(msg.reshape(-1, mul * d3))
+    cols: List[torch.Tensor] = []
+    for b in range(len(po) - 1):
+        if len(msgs[b]) == 0:  # an output block no path writes
+            cols.append(torch.zeros((src.shape[0], po[b + 1] - po[b]), dtype=x.dtype, device=x.device))
+        else:
+            total = msgs[b][0]
+            for m in msgs[b][1:]:
+                total = total + m
+            cols.append(total)
+    edge_out = torch.cat(cols, dim=1) if len(cols) > 0 else x.new_zeros((src.shape[0], 0))
+    return torch.zeros((num_nodes, dim_out), dtype=x.dtype, device=x.device).index_add(0, dst, edge_out)
 
 
 def tp_conv_bwd_ref(
