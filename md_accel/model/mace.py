@@ -182,11 +182,6 @@ class MACE(Potential):
     ``none`` / ``agnesi``, ``apply_cutoff``), ``lmax``, ``channels``, ``layers`` (see ``MACELayer``),
     ``readouts`` (see ``MACEReadout``), ``zbl`` (bool; ``p``)."""
 
-    # re-declared with real types: TorchScript cannot resolve the base class's string annotations
-    elements: List[str]
-    cutoff: float
-    num_layers: int
-
     def __init__(self, spec: Dict):
         super().__init__()
         self._spec = dict(spec)

@@ -116,11 +116,6 @@ class NequIPLike(Potential):
     "scalar_mlp", "hs", "alphas", "act"}``), optional ``pair`` (list of pair terms, ``{"name":
     "zbl", "atomic_numbers", "prefactor", "p"}``) added after the scale/shift."""
 
-    # re-declared with real types: TorchScript cannot resolve the base class's string annotations
-    elements: List[str]
-    cutoff: float
-    num_layers: int
-
     def __init__(self, spec: Dict):
         super().__init__()
         self._spec = dict(spec)
