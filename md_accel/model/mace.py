@@ -203,10 +203,6 @@ class MACE(Potential):
         self.register_buffer("scale", torch.ones(()))
         self.register_buffer("shift", torch.zeros(()))
 
-    @classmethod
-    def from_spec(cls, spec: Dict) -> Potential:
-        return cls(spec)
-
     def spec(self) -> Dict:
         return dict(self._spec, type="mace")
 

@@ -148,10 +148,6 @@ class NequIPLike(Potential):
             pairs.append(ZBL(self.cutoff, p["atomic_numbers"], p["prefactor"], p.get("p", 6.0)))
         self.pair = torch.nn.ModuleList(pairs)
 
-    @classmethod
-    def from_spec(cls, spec: Dict) -> Potential:
-        return cls(spec)
-
     def spec(self) -> Dict:
         return dict(self._spec, type="nequip_like")
 

@@ -33,6 +33,11 @@ class Potential(torch.nn.Module):
         """JSON-able description that, with the state dict, rebuilds this module."""
         raise NotImplementedError
 
+    @classmethod
+    def from_spec(cls, spec: Dict) -> "Potential":
+        """Rebuild from ``spec()`` (random weights; load the state dict after)."""
+        return cls(spec)
+
 
 def energy_forces_virial(
     potential: torch.nn.Module,
