@@ -1,6 +1,7 @@
 """Where an MD step's time goes on small systems: md_accel's Calculator step (neighbour list,
 energy, forces, stress, results to the host) with and without the CUDA graph, optionally
-SevenNet's own model with its accelerators, profiled with torch.profiler on fcc copper.
+the source library's own model with its accelerators (sevenn / mace-torch), profiled with
+torch.profiler on fcc copper.
 
 Per implementation and size: wall ms per step (synchronised, no profiler), kernels and
 launch calls (kernel/memcpy/memset launches and graph launches) per step, host
@@ -10,8 +11,11 @@ gemm (linears, radial MLP), elementwise, reduction, sort/segment (graph build, s
 index/scatter, neighbour list (kernels launched inside the Verlet-list update), memcpy/memset,
 other. Kernels replayed from a CUDA graph are attributed by name like the others.
 
-    python benchmarks/profile_step.py [--model sevennet-0 | FILE.mdx] [--sizes 864,4000]
-        [--dtype float32] [--steps 20] [--sevenn cueq,oeq] [--out DIR] [--trace-dir DIR]
+    python benchmarks/profile_step.py [--model sevennet-0 | mace | FILE.mdx] [--sizes 864,4000]
+        [--dtype float32] [--steps 20] [--peers sevenn:cueq,mace:cueq] [--out DIR] [--trace-dir DIR]
+
+``--model mace`` is the MACE-MP-0-medium-shaped model (models/build_mace_mp0_medium_shape.py,
+converted in process; needs mace-torch), the ``mace:*`` peers run the same weights.
 """
 from __future__ import annotations
 
@@ -115,6 +119,11 @@ def md_accel_potential(model: str, dtype: torch.dtype):
         from md_accel.io import load
 
         return load(model, dtype=dtype)
+    if model == "mace":
+        from md_accel.convert.mace import convert_mace
+        from model_step import mace_model
+
+        return convert_mace(mace_model(SimpleNamespace(mace_model=None), dtype, "cpu"), dtype=dtype)
     from md_accel.convert.sevenn import convert_sevenn
     from model_step import sevenn_checkpoint
 
@@ -151,12 +160,13 @@ def md_accel_step(potential, n: int, dtype: torch.dtype, cuda_graph: bool):
     return run, calc
 
 
-def sevenn_step(variant: str, checkpoint: str, n: int, dtype: torch.dtype):
-    """SevenNet's own model (model_step.SevenNet) on a prebuilt graph: forward + forces; the
-    neighbour list and the results' copy to the host are not part of it."""
-    from model_step import SevenNet
+def peer_step(spec: str, model: str, n: int, dtype: torch.dtype):
+    """A source library's own model (model_step backends ``sevenn:VARIANT`` / ``mace:VARIANT``)
+    on a prebuilt graph: forward + forces; the neighbour list and the results' copy to the host
+    are not part of it."""
+    from model_step import make_backend
 
-    b = SevenNet(variant, SimpleNamespace(sevenn_checkpoint=checkpoint))
+    b = make_backend(spec, SimpleNamespace(sevenn_checkpoint=model, mace_model=None))
     b.load(dtype, torch.device("cuda"))
     fn = b.step(common.copper_graph(n, b.cutoff))
 
@@ -211,14 +221,15 @@ def table(recs: List[Dict]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> List[Dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="sevennet-0", help="an .mdx file or a SevenNet checkpoint name/path")
+    ap.add_argument("--model", default="sevennet-0",
+                    help="an .mdx file, a SevenNet checkpoint name/path, or 'mace' (MP-0-medium shape)")
     ap.add_argument("--sizes", default="864,4000")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--steps", type=int, default=20, help="profiled steps")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=30, help="timed steps (without the profiler)")
-    ap.add_argument("--sevenn", default="", help="also profile sevenn with these variants (e3nn,cueq,oeq,flash); "
-                    "needs --model to be a SevenNet checkpoint")
+    ap.add_argument("--peers", default="", help="also profile these source-library backends, e.g. "
+                    "sevenn:cueq,sevenn:oeq (--model a SevenNet checkpoint) or mace:cueq,mace:oeq (--model mace)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--trace-dir", default=None, help="keep the chrome traces here")
     ap.add_argument("--tag", default="profile_step")
@@ -242,12 +253,11 @@ def main(argv: Optional[List[str]] = None) -> List[Dict]:
         for graph in (False, True):
             name = "md_accel+graph" if graph else "md_accel"
             recs.append(measure(name, lambda: md_accel_step(potential, n, dtype, graph), n, args, trace_dir, log))
-        for variant in [v for v in args.sevenn.split(",") if v]:
-            recs.append(measure(f"sevenn:{variant}", lambda: sevenn_step(variant, args.model, n, dtype), n, args,
-                                trace_dir, log))
+        for spec in [v for v in args.peers.split(",") if v]:
+            recs.append(measure(spec, lambda: peer_step(spec, args.model, n, dtype), n, args, trace_dir, log))
     common.write_json(os.path.join(out, f"{args.tag}.json"), {"env": env, "args": vars(args), "results": recs})
     md = (f"Step profile, fcc Cu, {args.model}, {args.dtype}, {env['device']}; md_accel: Calculator step "
-          f"(neighbour list, energy, forces, stress, copy to host); sevenn: model forward + forces on a "
+          f"(neighbour list, energy, forces, stress, copy to host); peers: model forward + forces on a "
           f"prebuilt graph. Parts: share of kernel time.\n\n" + table(recs))
     common.append_markdown(os.path.join(out, "tables.md"), f"Step profile ({args.tag})", md)
     print(md, flush=True)

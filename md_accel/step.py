@@ -7,7 +7,8 @@ hundreds to thousands of small kernels. ``GraphedStep`` captures the step once p
 Padding. The real graph (``N`` nodes, ``E`` edges) is copied into static buffers of
 ``node_capacity`` nodes and ``edge_capacity`` edges (capacities on a geometric ladder, so they
 change rarely). Padding nodes (species 0) follow the real ones; every padding edge is a
-self-loop on a padding node, with the vector ``(cutoff, 0, 0)``. No edge joins a padding node
+self-loop on a padding node, with the vector ``(cutoff, 0, 0)``; padding slots are assigned to
+padding nodes in increasing order, so receiver-sorted real edges stay receiver-sorted padded. No edge joins a padding node
 to a real one, so real nodes never see the padding; padding nodes are excluded from the energy
 (``num_local``), so the gradient on padding edges is exactly zero and they add nothing to the
 forces or the virial. The vector length is the cutoff because the envelopes vanish there
@@ -15,10 +16,11 @@ forces or the virial. The vector length is the cutoff because the envelopes vani
 small; the padding edges are spread over enough padding nodes that none receives more than a
 few times the mean degree. Only finiteness matters for exactness: ``0 * finite = 0``.
 
-Per neighbour list. ``build_graph`` (receiver sort, CSR offsets) runs inside the potential's
-``node_energies`` and is sync-free, so it is part of the captured graph: each replay redoes
-it on the device in a few small kernels, and nothing is rebuilt on the host while the Verlet
-list is reused (nor when it is rebuilt, as long as the counts fit the layout).
+Per step. ``build_graph`` (sender sort, CSR offsets; the receiver sort too unless the edges
+come receiver-sorted, ``dst_sorted``) runs in ``energy_forces_virial`` and is sync-free, so it
+is part of the captured graph: each replay redoes it on the device in a few small kernels
+(the cutoff filter of a Verlet list changes the edge set from step to step), and nothing is
+rebuilt on the host while the counts fit the layout.
 """
 from __future__ import annotations
 
@@ -77,8 +79,10 @@ class PaddedGraph:
     def __init__(self, layout: Layout, pad_length: float, dtype: torch.dtype, device: torch.device):
         n, n_cap, e_cap = layout.num_nodes, layout.node_capacity, layout.edge_capacity
         self.layout = layout
-        # edge slot s, when padding, is a self-loop on padding node n + s mod (n_cap - n)
-        self._pad_node = torch.arange(e_cap, dtype=torch.int64, device=device) % (n_cap - n) + n
+        # edge slot s >= min_edges, when padding, is a self-loop on padding node
+        # n + (s - min_edges) * (n_cap - n) // (e_cap - min_edges): non-decreasing in s, even spread
+        slots = (torch.arange(e_cap, dtype=torch.int64, device=device) - layout.min_edges).clamp(min=0)
+        self._pad_node = n + slots * (n_cap - n) // max(e_cap - layout.min_edges, 1)
         self._pad_vec = torch.zeros((e_cap, 3), dtype=dtype, device=device)
         self._pad_vec[:, 0] = pad_length
         self.species = torch.zeros(n_cap, dtype=torch.int64, device=device)
@@ -103,18 +107,21 @@ class PaddedGraph:
             self.vec[e:self._loaded].copy_(self._pad_vec[e:self._loaded])
         self._loaded = e
 
-    def step(self, potential: torch.nn.Module) -> Dict[str, torch.Tensor]:
-        """Energy, node energies and forces of the real nodes, and the virial (detached)."""
+    def step(self, potential: torch.nn.Module, dst_sorted: bool = False) -> Dict[str, torch.Tensor]:
+        """Energy, node energies and forces of the real nodes, and the virial (detached).
+        ``dst_sorted``: the loaded edges are sorted by receiver."""
         n = self.layout.num_nodes
         with torch.enable_grad():
-            out = energy_forces_virial(potential, self.species, self.vec, self.src, self.dst, num_local=n)
+            out = energy_forces_virial(potential, self.species, self.vec, self.src, self.dst, num_local=n,
+                                       dst_sorted=dst_sorted)
         return {"energy": out["energy"].detach(), "node_energies": out["node_energies"].detach(),
                 "forces": out["forces"][:n].detach(), "virial": out["virial"].detach()}
 
 
 def padded_step(potential: torch.nn.Module, species: torch.Tensor, edge_vec: torch.Tensor,
                 edge_src: torch.Tensor, edge_dst: torch.Tensor, layout: Optional[Layout] = None,
-                dtype: Optional[torch.dtype] = None, pad_length: Optional[float] = None) -> Dict[str, torch.Tensor]:
+                dtype: Optional[torch.dtype] = None, pad_length: Optional[float] = None,
+                dst_sorted: bool = False) -> Dict[str, torch.Tensor]:
     """The step on padded inputs, uncaptured (the reference a graph replay must equal bitwise).
     ``layout`` defaults to ``Layout.for_graph``, ``dtype`` to ``edge_vec``'s, ``pad_length``
     (of the padding edge vectors) to the cutoff."""
@@ -123,7 +130,7 @@ def padded_step(potential: torch.nn.Module, species: torch.Tensor, edge_vec: tor
     length = float(potential.cutoff) if pad_length is None else float(pad_length)
     padded = PaddedGraph(layout, length, dtype or edge_vec.dtype, edge_vec.device)
     padded.load(species, edge_vec, edge_src, edge_dst)
-    return padded.step(potential)
+    return padded.step(potential, dst_sorted)
 
 
 class GraphedStep:
@@ -139,10 +146,15 @@ class GraphedStep:
     dtype: compute dtype of the edge vectors (default: the first floating parameter or buffer of
     the potential); inputs are cast while copied into the buffers. The potential's parameters
     should not require grad (a frozen model), else every step also accumulates their gradients.
+    dst_sorted: every call's edges come sorted by receiver (md_accel's neighbour lists).
+    max_edges: graphs with more edges run ``"plain"`` (large steps are GPU-bound; padding costs).
     """
 
+    AUTO_MAX_EDGES = 300_000  # ~6k atoms at 50 neighbours: well past where launches dominate
+
     def __init__(self, potential: torch.nn.Module, mode: str = "graph", growth: float = GROWTH,
-                 warmup: int = 2, dtype: Optional[torch.dtype] = None):
+                 warmup: int = 2, dtype: Optional[torch.dtype] = None, dst_sorted: bool = False,
+                 max_edges: Optional[int] = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if growth <= 1:
@@ -151,6 +163,8 @@ class GraphedStep:
         self.mode = mode
         self.growth = float(growth)
         self.warmup = int(warmup)
+        self.dst_sorted = bool(dst_sorted)
+        self.max_edges = max_edges
         self.dtype = dtype or next((t.dtype for t in potential.state_dict().values() if t.is_floating_point()),
                                    torch.float64)
         self.layout: Optional[Layout] = None
@@ -163,8 +177,11 @@ class GraphedStep:
     def __call__(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
                  edge_dst: torch.Tensor) -> Dict[str, torch.Tensor]:
         mode = self.mode if edge_vec.is_cuda or self.mode != "graph" else "plain"
+        if self.max_edges is not None and edge_src.shape[0] > self.max_edges:
+            mode = "plain"
         if mode == "plain":
-            out = energy_forces_virial(self.potential, species, edge_vec.detach().to(self.dtype), edge_src, edge_dst)
+            out = energy_forces_virial(self.potential, species, edge_vec.detach().to(self.dtype), edge_src, edge_dst,
+                                       dst_sorted=self.dst_sorted)
             return {k: out[k].detach() for k in ("energy", "node_energies", "forces", "virial")}
         n, e = int(species.shape[0]), int(edge_src.shape[0])
         new_layout = self.layout is None or not self.layout.fits(n, e) or self._padded is None \
@@ -176,7 +193,7 @@ class GraphedStep:
         assert self._padded is not None
         self._padded.load(species, edge_vec.detach(), edge_src, edge_dst)
         if mode == "padded":
-            return self._padded.step(self.potential)
+            return self._padded.step(self.potential, self.dst_sorted)
         if self._graph is None:
             try:
                 self._capture()
@@ -205,11 +222,11 @@ class GraphedStep:
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(self.warmup):
-                    padded.step(self.potential)
+                    padded.step(self.potential, self.dst_sorted)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                outputs = padded.step(self.potential)
+                outputs = padded.step(self.potential, self.dst_sorted)
         self._graph, self._outputs = graph, outputs
         self.num_captures += 1
 

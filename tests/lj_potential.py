@@ -5,11 +5,12 @@
 half of every pair energy goes to the receiver of each of the two directed edges, so with one
 species it equals ``ase.calculators.lj.LennardJones(smooth=True)``.
 """
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
 from md_accel.model import Potential, register
+from md_accel.ops import Graph
 
 # Lennard-Jones "copper": fcc a = 3.61 A is the energy minimum for these parameters.
 LJ = {"epsilon": 0.409, "sigma": 2.338, "cutoff": 5.0, "onset": 4.0}
@@ -50,7 +51,8 @@ class LennardJones(Potential):
         }
 
     def node_energies(
-        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
+        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+        graph: Optional[Graph] = None,
     ) -> torch.Tensor:
         r2 = (edge_vec * edge_vec).sum(-1)
         eps = torch.sqrt(self.epsilon[species[edge_src]] * self.epsilon[species[edge_dst]]).to(edge_vec.dtype)

@@ -13,12 +13,12 @@ is ``-edge_vec`` in md_accel's convention. Per layer (``.notes/mace_math.md``)::
 Node energy: ``E0[species] + scale * (sum_layers readout_k(h_k) + zbl) + shift``. The spec is
 JSON; learned values (weights, coupling tensors, E0, scale/shift, radii) live in the state dict.
 """
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
 from ..o3 import Irreps, SphericalHarmonics
-from ..ops import SymmetricContraction, TensorProductConv
+from ..ops import Graph, SymmetricContraction, TensorProductConv, graph_order
 from . import register
 from .activations import apply_activation
 from .embedding import SpeciesEmbedding
@@ -127,12 +127,13 @@ class MACELayer(torch.nn.Module):
         self.product_linear = Linear.from_spec(spec["product_linear"])
 
     def forward(self, h: torch.Tensor, species: torch.Tensor, sh: torch.Tensor, radial: torch.Tensor,
-                env: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor) -> torch.Tensor:
+                env: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+                graph: Optional[Graph]) -> torch.Tensor:
         n = h.shape[0]
         w = self.radial_mlp(radial)
         if self.cutoff_weights:
             w = w * env.unsqueeze(-1)
-        m = self.conv(self.linear_up(h), sh, w, edge_src, edge_dst, n)
+        m = self.conv(self.linear_up(h), sh, w, edge_src, edge_dst, n, graph)
         m = self.linear(m)
         if len(self.density_fn) > 0:
             for fn in self.density_fn:
@@ -207,21 +208,59 @@ class MACE(Potential):
         return dict(self._spec, type="mace")
 
     def node_energies(
-        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
+        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+        graph: Optional[Graph] = None,
     ) -> torch.Tensor:
+        edge_vec, edge_src, edge_dst, graph = graph_order(edge_vec, edge_src, edge_dst, species.shape[0], graph)
+        edge_feats = self.edge_features(species, edge_vec, edge_src, edge_dst)
+        h = self.embed(species)
+        feats: List[torch.Tensor] = []
+        for k in range(self.num_layers):
+            h = self.interaction(k, h, species, edge_feats, edge_src, edge_dst, graph)
+            feats.append(h)
+        return self.readout_energies(species, feats, edge_feats, edge_src, edge_dst)
+
+    # -- the layered interface (see Potential) -----------------------------------------------
+    @torch.jit.export
+    def feature_dims(self) -> List[int]:
+        dims = [self.embedding.dim]
+        for layer in self.layers:
+            dims.append(layer.product_linear.dim_out)
+        return dims
+
+    @torch.jit.export
+    def edge_features(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
+                      edge_dst: torch.Tensor) -> List[torch.Tensor]:
+        """``[r, sh, radial, envelope]``."""
         r = torch.linalg.norm(edge_vec, dim=-1)
         radial, env = self.radial(r, species, edge_src, edge_dst)
         if self.apply_cutoff:
             radial = radial * env.unsqueeze(-1)
         sh = self.sh(-edge_vec)  # mace's edge vector points from sender to receiver
-        h = self.embedding(species)
-        feats: List[torch.Tensor] = []
-        for layer in self.layers:
-            h = layer(h, species, sh, radial, env, edge_src, edge_dst)
-            feats.append(h)
-        e = torch.zeros(species.shape[0], dtype=edge_vec.dtype, device=edge_vec.device)
+        return [r, sh, radial, env]
+
+    @torch.jit.export
+    def embed(self, species: torch.Tensor) -> torch.Tensor:
+        return self.embedding(species)
+
+    @torch.jit.export
+    def interaction(self, k: int, h: torch.Tensor, species: torch.Tensor, edge_feats: List[torch.Tensor],
+                    edge_src: torch.Tensor, edge_dst: torch.Tensor, graph: Optional[Graph] = None) -> torch.Tensor:
+        if k < 0 or k >= self.num_layers:
+            raise ValueError("interaction: no such layer")
+        out = h
+        for i, layer in enumerate(self.layers):  # TorchScript indexes a ModuleList by constants only
+            if i == k:
+                out = layer(h, species, edge_feats[1], edge_feats[2], edge_feats[3], edge_src, edge_dst, graph)
+        return out
+
+    @torch.jit.export
+    def readout_energies(self, species: torch.Tensor, features: List[torch.Tensor], edge_feats: List[torch.Tensor],
+                         edge_src: torch.Tensor, edge_dst: torch.Tensor) -> torch.Tensor:
+        """``E0 + scale * (sum of the readouts of the layers they read + ZBL) + shift``."""
+        e = torch.zeros(species.shape[0], dtype=edge_feats[0].dtype, device=edge_feats[0].device)
         for readout in self.readouts:
-            e = e + readout(feats[readout.layer])
+            e = e + readout(features[readout.layer])
         for zbl in self.zbl:
-            e = e + zbl(species, r, edge_src, edge_dst)
+            e = e + zbl(species, edge_feats[0], edge_src, edge_dst)
         return self.e0.index_select(0, species) + self.scale * e + self.shift

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Union
 import torch
 
 from ..o3 import Irreps, SphericalHarmonics
-from ..ops import Graph, TensorProductConv, build_graph
+from ..ops import Graph, TensorProductConv, graph_order
 from . import register
 from .embedding import ScaleShift, SpeciesEmbedding
 from .gate import Gate
@@ -152,22 +152,62 @@ class NequIPLike(Potential):
         return dict(self._spec, type="nequip_like")
 
     def node_energies(
-        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
+        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+        graph: Optional[Graph] = None,
     ) -> torch.Tensor:
-        graph: Optional[Graph] = None
-        if edge_vec.is_cuda:
-            # one receiver-sorted graph for every layer (the fused kernels need it)
-            graph = build_graph(edge_src, edge_dst, species.shape[0])
-            edge_vec = edge_vec.index_select(0, graph.perm)
-            edge_src, edge_dst = graph.src, graph.dst
+        edge_vec, edge_src, edge_dst, graph = graph_order(edge_vec, edge_src, edge_dst, species.shape[0], graph)
+        edge_feats = self.edge_features(species, edge_vec, edge_src, edge_dst)
+        x = self.embed(species)
+        features: List[torch.Tensor] = []
+        for k in range(self.num_layers):
+            x = self.interaction(k, x, species, edge_feats, edge_src, edge_dst, graph)
+            features.append(x)
+        return self.readout_energies(species, features, edge_feats, edge_src, edge_dst)
+
+    # -- the layered interface (see Potential) -----------------------------------------------
+    @torch.jit.export
+    def feature_dims(self) -> List[int]:
+        dims = [self.embedding.dim]
+        for layer in self.layers:
+            gate = layer.gate
+            dim = 0
+            for mul in gate.scalar_blocks:
+                dim += mul
+            for mul, ir_dim in zip(gate.gated_muls, gate.gated_dims):
+                dim += mul * ir_dim
+            dims.append(dim)
+        return dims
+
+    @torch.jit.export
+    def edge_features(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
+                      edge_dst: torch.Tensor) -> List[torch.Tensor]:
+        """``[r, sh, radial]``."""
         r = torch.linalg.norm(edge_vec, dim=-1)
         radial = self.radial_basis(r) * self.cutoff_fn(r).unsqueeze(-1)
         sh = self.sh(edge_vec)
-        x = self.embedding(species)
-        for layer in self.layers:
-            x = layer(x, species, sh, radial, edge_src, edge_dst, graph)
-        e = self.readout(x).squeeze(-1)
+        return [r, sh, radial]
+
+    @torch.jit.export
+    def embed(self, species: torch.Tensor) -> torch.Tensor:
+        return self.embedding(species)
+
+    @torch.jit.export
+    def interaction(self, k: int, h: torch.Tensor, species: torch.Tensor, edge_feats: List[torch.Tensor],
+                    edge_src: torch.Tensor, edge_dst: torch.Tensor, graph: Optional[Graph] = None) -> torch.Tensor:
+        if k < 0 or k >= self.num_layers:
+            raise ValueError("interaction: no such layer")
+        out = h
+        for i, layer in enumerate(self.layers):  # TorchScript indexes a ModuleList by constants only
+            if i == k:
+                out = layer(h, species, edge_feats[1], edge_feats[2], edge_src, edge_dst, graph)
+        return out
+
+    @torch.jit.export
+    def readout_energies(self, species: torch.Tensor, features: List[torch.Tensor], edge_feats: List[torch.Tensor],
+                         edge_src: torch.Tensor, edge_dst: torch.Tensor) -> torch.Tensor:
+        """Readout of the last layer's features, per-species scale/shift, pair terms (ZBL)."""
+        e = self.readout(features[-1]).squeeze(-1)
         e = self.scale_shift(e, species)
         for pair in self.pair:
-            e = e + pair(species, r, edge_src, edge_dst)
+            e = e + pair(species, edge_feats[0], edge_src, edge_dst)
         return e

@@ -10,24 +10,59 @@ from typing import Dict, List, Optional
 
 import torch
 
+from ..ops import Graph, build_graph
+
 
 class Potential(torch.nn.Module):
     """Base class. Subclasses set ``elements``, ``cutoff``, ``num_layers`` and implement
-    ``node_energies`` (TorchScript-compatible) and ``spec``."""
+    ``node_energies`` (TorchScript-compatible) and ``spec``.
+
+    Layered interface (optional; LAMMPS' ``comm layer`` mode needs it). A message-passing
+    potential that exports these methods (``@torch.jit.export``) can be evaluated one layer at
+    a time, with the caller replacing some rows of the features between layers (a LAMMPS rank
+    overwrites its ghost atoms' rows with their owners' rows):
+
+    * ``feature_dims() -> List[int]``: widths of ``h_0`` and of every layer's output
+      ``h_1 .. h_L`` (``L = num_layers``).
+    * ``edge_features(species, edge_vec, edge_src, edge_dst) -> List[Tensor]``: per-edge
+      tensors (first dimension E) that the layers and the readout read; each depends only on
+      its edge's vector and the species of its two ends.
+    * ``embed(species) -> h_0`` ``[N, feature_dims()[0]]``, row by row.
+    * ``interaction(k, h_k, species, edge_feats, edge_src, edge_dst, graph) -> h_{k+1}`` for
+      ``k = 0 .. L-1``: row ``i`` is exact when every edge into ``i`` is present and ``h_k`` is
+      exact on ``i`` and on the senders of those edges (rows of other nodes may hold anything).
+    * ``readout_energies(species, [h_1 .. h_L], edge_feats, edge_src, edge_dst) -> [N]``: node
+      energies; row ``i`` reads only row ``i`` of each ``h_k`` and the edges into ``i``.
+
+    ``node_energies`` must equal ``readout_energies`` applied to the features that ``embed``
+    and ``interaction`` give on the full graph (the implementations compute it that way).
+    ``graph`` is ``receiver_graph``'s result for the same edges (``None`` on the CPU)."""
 
     elements: List[str]
     cutoff: float
     num_layers: int
 
     def node_energies(
-        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
+        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+        graph: Optional[Graph] = None,
     ) -> torch.Tensor:
+        """``graph``: the receiver-sorted graph of these edges, which are then in its order
+        (``energy_forces_virial`` builds it once for all layers); ``None``: the potential
+        orders the edges itself where its kernels need it (``ops.graph_order``)."""
         raise NotImplementedError
 
     def forward(
         self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor
     ) -> torch.Tensor:
         return self.node_energies(species, edge_vec, edge_src, edge_dst)
+
+    @torch.jit.export
+    def receiver_graph(self, edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int) -> Optional[Graph]:
+        """The graph the layered methods take for edges already sorted by receiver: built on
+        CUDA (where the kernels need it), ``None`` on the CPU."""
+        if edge_src.is_cuda:
+            return build_graph(edge_src, edge_dst, num_nodes, True)
+        return None
 
     def spec(self) -> Dict:
         """JSON-able description that, with the state dict, rebuilds this module."""
@@ -47,33 +82,41 @@ def energy_forces_virial(
     edge_dst: torch.Tensor,
     num_local: Optional[int] = None,
     create_graph: bool = False,
+    dst_sorted: bool = False,
 ) -> Dict[str, torch.Tensor]:
     """Energies of the first ``num_local`` nodes (all by default), forces on every node and the
-    virial ``W = -sum_e vec_e (x) dE/dvec_e`` (3x3; stress = -W / V)."""
+    virial ``W = -sum_e vec_e (x) dE/dvec_e`` (3x3; stress = -W / V).
+
+    On CUDA the receiver-sorted graph is built once here and serves every layer and the force
+    sums; ``dst_sorted=True`` (edges already ordered by receiver, as md_accel's neighbour lists
+    give them) skips the receiver sort, leaving one sort per call.
+    """
     n = species.shape[0]
     if not edge_vec.requires_grad:
         edge_vec = edge_vec.detach().requires_grad_(True)
-    node_e = potential.node_energies(species, edge_vec, edge_src, edge_dst)
+    graph: Optional[Graph] = None
+    vec, src, dst = edge_vec, edge_src, edge_dst
+    if edge_vec.is_cuda:
+        graph = build_graph(edge_src, edge_dst, n, dst_sorted)
+        if not dst_sorted:
+            vec = edge_vec.index_select(0, graph.perm)
+        src, dst = graph.src, graph.dst
+    node_e = potential.node_energies(species, vec, src, dst, graph)
     local_e = node_e if num_local is None else node_e[:num_local]
     energy = local_e.sum()
-    if edge_vec.shape[0] > 0:
-        (g,) = torch.autograd.grad(energy, edge_vec, create_graph=create_graph, allow_unused=True)
-        if g is None:
-            g = torch.zeros_like(edge_vec)
-    else:
-        g = torch.zeros_like(edge_vec)
-    forces = _edge_sum_to_nodes(g, edge_dst, n, create_graph) - _edge_sum_to_nodes(g, edge_src, n, create_graph)
-    virial = -(edge_vec.unsqueeze(-1) * g.unsqueeze(-2)).sum(0)
-    return {"energy": energy, "node_energies": local_e, "forces": forces, "virial": virial, "edge_grad": g}
-
-
-def _edge_sum_to_nodes(values: torch.Tensor, index: torch.Tensor, n: int, create_graph: bool) -> torch.Tensor:
-    """``out[i] = sum_{e: index[e] = i} values[e]``. On CUDA a sorted segmented reduction, so
-    forces are bit-reproducible (``index_add`` uses float atomics there); ``index_add`` where the
-    result must stay differentiable (Hessians) or on the CPU, where it is deterministic anyway."""
-    if not values.is_cuda or create_graph:
-        return torch.zeros((n, values.shape[1]), dtype=values.dtype, device=values.device).index_add(0, index, values)
-    order = torch.argsort(index, stable=True)
-    offsets = torch.searchsorted(index.index_select(0, order),
-                                 torch.arange(n + 1, dtype=index.dtype, device=index.device))
-    return torch.segment_reduce(values.index_select(0, order), "sum", offsets=offsets, axis=0, unsafe=True)
+    g: Optional[torch.Tensor] = None
+    if vec.shape[0] > 0:
+        (g,) = torch.autograd.grad(energy, vec, create_graph=create_graph, allow_unused=True)
+    if g is None:
+        g = torch.zeros_like(vec)
+    if graph is not None and not create_graph:
+        # segmented sums in a fixed order: bit-reproducible (index_add uses float atomics on CUDA)
+        into_dst = torch.segment_reduce(g, "sum", offsets=graph.dst_ptr, axis=0, unsafe=True)
+        from_src = torch.segment_reduce(g.index_select(0, graph.src_perm), "sum", offsets=graph.src_ptr,
+                                        axis=0, unsafe=True)
+        forces = into_dst - from_src
+    else:  # the CPU (deterministic anyway), or a result that must stay differentiable (Hessians)
+        zeros = torch.zeros((n, 3), dtype=g.dtype, device=g.device)
+        forces = zeros.index_add(0, dst, g) - zeros.index_add(0, src, g)
+    virial = -(vec.unsqueeze(-1) * g.unsqueeze(-2)).sum(0)
+    return {"energy": energy, "node_energies": local_e, "forces": forces, "virial": virial}

@@ -2,7 +2,7 @@
 CUDA kernels behind the same torch custom ops (``torch.ops.md_accel.*``)."""
 from ..o3.spherical_harmonics import SphericalHarmonics, spherical_harmonics
 from . import _custom_ops
-from .tp_conv import Graph, TensorProductConv, build_graph
+from .tp_conv import Graph, TensorProductConv, build_graph, graph_order
 from .symmetric_contraction import SymmetricContraction
 from .tp_problem import Instruction, TPProblem
 
@@ -18,5 +18,5 @@ def _load_cpp_library() -> bool:
 
 _custom_ops.register(cpp_library_loaded=_load_cpp_library())
 
-__all__ = ["SphericalHarmonics", "spherical_harmonics", "TensorProductConv", "Graph", "build_graph",
+__all__ = ["SphericalHarmonics", "spherical_harmonics", "TensorProductConv", "Graph", "build_graph", "graph_order",
            "TPProblem", "Instruction", "SymmetricContraction"]

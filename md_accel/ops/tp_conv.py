@@ -2,7 +2,7 @@
 the sum over neighbours; e3nn semantics (see docs/architecture.md)."""
 
 import warnings
-from typing import List, NamedTuple, Optional, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -25,22 +25,39 @@ class Graph(NamedTuple):
     perm: torch.Tensor
 
 
-def build_graph(edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int) -> Graph:
+def build_graph(edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int, dst_sorted: bool = False) -> Graph:
     """Sort edges by receiver (stable) and precompute segment offsets for both directions.
 
+    ``dst_sorted``: the caller guarantees ``edge_dst`` is non-decreasing (md_accel's neighbour
+    lists and the padded CUDA-graph buffers are), so only the by-sender order is sorted.
     Only sorts and binary searches: no host synchronisation, so it can sit inside a captured
     CUDA graph and costs a few small kernels per neighbour list.
     """
     edge_src = edge_src.to(torch.int64)
     edge_dst = edge_dst.to(torch.int64)
-    perm = torch.argsort(edge_dst, stable=True)
-    src = edge_src.index_select(0, perm)
-    dst = edge_dst.index_select(0, perm)
+    if dst_sorted:
+        perm = torch.arange(edge_dst.shape[0], dtype=torch.int64, device=edge_dst.device)
+        src, dst = edge_src, edge_dst
+    else:
+        perm = torch.argsort(edge_dst, stable=True)
+        src = edge_src.index_select(0, perm)
+        dst = edge_dst.index_select(0, perm)
     nodes = torch.arange(num_nodes + 1, dtype=torch.int64, device=dst.device)
     dst_ptr = torch.searchsorted(dst, nodes)
     src_perm = torch.argsort(src, stable=True)
     src_ptr = torch.searchsorted(src.index_select(0, src_perm), nodes)
     return Graph(src, dst, dst_ptr, src_perm, src_ptr, perm)
+
+
+def graph_order(edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int,
+                graph: Optional[Graph]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[Graph]]:
+    """``(edge_vec, edge_src, edge_dst, graph)`` in the receiver-sorted order the CUDA kernels
+    need: as given when ``graph`` is (the edges are then already in its order), else on CUDA a
+    new graph and the edges permuted into it; on the CPU unchanged with no graph."""
+    if graph is None and edge_vec.is_cuda:
+        graph = build_graph(edge_src, edge_dst, num_nodes)
+        return edge_vec.index_select(0, graph.perm), graph.src, graph.dst, graph
+    return edge_vec, edge_src, edge_dst, graph
 
 
 _SPECIALISE_WARNED = []

@@ -11,12 +11,14 @@ without the converters, plus a Python reference evaluation and a LAMMPS data-fil
 import json
 import math
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import torch
 from ase.build import bulk
 from ase.neighborlist import neighbor_list
+
+from md_accel.ops import Graph
 
 
 class PairLJ(torch.nn.Module):
@@ -37,7 +39,7 @@ class PairLJ(torch.nn.Module):
 
     @torch.jit.export
     def node_energies(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
-                      edge_dst: torch.Tensor) -> torch.Tensor:
+                      edge_dst: torch.Tensor, graph: Optional[Graph] = None) -> torch.Tensor:
         r = torch.linalg.norm(edge_vec, dim=1)
         si, sj = species[edge_dst], species[edge_src]
         sr6 = (self.sigma[si, sj] / r) ** 6
@@ -78,7 +80,7 @@ class MessagePassingToy(torch.nn.Module):
 
     @torch.jit.export
     def node_energies(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
-                      edge_dst: torch.Tensor) -> torch.Tensor:
+                      edge_dst: torch.Tensor, graph: Optional[Graph] = None) -> torch.Tensor:
         r = torch.linalg.norm(edge_vec, dim=1)
         fc = 0.5 * (torch.cos(math.pi * (r / self.cutoff).clamp(max=1.0)) + 1.0)
         h = self.embed[species]
