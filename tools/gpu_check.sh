@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (repo copied there, no install): JIT-build md_accel's CUDA library into
 # .gpu/build, run the GPU tests, then each benchmark script given as an argument.
-# Usage: tools/gpu_check.sh [benchmarks/kernels.py ...]
+# Usage: tools/gpu_check.sh ["benchmarks/kernels.py --args" ...]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -32,14 +32,15 @@ else
 fi
 
 t0=$SECONDS
-"$PYTHON" -m pytest tests/gpu -x -q -rs 2>&1 | tee "$ROOT/.gpu/logs/pytest.log"
+"$PYTHON" -m pytest ${GPU_TESTS:-tests/gpu} --maxfail=20 -q -rs 2>&1 | tee "$ROOT/.gpu/logs/pytest.log"
 rc=${PIPESTATUS[0]}
 summary+=("pytest tests/gpu: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$ROOT/.gpu/logs/pytest.log")")
 
-for bench in "$@"; do
+for bench in "$@"; do  # each argument: a script and its arguments, e.g. "benchmarks/x.py --out DIR"
   t0=$SECONDS
-  log="$ROOT/.gpu/logs/$(basename "$bench" .py).log"
-  "$PYTHON" "$bench" 2>&1 | tee "$log"
+  read -ra words <<<"$bench"
+  log="$ROOT/.gpu/logs/$(basename "${words[0]}" .py).log"
+  "$PYTHON" "${words[@]}" 2>&1 | tee "$log"
   summary+=("$bench: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s), log $log")
 done
 
