@@ -1,13 +1,19 @@
 """ASE molecular dynamics throughput: md_accel's Calculator against the source libraries' own
-ASE calculators (SevenNetCalculator with its fastest switches, MACECalculator), neighbour
-lists included — what a user of an ASE MD script sees.
+ASE calculators (SevenNetCalculator with its fastest switches, MACECalculator, nequip's
+NequIPCalculator with its accelerating model modifiers), neighbour lists included — what a
+user of an ASE MD script sees.
 
 A run = ``--steps`` velocity-Verlet steps (1 fs, fcc Cu at 300 K) after ``--warmup`` steps;
 reported: ms/step (wall clock), atom-steps/s, ns/day and peak GPU memory. Every calculator runs
 in try/except; a failure or OOM is recorded and the run goes on.
 
     python benchmarks/ase_md.py [--calcs md_accel:sevennet-l3i5,sevenn:oeq,...] [--sizes 864,4000]
-        [--mdx FILE.mdx ...] [--mace-model FILE.model] [--steps 20] [--budget S] [--out DIR]
+        [--mdx FILE.mdx ...] [--mace-model FILE.model] [--nequip-model FILE.ckpt] [--steps 20]
+        [--budget S] [--out DIR]
+
+NequIP rows: ``md_accel:nequip`` (``--nequip-model`` converted by md_accel) and
+``nequip:e3nn|oeq|cueq`` (nequip_peer.calculator: the same file, eager, in ``--dtype``, with
+nequip's default neighbour list, matscipy, or ``--nequip-nl``).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import nequip_peer  # noqa: E402
 
 DEFAULT_CALCS = "md_accel:sevennet-l3i5,sevenn:oeq,sevenn:cueq,sevenn:e3nn"
 SEVENN_NAMES = {"sevennet-l3i5": "7net-l3i5", "sevennet-0": "7net-0"}
@@ -45,9 +52,11 @@ def _make_calc(name: str, args) -> Callable[[], object]:
         if variant.endswith(".mdx"):
             return lambda: md_accel.Calculator(variant, device="cuda")
         os.makedirs(args.out, exist_ok=True)
-        path = os.path.join(args.out, f"{variant}-{args.dtype}.mdx")
+        source = args.nequip_model if variant == "nequip" else variant
+        stem = nequip_peer.model_name(source) if variant == "nequip" else variant
+        path = os.path.join(args.out, f"{stem}-{args.dtype}.mdx")
         if not os.path.exists(path):
-            md_accel.convert(variant, path, dtype=args.dtype)
+            md_accel.convert(source, path, dtype=args.dtype)
         return lambda: md_accel.Calculator(path, device="cuda")
     if family == "sevenn":
         from sevenn.calculator import SevenNetCalculator
@@ -64,6 +73,9 @@ def _make_calc(name: str, args) -> Callable[[], object]:
         flags = {"e3nn": {}, "cueq": {"enable_cueq": True}, "oeq": {"enable_oeq": True}}[variant]
         return lambda: MACECalculator(model_paths=args.mace_model, device="cuda", default_dtype=args.dtype,
                                       **flags)
+    if family == "nequip":
+        dtype = getattr(torch, args.dtype)
+        return lambda: nequip_peer.calculator(args.nequip_model, variant, dtype, "cuda", args.nequip_nl)
     raise ValueError(f"unknown calculator {name!r}")
 
 
@@ -94,6 +106,9 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--sevenn-model", default="sevennet-l3i5")
     ap.add_argument("--mace-model", default=None)
+    ap.add_argument("--nequip-model", default=nequip_peer.DEFAULT_MODEL,
+                    help="nequip .ckpt (or .nequip.zip: e3nn only) for nequip:* and md_accel:nequip")
+    ap.add_argument("--nequip-nl", default="matscipy", help="neighbour list of nequip's calculator")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--budget", type=float, default=0)

@@ -249,7 +249,7 @@ def environment(device) -> Dict:
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32 if dev.type == "cuda" else None,
     }
     for pkg in ("e3nn", "cuequivariance", "cuequivariance_torch", "cuequivariance_ops_torch_cu13",
-                "openequivariance", "mace-torch", "sevenn", "vesin", "md_accel"):
+                "openequivariance", "mace-torch", "sevenn", "nequip", "vesin", "md_accel"):
         env[pkg] = _version(pkg)
     return env
 

@@ -1,6 +1,8 @@
 """Energy + forces per MD step of whole models on fcc copper: md_accel potentials vs SevenNet
-(e3nn / cuEquivariance / OpenEquivariance / FlashTP backends) and mace-torch (e3nn /
-cuEquivariance / OpenEquivariance) with an MP-0-medium-shaped model.
+(e3nn / cuEquivariance / OpenEquivariance / FlashTP backends), mace-torch (e3nn /
+cuEquivariance / OpenEquivariance) with an MP-0-medium-shaped model, and nequip (e3nn /
+OpenEquivariance / cuEquivariance through its model modifiers) with a NequIP model file that
+md_accel converts too (``--nequip-model``, default the copper test model l3).
 
 The neighbour list is built once per size (CPU) and excluded from the timing; every backend
 gets the same edges in its own convention. A step = the model's forward and the autograd
@@ -11,7 +13,11 @@ inside try/except; at the smallest size energies and forces are cross-checked wi
 
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
         [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
-        [--mace-model FILE.model] [--sevenn-checkpoint SevenNet_l3i5] [--repeats 20] [--budget S]
+        [--mace-model FILE.model] [--sevenn-checkpoint SevenNet_l3i5] [--nequip-model FILE.ckpt]
+        [--repeats 20] [--budget S]
+
+nequip computes the stress too (its ForceStressOutput always does when a cell is given); its
+inputs are float64 positions/cell/shifts (nequip's convention), its model runs in ``--dtype``.
 """
 from __future__ import annotations
 
@@ -29,10 +35,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import nequip_peer  # noqa: E402
 
 # run order: md_accel and the fastest peer first, so a time budget cuts the least informative
 DEFAULT_BACKENDS = ("md_accel:sevennet-l3i5,sevenn:cueq,sevenn:oeq,sevenn:e3nn,sevenn:flash,"
-                    "md_accel:mace,mace:cueq,mace:oeq,mace:e3nn")
+                    "md_accel:mace,mace:cueq,mace:oeq,mace:e3nn,"
+                    "md_accel:nequip,nequip:oeq,nequip:cueq,nequip:e3nn")
 MACE_CUTOFF = 6.0
 
 Step = Callable[[], Tuple[torch.Tensor, torch.Tensor]]  # -> (energy, forces [N, 3])
@@ -78,7 +86,8 @@ def sevenn_checkpoint(name: str) -> str:
 
 class MdAccel(Backend):
     """An md_accel potential: an ``.mdx`` file (md_accel.io.load), or converted on the fly
-    from SevenNet (md_accel.convert.sevenn) or MACE (md_accel.convert.mace, when present)."""
+    from SevenNet (md_accel.convert.sevenn), MACE (md_accel.convert.mace) or the
+    ``--nequip-model`` file (md_accel.convert.nequip)."""
 
     def __init__(self, what: str, args):
         self.what, self.args = what, args
@@ -87,6 +96,8 @@ class MdAccel(Backend):
             self.model = os.path.basename(what)
         elif what == "mace":
             self.model, self.cutoff = "mace_medium", MACE_CUTOFF
+        elif what == "nequip":
+            self.model = nequip_peer.model_name(args.nequip_model)
         else:
             self.model = what.replace("-", "_").lower()
 
@@ -103,6 +114,10 @@ class MdAccel(Backend):
             mod = importlib.import_module("md_accel.convert.mace")
             convert = getattr(mod, "convert_mace")
             pot = convert(mace_model(self.args, dtype, "cpu"), dtype=dtype)
+        elif self.what == "nequip":
+            from md_accel.convert.nequip import convert_nequip
+
+            pot = convert_nequip(self.args.nequip_model, dtype=dtype)
         else:
             from md_accel.convert.sevenn import convert_sevenn
 
@@ -252,6 +267,33 @@ class Mace(Backend):
         return run
 
 
+class NequIP(Backend):
+    """nequip's own model from ``--nequip-model`` (nequip_peer.load: eager, in ``--dtype``,
+    with the variant's model modifier)."""
+
+    def __init__(self, variant: str, args):
+        if variant not in nequip_peer.VARIANTS:
+            raise ValueError(f"unknown nequip variant {variant!r} ({', '.join(nequip_peer.VARIANTS)})")
+        self.variant, self.args = variant, args
+        self.name = f"nequip:{variant}"
+        self.model = nequip_peer.model_name(args.nequip_model)
+
+    def load(self, dtype, device):
+        model = nequip_peer.load(self.args.nequip_model, self.variant, dtype, device)
+        self.net = model.to(device)
+        self.cutoff = float(model.metadata["r_max"])
+        self.device = device
+
+    def step(self, g):
+        base = nequip_peer.graph_input(self.net, g, self.device)
+
+        def run():
+            out = self.net(dict(base))
+            return out["total_energy"], out["forces"]
+
+        return run
+
+
 def make_backend(spec: str, args) -> Backend:
     family, _, variant = spec.partition(":")
     if family == "md_accel":
@@ -260,7 +302,9 @@ def make_backend(spec: str, args) -> Backend:
         return SevenNet(variant, args)
     if family == "mace":
         return Mace(variant, args)
-    raise ValueError(f"unknown backend {spec!r} (md_accel:WHAT, sevenn:VARIANT, mace:VARIANT)")
+    if family == "nequip":
+        return NequIP(variant, args)
+    raise ValueError(f"unknown backend {spec!r} (md_accel:WHAT, sevenn:VARIANT, mace:VARIANT, nequip:VARIANT)")
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -354,6 +398,8 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--mace-model", default=None, help="mace .model file (default: build the medium shape)")
     ap.add_argument("--sevenn-checkpoint", default="SevenNet_l3i5")
+    ap.add_argument("--nequip-model", default=nequip_peer.DEFAULT_MODEL,
+                    help="nequip .ckpt (or .nequip.zip: e3nn only) for nequip:* and md_accel:nequip")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=20)

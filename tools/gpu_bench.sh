@@ -12,6 +12,9 @@
 #        MODEL_ARGS     extra model_step.py arguments, e.g. "--mdx models/x.mdx --backends sevenn:cueq"
 #        BENCH_SIZES    model sizes (default 864,4000,16384,32000)
 #        REPEATS        timed repeats per measurement (default 20)
+# NequIP rows only (nequip 0.19.1 + hydra-core/omegaconf/antlr4 wheels come from .peers/wheels;
+# the model file is models/nequip_cu/nequip_cu_l3.ckpt unless --nequip-model says otherwise):
+#   MODEL_ARGS="--backends md_accel:nequip,nequip:oeq,nequip:cueq,nequip:e3nn" tools/gpu_bench.sh model
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:-all}
@@ -43,7 +46,8 @@ import importlib, time, torch
 print(f"[preflight] torch {torch.__version__} cuda {torch.version.cuda} "
       f"device {torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'none'}")
 for m in ("e3nn", "cuequivariance_torch", "cuequivariance_ops_torch", "openequivariance", "sevenn",
-          "torch_geometric", "mace", "mace.tools.cg", "mace.cli.convert_e3nn_cueq", "vesin", "matplotlib"):
+          "torch_geometric", "mace", "mace.tools.cg", "mace.cli.convert_e3nn_cueq", "vesin", "matplotlib",
+          "nequip", "hydra"):
     t = time.time()
     try:
         mod = importlib.import_module(m)
