@@ -13,10 +13,17 @@ from typing import List
 CSRC = Path(__file__).resolve().parent
 LIB_NAME = "md_accel_ops"
 
-# ops.cpp: schemas + C++ autograd (device-agnostic); the rest: the CUDA implementation.
-CPU_SOURCES = ["ops.cpp"]
-CUDA_SOURCES = ["tp_conv_cuda.cpp", "tp_conv_kernels.cu"]
-HEADERS = ["tp_conv.h", "tp_spec_abi.h"]
+# ops.cpp, fused_ops.cpp: schemas + C++ autograd (device-agnostic); the rest: the CUDA implementation.
+CPU_SOURCES = ["ops.cpp", "fused_ops.cpp"]
+CPU_SOURCES += ["species_linear_ops.cpp"]
+CUDA_SOURCES = ["tp_conv_cuda.cpp", "tp_conv_fused_cuda.cpp", "tp_conv_kernels.cu"]
+CUDA_SOURCES += ["species_linear_cuda.cpp", "species_linear_kernels.cu"]
+HEADERS = ["tp_conv.h", "tp_spec_abi.h", "tp_fused_abi.h"]
+HEADERS += ["species_linear.h"]
+# symmetric contraction (sc_ops.cpp: schemas + C++ autograd)
+CPU_SOURCES += ["sc_ops.cpp"]
+CUDA_SOURCES += ["sc_cuda.cpp", "sc_kernels.cu"]
+HEADERS += ["sc_abi.h", "sc_kernels.cuh"]
 
 
 def sources(cuda: bool = True) -> List[str]:

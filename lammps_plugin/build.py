@@ -6,6 +6,12 @@ The result, ``md_accel_lammps_plugin.so``, is found by LAMMPS through
 ``LAMMPS_PLUGIN_PATH`` (files named ``*plugin.so``) or ``plugin load FILE``.
 The plugin links libtorch (rpath to torch/lib) but neither liblammps nor MPI:
 those symbols come from the LAMMPS process that loads it.
+
+With a CPU-only torch, the device-agnostic part of md_accel's op library (csrc/, the op
+schemas and their autograd) is built next to it as ``libmd_accel_ops.so``, which the plugin
+loads: converted models name those ops (their CUDA branch) and TorchScript needs the schemas to
+load them. With a CUDA torch the full library comes from ``MD_ACCEL_OPS_LIBRARY`` instead
+(tools/gpu_lammps.sh), and the CPU-only one must not be there (it would register the ops twice).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ HERE = Path(__file__).resolve().parent
 SOURCES = ("pair_md_accel.cpp", "md_accel_plugin.cpp")
 HEADERS = ("pair_md_accel.h",)
 PLUGIN_NAME = "md_accel_lammps_plugin.so"
+OPS_NAME = "libmd_accel_ops.so"   # the name the plugin looks for next to itself
+CSRC = HERE.parent / "csrc"
 DEFAULT_OUT = HERE / "build"
 
 
@@ -62,18 +70,34 @@ def torch_paths() -> tuple[list[Path], Path, list[str], int]:
     return includes, lib, libs, int(torch._C._GLIBCXX_USE_CXX11_ABI)
 
 
-def commands(out: Path, cxx: str = "g++") -> tuple[list[list[str]], list[str]]:
-    """Compile commands (one per source) and the link command."""
+def cpu_ops_sources() -> list[Path]:
+    """csrc's device-agnostic sources (schemas + autograd) when torch has no CUDA, else none."""
+    import torch
+
+    if torch.version.cuda is not None or not (CSRC / "build.py").is_file():
+        return []
+    spec = importlib.util.spec_from_file_location("_md_accel_csrc_build", CSRC / "build.py")
+    csrc_build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(csrc_build)
+    return [Path(p) for p in csrc_build.sources(cuda=False)]
+
+
+def commands(out: Path, cxx: str = "g++") -> tuple[list[list[str]], list[list[str]]]:
+    """Compile commands (one per source) and the link commands (plugin, then the CPU ops)."""
     t_inc, t_lib, t_libs, abi = torch_paths()
     includes = [HERE, lammps_include(), mpi_include(), *t_inc]
     cflags = ["-std=c++20", "-O2", "-fPIC", "-DLAMMPS_SMALLBIG", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     cflags += [f"-I{p}" for p in includes]
+    torch_link = [f"-L{t_lib}", f"-Wl,-rpath,{t_lib}", "-Wl,--no-as-needed", *(f"-l{name}" for name in t_libs)]
     objs = [out / (Path(s).stem + ".o") for s in SOURCES]
     compile_cmds = [[cxx, *cflags, "-c", str(HERE / s), "-o", str(o)] for s, o in zip(SOURCES, objs)]
-    link = [cxx, "-shared", "-o", str(out / PLUGIN_NAME), *map(str, objs),
-            f"-L{t_lib}", f"-Wl,-rpath,{t_lib}", "-Wl,--no-as-needed",
-            *(f"-l{name}" for name in t_libs)]
-    return compile_cmds, link
+    links = [[cxx, "-shared", "-o", str(out / PLUGIN_NAME), *map(str, objs), *torch_link]]
+    ops = cpu_ops_sources()
+    if ops:
+        ops_objs = [out / ("ops_" + s.stem + ".o") for s in ops]
+        compile_cmds += [[cxx, *cflags, "-c", str(s), "-o", str(o)] for s, o in zip(ops, ops_objs)]
+        links.append([cxx, "-shared", "-o", str(out / OPS_NAME), *map(str, ops_objs), *torch_link])
+    return compile_cmds, links
 
 
 def build(out: Path | str = DEFAULT_OUT, force: bool = False, verbose: bool = False,
@@ -82,13 +106,16 @@ def build(out: Path | str = DEFAULT_OUT, force: bool = False, verbose: bool = Fa
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     target = out / PLUGIN_NAME
-    compile_cmds, link = commands(out, cxx)
+    compile_cmds, links = commands(out, cxx)
     stamp = out / (PLUGIN_NAME + ".cmd")
-    recipe = "\n".join(shlex.join(c) for c in (*compile_cmds, link))
-    newest_source = max((HERE / f).stat().st_mtime for f in (*SOURCES, *HEADERS))
+    recipe = "\n".join(shlex.join(c) for c in (*compile_cmds, *links))
+    inputs = [HERE / f for f in (*SOURCES, *HEADERS)] + cpu_ops_sources()
+    newest_source = max(f.stat().st_mtime for f in inputs)
     if (not force and target.exists() and stamp.exists() and stamp.read_text() == recipe
             and target.stat().st_mtime >= newest_source):
         return target
+    if len(links) == 1 and (out / OPS_NAME).exists():
+        (out / OPS_NAME).unlink()   # a CPU-only build from an earlier torch
 
     def run(cmd: list[str]) -> None:
         if verbose:
@@ -99,7 +126,8 @@ def build(out: Path | str = DEFAULT_OUT, force: bool = False, verbose: bool = Fa
 
     with ThreadPoolExecutor(max_workers=len(compile_cmds)) as pool:
         list(pool.map(run, compile_cmds))
-    run(link)
+    for link in links:
+        run(link)
     stamp.write_text(recipe)
     return target
 

@@ -5,6 +5,36 @@
    energy of the owned atoms, edge_vec_e = x[src] - x[dst]:
      F[src] -= g_e, F[dst] += g_e   (ghost forces are reverse-communicated)
      W      -= edge_vec_e (x) g_e   (per-atom: half to each end of the edge)
+
+   comm shell: the ghost shell is num_layers x cutoff (+ skin) deep; the
+   graph holds every edge into an atom at most num_layers-1 hops from an
+   owned atom; node_energies runs on it and the owned rows are summed.
+
+   comm layer: the ghost shell is cutoff + skin deep, the graph holds the
+   edges into owned atoms only (full neighbor list; ghosts are senders).
+   Graph nodes: owned atoms (node i = atom i), then the ghost senders. With
+   the model's layered interface (md_accel/model/potential.py):
+     x_0 = embed(species) on all nodes (exact: ghosts' species are known)
+     h_{k+1} = interaction(k, x_k), exact on owned rows; for k+1 < L the
+       ghost rows are replaced by their owners' rows: owned rows that LAMMPS
+       sends (border atoms) go to a host array, forward_comm (pack/unpack_
+       forward_comm; a row travels as its raw bytes) fills its ghost rows,
+       periodic self-images included, the ghost nodes' rows go back: x_{k+1},
+       a new autograd leaf. x_L = h_L (the readout reads owned rows only).
+     E = sum over owned rows of readout_energies(x_1 .. x_L, edge features);
+       the edge features are leaves as well, shared by all layers.
+   Backward, k = L .. 1: dE/dx_k (from the readout and from layer k's
+   backward) has ghost rows for k < L; reverse_comm (pack/unpack_reverse_
+   comm) sums them into their owners, and the owned rows are the incoming
+   gradient of h_k for the backward of interaction k-1 (its ghost rows: 0).
+   The edge features' gradients, summed over layers, go through
+   edge_features' backward once: dE/d(edge_vec). Ghost features are
+   copies of their owners', so this is the exact gradient of the total
+   energy, as in comm shell. Every rank, one without atoms too, makes the
+   same L-1 forward and L-1 reverse comm calls; after every neighbor-list
+   build one forward_comm of width 1 records which owned atoms are sent.
+   recompute yes: the forward pass runs the layers without autograd; each
+   runs again (from the kept x_k) just before its backward.
 ------------------------------------------------------------------------- */
 
 #include "pair_md_accel.h"
@@ -20,6 +50,7 @@
 #include "update.h"
 #include "utils.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/cuda.h>
 
@@ -43,7 +74,9 @@ constexpr const char *OPS_NEXT_TO_PLUGIN = "libmd_accel_ops.so";
 
 // Custom torch ops must be registered before a model naming them is loaded.
 // Libraries listed (':'-separated) in MD_ACCEL_OPS_LIBRARY must load; the one
-// next to this plugin is loaded when present. Returns an error text or "".
+// next to this plugin (lammps_plugin/build.py puts the CPU part of the ops
+// there for a CPU-only torch) is loaded when present and the ops are not
+// registered yet. Returns an error text or "".
 std::string load_ops_libraries()
 {
   static bool done = false;
@@ -63,8 +96,13 @@ std::string load_ops_libraries()
     }
   }
 
+  // not when the ops are registered already (e.g. LAMMPS inside a Python process that
+  // imported md_accel): a second registration of the namespace aborts
+  bool registered =
+      c10::Dispatcher::singleton().findSchema({"md_accel::tp_conv_fwd", ""}).has_value();
   Dl_info info;
-  if (dladdr(reinterpret_cast<void *>(&load_ops_libraries), &info) && info.dli_fname) {
+  if (!registered && dladdr(reinterpret_cast<void *>(&load_ops_libraries), &info) &&
+      info.dli_fname) {
     auto candidate = std::filesystem::path(info.dli_fname).parent_path() / OPS_NEXT_TO_PLUGIN;
     if (std::filesystem::exists(candidate) && !dlopen(candidate.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
       failure = "cannot load " + candidate.string() + ": " + dlerror();
@@ -73,13 +111,45 @@ std::string load_ops_libraries()
   return failure;
 }
 
+// The layered interface (md_accel.model.potential.Potential) that comm layer calls.
+constexpr const char *LAYERED_METHODS[] = {"feature_dims", "edge_features", "embed",
+                                           "interaction", "readout_energies", "receiver_graph"};
+
+// Comm buffers are doubles; a feature row (width values of the model's dtype)
+// travels as its raw bytes in the fewest doubles that hold them (a float32
+// row of 480 values: 240 doubles), unconverted.
+int row_doubles(int64_t width, torch::Dtype dtype)
+{
+  return static_cast<int>((width * static_cast<int64_t>(c10::elementSize(dtype)) + 7) / 8);
+}
+
+template <typename T>
+void add_rows(char *rows, size_t row_bytes, int n, const int *list, const double *buf, int stride)
+{
+  const size_t width = row_bytes / sizeof(T);
+  std::vector<T> in(width);
+  for (int i = 0; i < n; i++) {
+    std::memcpy(in.data(), buf + static_cast<int64_t>(i) * stride, row_bytes);
+    T *row = reinterpret_cast<T *>(rows + static_cast<size_t>(list[i]) * row_bytes);
+    for (size_t c = 0; c < width; c++) row[c] += in[c];
+  }
+}
+
+torch::Tensor long_tensor(std::vector<int64_t> &v)
+{
+  return torch::from_blob(v.data(), {static_cast<int64_t>(v.size())},
+                          torch::TensorOptions().dtype(torch::kInt64));
+}
+
 }    // namespace
 
 /* ---------------------------------------------------------------------- */
 
 PairMDAccel::PairMDAccel(LAMMPS *lmp) :
-    Pair(lmp), device_choice(DEVICE_AUTO), device(torch::kCPU), dtype(torch::kFloat64),
-    model_loaded(false), cutoff(0.0), num_layers(0)
+    Pair(lmp), device_choice(DEVICE_AUTO), comm_choice(COMM_AUTO), device(torch::kCPU),
+    dtype(torch::kFloat64), model_loaded(false), layered_model(false), layer_mode(false),
+    report_pending(false), cutoff(0.0), num_layers(0), borders_known(false),
+    comm_phase(PHASE_ROWS), comm_row_bytes(0), comm_stride(0), recompute(false)
 {
   single_enable = 0;
   restartinfo = 0;
@@ -87,6 +157,7 @@ PairMDAccel::PairMDAccel(LAMMPS *lmp) :
   manybody_flag = 1;
   ghostneigh = 1;
   no_virial_fdotr_compute = 1;
+  comm_forward = comm_reverse = 0;
 }
 
 PairMDAccel::~PairMDAccel()
@@ -110,7 +181,7 @@ void PairMDAccel::allocate()
 }
 
 /* ----------------------------------------------------------------------
-   pair_style md_accel [device auto|cpu|cuda]
+   pair_style md_accel [device auto|cpu|cuda] [comm layer|shell] [recompute yes|no]
 ------------------------------------------------------------------------- */
 
 void PairMDAccel::settings(int narg, char **arg)
@@ -128,6 +199,20 @@ void PairMDAccel::settings(int narg, char **arg)
         device_choice = DEVICE_CUDA;
       else
         error->all(FLERR, "Unknown pair_style md_accel device {} (auto, cpu or cuda)", choice);
+      iarg += 2;
+    } else if (strcmp(arg[iarg], "comm") == 0) {
+      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel comm", error);
+      std::string choice = arg[iarg + 1];
+      if (choice == "layer")
+        comm_choice = COMM_LAYER;
+      else if (choice == "shell")
+        comm_choice = COMM_SHELL;
+      else
+        error->all(FLERR, "Unknown pair_style md_accel comm {} (layer or shell)", choice);
+      iarg += 2;
+    } else if (strcmp(arg[iarg], "recompute") == 0) {
+      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel recompute", error);
+      recompute = utils::logical(FLERR, arg[iarg + 1], false, lmp) == 1;
       iarg += 2;
     } else {
       error->all(FLERR, "Unknown pair_style md_accel keyword {}", arg[iarg]);
@@ -172,6 +257,9 @@ void PairMDAccel::load_model(const std::string &filename)
     error->all(FLERR, "pair_style md_accel: cannot load model file {}: {}", filename, e.what());
   }
   model.eval();
+  // only dE/d(edge_vec) is wanted: weights that require grad would make autograd keep what
+  // their gradients need
+  for (auto param : model.parameters()) param.requires_grad_(false);
 
   const std::string &header = extra["md_accel.json"];
   if (header.empty())
@@ -202,6 +290,11 @@ void PairMDAccel::load_model(const std::string &filename)
     error->all(FLERR, "pair_style md_accel: model needs cutoff > 0 and num_layers >= 1");
   if (!model.find_method("node_energies"))
     error->all(FLERR, "pair_style md_accel: model in {} has no node_energies method", filename);
+
+  layered_model = true;
+  for (const char *name : LAYERED_METHODS)
+    if (!model.find_method(name)) layered_model = false;
+  if (layered_model) feature_dims = model.run_method("feature_dims").toIntVector();
   model_loaded = true;
 
   if (comm->me == 0)
@@ -252,12 +345,46 @@ void PairMDAccel::init_style()
   if (force->newton_pair == 0) error->all(FLERR, "pair_style md_accel requires newton pair on");
   if (comm->mode != Comm::SINGLE)
     error->all(FLERR, "pair_style md_accel requires comm_modify mode single");
+  if (comm_choice == COMM_LAYER && !layered_model)
+    error->all(FLERR, "pair_style md_accel comm layer: the model does not export the layered "
+               "interface (feature_dims, edge_features, embed, interaction, readout_energies, "
+               "receiver_graph); convert it again with this md_accel or use comm shell");
+  layer_mode = comm_choice == COMM_LAYER || (comm_choice == COMM_AUTO && layered_model);
+  const char *why = comm_choice != COMM_AUTO ? "requested"
+      : layered_model                        ? "the model exports the layered interface"
+                                             : "the model has no layered interface";
+  borders_known = false;
+  report_pending = true;
 
+  if (layer_mode) {
+    bool ok = static_cast<int>(feature_dims.size()) == num_layers + 1;
+    for (int64_t d : feature_dims) ok = ok && d > 0;
+    if (!ok)
+      error->all(FLERR, "pair_style md_accel comm layer: the model's feature_dims() has {} "
+                 "entries, its header says {} layers (needs {} positive widths)",
+                 feature_dims.size(), num_layers, num_layers + 1);
+    // one-cutoff ghosts (the default communication cutoff: pair cutoff + skin);
+    // the comm buffers must hold the widest feature exchanged between layers
+    ghostneigh = 0;
+    neighbor->add_request(this, NeighConst::REQ_FULL);
+    int width = 0;
+    for (int k = 1; k < num_layers; k++) width = std::max(width, static_cast<int>(feature_dims[k]));
+    comm_forward = comm_reverse = row_doubles(width, dtype);
+    if (comm->me == 0)
+      utils::logmesg(lmp, "md_accel: comm layer ({}): ghost atoms within cutoff + skin, features "
+                     "of up to {} numbers per atom exchanged between layers{}\n", why, width,
+                     recompute ? "; layers recomputed in the backward pass" : "");
+    return;
+  }
+
+  if (recompute) error->all(FLERR, "pair_style md_accel recompute yes needs comm layer");
+  ghostneigh = 1;
+  comm_forward = comm_reverse = 0;
   neighbor->add_request(this, NeighConst::REQ_FULL | NeighConst::REQ_GHOST);
-
   // Owned atoms' energies depend on atoms num_layers x cutoff away:
   // the ghost shell must be that deep (plus the skin atoms may move).
   double shell = num_layers * cutoff + neighbor->skin;
+  if (comm->me == 0) utils::logmesg(lmp, "md_accel: comm shell ({})\n", why);
   if (comm->cutghostuser < shell) {
     comm->cutghostuser = shell;
     if (comm->me == 0)
@@ -274,14 +401,107 @@ double PairMDAccel::init_one(int i, int j)
 
 /* ---------------------------------------------------------------------- */
 
+void PairMDAccel::compute(int eflag, int vflag)
+{
+  ev_init(eflag, vflag);
+
+  torch::Tensor node_e, grad;
+  try {
+    if (layer_mode)
+      compute_layers(node_e, grad);
+    else
+      compute_shell(node_e, grad);
+  } catch (const std::exception &e) {
+    error->one(FLERR, "pair_style md_accel: model evaluation failed: {}", e.what());
+  }
+  tally(node_e, grad);
+  if (report_pending) report_sizes();
+}
+
+/* ----------------------------------------------------------------------
+   forces, energies and virial from the owned node energies [nlocal] and
+   dE/d(edge_vec) [nedges, 3] (CPU, float64)
+------------------------------------------------------------------------- */
+
+void PairMDAccel::tally(const torch::Tensor &node_e, const torch::Tensor &grad)
+{
+  const int nlocal = atom->nlocal;
+  const int64_t nedges = static_cast<int64_t>(edge_src.size());
+  double **f = atom->f;
+  const double *g = grad.data_ptr<double>();
+  const double *e_node = node_e.data_ptr<double>();
+
+  for (int64_t e = 0; e < nedges; e++) {
+    const int j = static_cast<int>(edge_src[e]);
+    const int i = static_cast<int>(edge_dst[e]);
+    const double *ge = g + 3 * e;
+    for (int k = 0; k < 3; k++) {
+      f[j][k] -= ge[k];
+      f[i][k] += ge[k];
+    }
+  }
+
+  if (eflag_global)
+    for (int i = 0; i < nlocal; i++) eng_vdwl += e_node[i];
+  if (eflag_atom)
+    for (int i = 0; i < nlocal; i++) eatom[i] += e_node[i];
+
+  if (vflag_either) {
+    for (int64_t e = 0; e < nedges; e++) {
+      const double *r = edge_vec.data() + 3 * e;
+      const double *ge = g + 3 * e;
+      const double v[6] = {-r[0] * ge[0], -r[1] * ge[1], -r[2] * ge[2],
+                           -r[0] * ge[1], -r[0] * ge[2], -r[1] * ge[2]};
+      if (vflag_global)
+        for (int k = 0; k < 6; k++) virial[k] += v[k];
+      if (vflag_atom) {
+        const int j = static_cast<int>(edge_src[e]);
+        const int i = static_cast<int>(edge_dst[e]);
+        for (int k = 0; k < 6; k++) {
+          vatom[i][k] += 0.5 * v[k];
+          vatom[j][k] += 0.5 * v[k];
+        }
+      }
+    }
+  }
+}
+
+/* ----------------------------------------------------------------------
+   once per run: atoms, ghosts and graph sizes over the ranks (log)
+------------------------------------------------------------------------- */
+
+void PairMDAccel::report_sizes()
+{
+  report_pending = false;
+  const int64_t nodes = layer_mode ? atom->nlocal + static_cast<int64_t>(ghost_atoms.size())
+                                   : static_cast<int64_t>(species.size());
+  double mine[4] = {static_cast<double>(atom->nlocal), static_cast<double>(atom->nghost),
+                    static_cast<double>(nodes), static_cast<double>(edge_src.size())};
+  double sum[4], max[4], min_owned;
+  MPI_Allreduce(mine, sum, 4, MPI_DOUBLE, MPI_SUM, world);
+  MPI_Allreduce(mine, max, 4, MPI_DOUBLE, MPI_MAX, world);
+  MPI_Allreduce(mine, &min_owned, 1, MPI_DOUBLE, MPI_MIN, world);
+  if (comm->me != 0) return;
+  const double n = comm->nprocs;
+  utils::logmesg(lmp,
+                 "md_accel: comm {} on {} ranks, per rank (min / average / max): owned atoms "
+                 "{:.0f} / {:.0f} / {:.0f}; (average / max): ghost atoms {:.0f} / {:.0f}, graph "
+                 "nodes {:.0f} / {:.0f}, edges {:.0f} / {:.0f}\n",
+                 layer_mode ? "layer" : "shell", comm->nprocs, min_owned, sum[0] / n, max[0],
+                 sum[1] / n, max[1], sum[2] / n, max[2], sum[3] / n, max[3]);
+}
+
+/* ======================================================================
+   comm shell
+====================================================================== */
+
 /* ----------------------------------------------------------------------
    edges (within the model cutoff) that can change an owned atom's energy:
    those into atoms at most num_layers-1 hops from an owned atom. Graph
    nodes: owned atoms (same index) then the ghosts these edges touch.
-   Returns the node count.
 ------------------------------------------------------------------------- */
 
-int PairMDAccel::build_graph()
+void PairMDAccel::build_shell_graph()
 {
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
@@ -344,76 +564,356 @@ int PairMDAccel::build_graph()
   const int *type = atom->type;
   for (int i = 0; i < nall; i++)
     if (node_of[i] >= 0) species[node_of[i]] = type2species[type[i]];
-  return nnodes;
 }
 
-/* ---------------------------------------------------------------------- */
-
-void PairMDAccel::compute(int eflag, int vflag)
+void PairMDAccel::compute_shell(torch::Tensor &node_e, torch::Tensor &grad)
 {
-  ev_init(eflag, vflag);
-
   const int nlocal = atom->nlocal;
-  double **f = atom->f;
-  const int nnodes = build_graph();
+  build_shell_graph();
   const int64_t nedges = static_cast<int64_t>(edge_src.size());
 
-  torch::Tensor node_e, grad;
-  try {
-    auto as_long = torch::TensorOptions().dtype(torch::kInt64);
-    auto as_double = torch::TensorOptions().dtype(torch::kFloat64);
-    torch::Tensor t_species = torch::from_blob(species.data(), {nnodes}, as_long).to(device);
-    torch::Tensor t_src = torch::from_blob(node_src.data(), {nedges}, as_long).to(device);
-    torch::Tensor t_dst = torch::from_blob(node_dst.data(), {nedges}, as_long).to(device);
-    torch::Tensor t_vec = torch::from_blob(edge_vec.data(), {nedges, 3}, as_double)
-                              .to(device, dtype, false, true)
-                              .requires_grad_(true);
+  auto as_double = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::Tensor t_species = long_tensor(species).to(device);
+  torch::Tensor t_src = long_tensor(node_src).to(device);
+  torch::Tensor t_dst = long_tensor(node_dst).to(device);
+  torch::Tensor t_vec = torch::from_blob(edge_vec.data(), {nedges, 3}, as_double)
+                            .to(device, dtype, false, true)
+                            .requires_grad_(true);
 
-    node_e = model.get_method("node_energies")({t_species, t_vec, t_src, t_dst}).toTensor();
-    torch::Tensor energy = node_e.narrow(0, 0, nlocal).sum();
-    if (energy.requires_grad())
-      grad = torch::autograd::grad({energy}, {t_vec}, {}, false, false, true)[0];
-    if (!grad.defined()) grad = torch::zeros_like(t_vec);
-    grad = grad.to(torch::kCPU, torch::kFloat64).contiguous();
-    node_e = node_e.detach().narrow(0, 0, nlocal).to(torch::kCPU, torch::kFloat64).contiguous();
-  } catch (const std::exception &e) {
-    error->one(FLERR, "pair_style md_accel: model evaluation failed: {}", e.what());
-  }
+  node_e = model.get_method("node_energies")({t_species, t_vec, t_src, t_dst}).toTensor();
+  torch::Tensor energy = node_e.narrow(0, 0, nlocal).sum();
+  if (energy.requires_grad())
+    grad = torch::autograd::grad({energy}, {t_vec}, {}, false, false, true)[0];
+  if (!grad.defined()) grad = torch::zeros_like(t_vec);
+  grad = grad.to(torch::kCPU, torch::kFloat64).contiguous();
+  node_e = node_e.detach().narrow(0, 0, nlocal).to(torch::kCPU, torch::kFloat64).contiguous();
+}
 
-  const double *g = grad.data_ptr<double>();
-  const double *e_node = node_e.data_ptr<double>();
+/* ======================================================================
+   comm layer
+====================================================================== */
 
-  for (int64_t e = 0; e < nedges; e++) {
-    const int j = static_cast<int>(edge_src[e]);
-    const int i = static_cast<int>(edge_dst[e]);
-    const double *ge = g + 3 * e;
-    for (int k = 0; k < 3; k++) {
-      f[j][k] -= ge[k];
-      f[i][k] += ge[k];
-    }
-  }
+/* ----------------------------------------------------------------------
+   edges j -> i (within the model cutoff) into owned atoms, sorted by
+   receiver; graph nodes: owned atoms, then the ghost senders
+------------------------------------------------------------------------- */
 
-  if (eflag_global)
-    for (int i = 0; i < nlocal; i++) eng_vdwl += e_node[i];
-  if (eflag_atom)
-    for (int i = 0; i < nlocal; i++) eatom[i] += e_node[i];
+void PairMDAccel::build_layer_graph()
+{
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  double **x = atom->x;
+  const int *type = atom->type;
+  const double cutsq_model = cutoff * cutoff;
 
-  if (vflag_either) {
-    for (int64_t e = 0; e < nedges; e++) {
-      const double *r = edge_vec.data() + 3 * e;
-      const double *ge = g + 3 * e;
-      const double v[6] = {-r[0] * ge[0], -r[1] * ge[1], -r[2] * ge[2],
-                           -r[0] * ge[1], -r[0] * ge[2], -r[1] * ge[2]};
-      if (vflag_global)
-        for (int k = 0; k < 6; k++) virial[k] += v[k];
-      if (vflag_atom) {
-        const int j = static_cast<int>(edge_src[e]);
-        const int i = static_cast<int>(edge_dst[e]);
-        for (int k = 0; k < 6; k++) {
-          vatom[i][k] += 0.5 * v[k];
-          vatom[j][k] += 0.5 * v[k];
-        }
+  std::vector<int> receivers(list->ilist, list->ilist + list->inum);
+  if (!std::is_sorted(receivers.begin(), receivers.end()))
+    std::sort(receivers.begin(), receivers.end());
+
+  edge_src.clear();
+  edge_dst.clear();
+  edge_vec.clear();
+  node_src.clear();
+  ghost_atoms.clear();
+  node_of.assign(nall, -1);
+  for (int i = 0; i < nlocal; i++) node_of[i] = i;
+  for (const int i : receivers) {
+    const int *jlist = list->firstneigh[i];
+    const int jnum = list->numneigh[i];
+    for (int jj = 0; jj < jnum; jj++) {
+      const int j = jlist[jj] & NEIGHMASK;
+      const double dx = x[j][0] - x[i][0];
+      const double dy = x[j][1] - x[i][1];
+      const double dz = x[j][2] - x[i][2];
+      if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
+      if (node_of[j] < 0) {
+        node_of[j] = nlocal + static_cast<int64_t>(ghost_atoms.size());
+        ghost_atoms.push_back(j);
       }
+      edge_src.push_back(j);
+      edge_dst.push_back(i);
+      node_src.push_back(node_of[j]);
+      edge_vec.insert(edge_vec.end(), {dx, dy, dz});
     }
   }
+  node_dst = edge_dst;    // owned receivers: node index = atom index
+
+  species.resize(nlocal + ghost_atoms.size());
+  for (int i = 0; i < nlocal; i++) species[i] = type2species[type[i]];
+  for (size_t g = 0; g < ghost_atoms.size(); g++)
+    species[nlocal + g] = type2species[type[ghost_atoms[g]]];
+  t_ghost_atoms = long_tensor(ghost_atoms);
+}
+
+/* ----------------------------------------------------------------------
+   the owned atoms that LAMMPS sends to other ranks (or to own periodic
+   images): one width-1 forward_comm records the send lists. The lists
+   change only when the neighbor lists are rebuilt (borders()).
+------------------------------------------------------------------------- */
+
+void PairMDAccel::find_border_atoms()
+{
+  const int nlocal = atom->nlocal;
+  border_mark.assign(nlocal, 0);
+  comm_phase = PHASE_FIND_BORDER;
+  comm->forward_comm(this, 1);
+  border_atoms.clear();
+  for (int i = 0; i < nlocal; i++)
+    if (border_mark[i]) border_atoms.push_back(i);
+  t_border_cpu = long_tensor(border_atoms).clone();
+  t_border_dev = t_border_cpu.to(device);
+  borders_known = true;
+}
+
+int PairMDAccel::pack_forward_comm(int n, int *list_send, double *buf, int /*pbc_flag*/,
+                                   int * /*pbc*/)
+{
+  if (comm_phase == PHASE_FIND_BORDER) {
+    const int nlocal = atom->nlocal;
+    for (int i = 0; i < n; i++) {
+      if (list_send[i] < nlocal) border_mark[list_send[i]] = 1;
+      buf[i] = 0.0;
+    }
+    return n;
+  }
+  const char *rows = static_cast<const char *>(comm_rows.data_ptr());
+  for (int i = 0; i < n; i++)
+    std::memcpy(buf + static_cast<int64_t>(i) * comm_stride,
+                rows + static_cast<size_t>(list_send[i]) * comm_row_bytes, comm_row_bytes);
+  return n * comm_stride;
+}
+
+void PairMDAccel::unpack_forward_comm(int n, int first, double *buf)
+{
+  if (comm_phase == PHASE_FIND_BORDER) return;
+  char *rows = static_cast<char *>(comm_rows.data_ptr());
+  for (int i = 0; i < n; i++)
+    std::memcpy(rows + static_cast<size_t>(first + i) * comm_row_bytes,
+                buf + static_cast<int64_t>(i) * comm_stride, comm_row_bytes);
+}
+
+int PairMDAccel::pack_reverse_comm(int n, int first, double *buf)
+{
+  const char *rows = static_cast<const char *>(comm_rows.data_ptr());
+  for (int i = 0; i < n; i++)
+    std::memcpy(buf + static_cast<int64_t>(i) * comm_stride,
+                rows + static_cast<size_t>(first + i) * comm_row_bytes, comm_row_bytes);
+  return n * comm_stride;
+}
+
+void PairMDAccel::unpack_reverse_comm(int n, int *list_send, double *buf)
+{
+  char *rows = static_cast<char *>(comm_rows.data_ptr());
+  if (dtype == torch::kFloat32)
+    add_rows<float>(rows, comm_row_bytes, n, list_send, buf, comm_stride);
+  else
+    add_rows<double>(rows, comm_row_bytes, n, list_send, buf, comm_stride);
+}
+
+/* ----------------------------------------------------------------------
+   host rows [nall, width] for the comm calls (grow-only storage), and a
+   transfer buffer [rows, width] (pinned on CUDA)
+------------------------------------------------------------------------- */
+
+torch::Tensor PairMDAccel::rows_view(int width)
+{
+  const int64_t nall = atom->nlocal + atom->nghost;
+  const int64_t need = std::max<int64_t>(nall * width, 1);
+  if (!comm_rows.defined() || comm_rows.numel() < need)
+    comm_rows = torch::empty({need + need / 4}, torch::TensorOptions().dtype(dtype));
+  comm_row_bytes = static_cast<size_t>(width) * c10::elementSize(dtype);
+  comm_stride = row_doubles(width, dtype);
+  return comm_rows.narrow(0, 0, nall * width).view({nall, width});
+}
+
+torch::Tensor PairMDAccel::staging_view(int64_t rows, int width)
+{
+  const int64_t need = std::max<int64_t>(rows * width, 1);
+  if (!staging.defined() || staging.numel() < need)
+    staging = torch::empty({need + need / 4},
+                           torch::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda()));
+  return staging.narrow(0, 0, rows * width).view({rows, width});
+}
+
+/* ----------------------------------------------------------------------
+   forward_comm of one layer's features: the owned rows h_owned [nlocal,
+   width] (on the device; undefined on a rank without atoms) -> all graph
+   nodes' rows, ghost nodes holding their owners' rows
+------------------------------------------------------------------------- */
+
+torch::Tensor PairMDAccel::fill_ghost_rows(const torch::Tensor &h_owned, int width)
+{
+  const int64_t nborder = static_cast<int64_t>(border_atoms.size());
+  const int64_t nghost = static_cast<int64_t>(ghost_atoms.size());
+  torch::Tensor rows = rows_view(width);
+  if (nborder > 0) {
+    torch::Tensor stage = staging_view(nborder, width);
+    stage.copy_(h_owned.index_select(0, t_border_dev));
+    rows.index_copy_(0, t_border_cpu, stage);
+  }
+  comm_phase = PHASE_ROWS;
+  comm->forward_comm(this, comm_stride);
+  if (!h_owned.defined()) return {};
+  torch::Tensor stage = staging_view(nghost, width);
+  torch::index_select_out(stage, rows, 0, t_ghost_atoms);
+  return torch::cat({h_owned, stage.to(device, dtype, false, true)});
+}
+
+/* ----------------------------------------------------------------------
+   reverse_comm of one layer's feature gradient g [nodes, width]: ghost
+   rows summed into their owners; returns the owned rows with the sums
+   added and zero ghost rows (g undefined on a rank without atoms)
+------------------------------------------------------------------------- */
+
+torch::Tensor PairMDAccel::add_ghost_gradients(const torch::Tensor &g, int width)
+{
+  const int nlocal = atom->nlocal;
+  const int64_t nborder = static_cast<int64_t>(border_atoms.size());
+  const int64_t nghost = static_cast<int64_t>(ghost_atoms.size());
+  torch::Tensor rows = rows_view(width);
+  rows.narrow(0, nlocal, rows.size(0) - nlocal).zero_();
+  if (nborder > 0) rows.index_fill_(0, t_border_cpu, 0);
+  if (g.defined() && nghost > 0) {
+    torch::Tensor stage = staging_view(nghost, width);
+    stage.copy_(g.narrow(0, nlocal, nghost));
+    rows.index_copy_(0, t_ghost_atoms, stage);
+  }
+  comm_phase = PHASE_ROWS;
+  comm->reverse_comm(this, comm_stride);
+  if (!g.defined()) return {};
+  torch::Tensor owned = g.narrow(0, 0, nlocal);
+  if (nborder > 0) {
+    torch::Tensor stage = staging_view(nborder, width);
+    torch::index_select_out(stage, rows, 0, t_border_cpu);
+    owned = owned.index_add(0, t_border_dev, stage.to(device, dtype, false, true));
+  }
+  return torch::cat({owned, torch::zeros({nghost, width}, g.options())});
+}
+
+/* ----------------------------------------------------------------------
+   one evaluation in comm layer mode (scheme at the top of this file)
+------------------------------------------------------------------------- */
+
+void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
+{
+  const int nlocal = atom->nlocal;
+  const int L = num_layers;
+  if (L > 1 && (neighbor->ago == 0 || !borders_known)) find_border_atoms();
+  build_layer_graph();
+  const int64_t nnodes = nlocal + static_cast<int64_t>(ghost_atoms.size());
+  const int64_t nedges = static_cast<int64_t>(edge_src.size());
+  // a rank without atoms has no graph; it only takes part in the comm calls
+  const bool active = nlocal > 0;
+
+  torch::Tensor t_species, t_src, t_dst, t_vec;
+  torch::IValue graph;
+  std::vector<torch::Tensor> edge_feats, edge_leaves;
+  c10::List<torch::Tensor> edge_list;
+  std::vector<torch::Tensor> x(L + 1), h(L + 1);
+  if (active) {
+    auto as_double = torch::TensorOptions().dtype(torch::kFloat64);
+    t_species = long_tensor(species).to(device);
+    t_src = long_tensor(node_src).to(device);
+    t_dst = long_tensor(node_dst).to(device);
+    t_vec = torch::from_blob(edge_vec.data(), {nedges, 3}, as_double)
+                .to(device, dtype, false, true)
+                .requires_grad_(true);
+    graph = model.get_method("receiver_graph")({t_src, t_dst, nnodes});
+    edge_feats = model.get_method("edge_features")({t_species, t_vec, t_src, t_dst}).toTensorVector();
+    for (const auto &t : edge_feats) {
+      edge_leaves.push_back(t.detach().requires_grad_(t.requires_grad()));
+      edge_list.push_back(edge_leaves.back());
+    }
+    x[0] = model.get_method("embed")({t_species}).toTensor();
+  }
+
+  // forward: layer k reads x_k, its owned rows are exact; ghost rows from the owners
+  auto interaction = [&](int k) {
+    return model.get_method("interaction")({static_cast<int64_t>(k), x[k], t_species, edge_list,
+                                            t_src, t_dst, graph})
+        .toTensor();
+  };
+  for (int k = 0; k < L; k++) {
+    if (active) {
+      // recompute: no autograd graph now, layer k runs again in the backward pass
+      torch::AutoGradMode grad_mode(!recompute);
+      h[k + 1] = interaction(k);
+    }
+    if (k + 1 < L) {
+      torch::Tensor owned = active ? h[k + 1].detach().narrow(0, 0, nlocal) : torch::Tensor();
+      x[k + 1] = fill_ghost_rows(owned, static_cast<int>(feature_dims[k + 1]));
+    } else if (active) {
+      x[k + 1] = h[k + 1].detach();
+    }
+    if (active) x[k + 1].requires_grad_(true);
+    if (recompute) h[k + 1] = torch::Tensor();
+  }
+
+  // readout: energies of the owned atoms and their direct gradients
+  std::vector<torch::Tensor> grad_x(L + 1), grad_edge(edge_leaves.size());
+  auto accumulate = [](torch::Tensor &into, const torch::Tensor &g) {
+    if (g.defined()) into = into.defined() ? into + g : g;
+  };
+  auto backward = [&](const torch::Tensor &out, const torch::Tensor &grad_out, int k_in) {
+    // k_in: index of the feature input x_k to differentiate (0: none)
+    std::vector<torch::Tensor> inputs;
+    if (k_in > 0) inputs.push_back(x[k_in]);
+    for (const auto &t : edge_leaves)
+      if (t.requires_grad()) inputs.push_back(t);
+    if (!out.requires_grad() || inputs.empty()) return;
+    auto grads = torch::autograd::grad({out}, inputs, {grad_out}, false, false, true);
+    size_t next = 0;
+    if (k_in > 0) accumulate(grad_x[k_in], grads[next++]);
+    for (size_t i = 0; i < edge_leaves.size(); i++)
+      if (edge_leaves[i].requires_grad()) accumulate(grad_edge[i], grads[next++]);
+  };
+  if (active) {
+    c10::List<torch::Tensor> features;
+    for (int k = 1; k <= L; k++) features.push_back(x[k]);
+    torch::Tensor all_e = model.get_method("readout_energies")({t_species, features, edge_list,
+                                                                t_src, t_dst})
+                              .toTensor();
+    torch::Tensor energy = all_e.narrow(0, 0, nlocal).sum();
+    std::vector<torch::Tensor> inputs(x.begin() + 1, x.end());
+    for (const auto &t : edge_leaves)
+      if (t.requires_grad()) inputs.push_back(t);
+    if (energy.requires_grad()) {
+      auto grads = torch::autograd::grad({energy}, inputs, {}, false, false, true);
+      size_t next = 0;
+      for (int k = 1; k <= L; k++) accumulate(grad_x[k], grads[next++]);
+      for (size_t i = 0; i < edge_leaves.size(); i++)
+        if (edge_leaves[i].requires_grad()) accumulate(grad_edge[i], grads[next++]);
+    }
+    node_e = all_e.detach().narrow(0, 0, nlocal).to(torch::kCPU, torch::kFloat64).contiguous();
+  }
+
+  // backward through the layers; ghost rows' gradients go to their owners
+  for (int k = L; k >= 1; k--) {
+    const int width = static_cast<int>(feature_dims[k]);
+    torch::Tensor g;
+    if (active)
+      g = grad_x[k].defined() ? grad_x[k] : torch::zeros({nnodes, width}, x[k].options());
+    if (k < L) g = add_ghost_gradients(g, width);
+    if (active) {
+      if (recompute) h[k] = interaction(k - 1);
+      backward(h[k], g, k - 1);
+    }
+    h[k] = torch::Tensor();
+    x[k] = torch::Tensor();
+  }
+
+  if (!active) {
+    node_e = torch::zeros({0}, torch::TensorOptions().dtype(torch::kFloat64));
+    grad = torch::zeros({0, 3}, torch::TensorOptions().dtype(torch::kFloat64));
+    return;
+  }
+  std::vector<torch::Tensor> outs, grad_outs;
+  for (size_t i = 0; i < edge_feats.size(); i++)
+    if (edge_feats[i].requires_grad() && grad_edge[i].defined()) {
+      outs.push_back(edge_feats[i]);
+      grad_outs.push_back(grad_edge[i]);
+    }
+  if (!outs.empty()) grad = torch::autograd::grad(outs, {t_vec}, grad_outs, false, false, true)[0];
+  if (!grad.defined()) grad = torch::zeros_like(t_vec);
+  grad = grad.to(torch::kCPU, torch::kFloat64).contiguous();
 }

@@ -1,13 +1,19 @@
 /* -*- c++ -*- ----------------------------------------------------------
    md_accel: LAMMPS pair style for md_accel message-passing potentials.
 
-   pair_style md_accel [device auto|cpu|cuda]
+   pair_style md_accel [device auto|cpu|cuda] [comm layer|shell] [recompute yes|no]
    pair_coeff * * model.mdx El1 [El2 ...]
 
    The model file is a TorchScript archive whose extra file md_accel.json
    names the elements, the cutoff and the number of message-passing layers.
-   Multi-rank runs use a ghost shell num_layers x cutoff (+ skin) deep: every
-   owned and ghost atom is a graph node, only owned atoms' energies count.
+   comm layer (default when the model exports the layered interface): a
+   one-cutoff ghost shell, ghost atoms' features exchanged after every layer
+   and their gradients sent back to the owners. comm shell: a ghost shell
+   num_layers x cutoff (+ skin) deep, every owned and ghost atom a graph node.
+   recompute yes (comm layer): keep no layer's autograd graph in the forward
+   pass, run each layer again in the backward pass (memory of one layer's
+   graph instead of all, for about one more forward pass of time).
+   The scheme is described at the top of pair_md_accel.cpp.
 ------------------------------------------------------------------------- */
 
 #ifndef LMP_PAIR_MD_ACCEL_H
@@ -33,23 +39,49 @@ class PairMDAccel : public Pair {
   void init_style() override;
   double init_one(int, int) override;
 
+  int pack_forward_comm(int, int *, double *, int, int *) override;
+  void unpack_forward_comm(int, int, double *) override;
+  int pack_reverse_comm(int, int, double *) override;
+  void unpack_reverse_comm(int, int *, double *) override;
+
  protected:
   enum DeviceChoice { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
+  enum CommChoice { COMM_AUTO, COMM_LAYER, COMM_SHELL };
+  enum CommPhase { PHASE_FIND_BORDER, PHASE_ROWS };
 
   void allocate();
-  int build_graph();
   void load_model(const std::string &filename);
   torch::Device pick_device() const;
 
+  // comm shell
+  void build_shell_graph();
+  void compute_shell(torch::Tensor &node_e, torch::Tensor &grad);
+  // comm layer
+  void build_layer_graph();
+  void find_border_atoms();
+  void compute_layers(torch::Tensor &node_e, torch::Tensor &grad);
+  torch::Tensor rows_view(int width);
+  torch::Tensor staging_view(int64_t rows, int width);
+  torch::Tensor fill_ghost_rows(const torch::Tensor &h_owned, int width);
+  torch::Tensor add_ghost_gradients(const torch::Tensor &g, int width);
+
+  void tally(const torch::Tensor &node_e, const torch::Tensor &grad);
+  void report_sizes();
+
   DeviceChoice device_choice;
+  CommChoice comm_choice;
   torch::Device device;
   torch::Dtype dtype;
   torch::jit::Module model;
   bool model_loaded;
+  bool layered_model;                   // exports the layered interface
+  bool layer_mode;                      // comm layer chosen for this run
+  bool report_pending;
 
   std::vector<std::string> elements;    // model species index -> symbol
   double cutoff;                        // model cutoff (Angstrom)
   int num_layers;                       // message-passing depth
+  std::vector<int64_t> feature_dims;    // widths of h_0 .. h_L (layered models)
   std::vector<int64_t> type2species;    // LAMMPS type (1-based) -> species
 
   // per-step graph: edges by LAMMPS atom index (receiver i = dst, sender
@@ -57,7 +89,21 @@ class PairMDAccel : public Pair {
   std::vector<int64_t> edge_src, edge_dst, node_src, node_dst, species;
   std::vector<double> edge_vec;
   std::vector<int64_t> node_of;           // LAMMPS atom index -> graph node or -1
-  std::vector<char> reached, grown;       // atoms within k hops of an owned atom
+  std::vector<char> reached, grown;       // comm shell: atoms within k hops of an owned atom
+
+  // comm layer: graph nodes are the owned atoms (node i = atom i), then
+  // the ghost atoms that send an edge (ghost_atoms[node - nlocal])
+  std::vector<int64_t> ghost_atoms;
+  std::vector<int64_t> border_atoms;      // owned atoms in some send list
+  std::vector<char> border_mark;
+  bool borders_known;
+  torch::Tensor t_ghost_atoms, t_border_cpu, t_border_dev;
+  torch::Tensor comm_rows;                // host rows [nall, width] packed / unpacked
+  torch::Tensor staging;                  // host (pinned on CUDA) transfer buffer
+  CommPhase comm_phase;
+  size_t comm_row_bytes;                  // bytes of one row of the current exchange
+  int comm_stride;                        // doubles per row in LAMMPS' comm buffers
+  bool recompute;                         // comm layer: redo each layer in the backward pass
 };
 
 }    // namespace LAMMPS_NS

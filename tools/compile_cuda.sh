@@ -37,6 +37,19 @@ if "$PYTHON" -m md_accel.ops._codegen "64x0e+32x1o+32x2e+32x3o" "1x0e+1x1o+1x2e+
 else
   echo "FAIL codegen"; status=1
 fi
+# fused-radial libraries (md_accel/ops/_codegen_fused.py, hidden width 64): MACE-MP-0 medium, l3i5-like
+if "$PYTHON" -m md_accel.ops._codegen_fused "128x0e+128x1o" "1x0e+1x1o+1x2e+1x3o" 3 64 "$GEN/mace_fused.cu" parity; then
+  "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -shared -Xcompiler -fPIC -Icsrc "$GEN/mace_fused.cu" -o "$GEN/mace_fused.so" &
+  pids+=("$!:generated mace_mp_medium fused radial")
+else
+  echo "FAIL codegen fused"; status=1
+fi
+if "$PYTHON" -m md_accel.ops._codegen_fused "64x0e+32x1o+32x2e+32x3o" "1x0e+1x1o+1x2e+1x3o" 3 64 "$GEN/l3i5_fused.cu"; then
+  "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -shared -Xcompiler -fPIC -Icsrc "$GEN/l3i5_fused.cu" -o "$GEN/l3i5_fused.so" &
+  pids+=("$!:generated sevennet_l3i5_like fused radial")
+else
+  echo "FAIL codegen fused"; status=1
+fi
 
 TORCH_INC=$("$PYTHON" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'include'))" 2>/dev/null || true)
 ABI=$("$PYTHON" -c "import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))" 2>/dev/null || echo 1)

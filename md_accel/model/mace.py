@@ -115,6 +115,7 @@ class MACELayer(torch.nn.Module):
         self.radial_mlp = RadialMLP(spec["radial_mlp"]["hs"], "silu")
         if self.radial_mlp.hs[-1] != self.conv.weight_numel:
             raise ValueError(f"radial MLP gives {self.radial_mlp.hs[-1]} weights, TP needs {self.conv.weight_numel}")
+        self.conv.fused_hidden = self.radial_mlp.hs[-2]  # the MLP's last layer can run inside the TP kernels
         self.density_fn = torch.nn.ModuleList(
             [RadialMLP([self.radial_mlp.hs[0], 1], "silu")] if spec["density"] else [])
         self.linear = Linear.from_spec(spec["linear"])
@@ -130,10 +131,17 @@ class MACELayer(torch.nn.Module):
                 env: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
                 graph: Optional[Graph]) -> torch.Tensor:
         n = h.shape[0]
-        w = self.radial_mlp(radial)
-        if self.cutoff_weights:
-            w = w * env.unsqueeze(-1)
-        m = self.conv(self.linear_up(h), sh, w, edge_src, edge_dst, n, graph)
+        x = self.linear_up(h)
+        if self.conv.use_fused(x):  # w = hidden @ W_last inside the TP kernels (env scales hidden rows)
+            hid = self.radial_mlp.hidden(radial)
+            if self.cutoff_weights:
+                hid = hid * env.unsqueeze(-1)
+            m = self.conv.forward_fused(x, sh, hid, self.radial_mlp.last_weight(), edge_src, edge_dst, n, graph)
+        else:
+            w = self.radial_mlp(radial)
+            if self.cutoff_weights:
+                w = w * env.unsqueeze(-1)
+            m = self.conv(x, sh, w, edge_src, edge_dst, n, graph)
         m = self.linear(m)
         if len(self.density_fn) > 0:
             for fn in self.density_fn:

@@ -63,6 +63,7 @@ class InteractionLayer(torch.nn.Module):
         self.radial_mlp = make_mlp(spec["radial_mlp"])
         if self.radial_mlp.hs[-1] != self.conv.weight_numel:
             raise ValueError(f"radial MLP gives {self.radial_mlp.hs[-1]} weights, TP needs {self.conv.weight_numel}")
+        self.conv.fused_hidden = self.radial_mlp.hs[-2]  # the MLP's last layer can run inside the TP kernels
         self.linear_out = Linear.from_spec(spec["linear_out"])
         sc = spec["self_connection"]
         if sc["kind"] not in SELF_CONNECTIONS:
@@ -89,8 +90,11 @@ class InteractionLayer(torch.nn.Module):
         h = self.linear_in(x)
         if self.sender_norm:
             h = h * self.sender_scale.index_select(0, species).unsqueeze(-1)
-        w = self.radial_mlp(radial)
-        h = self.conv(h, sh, w, edge_src, edge_dst, x.shape[0], graph)
+        if self.conv.use_fused(h):
+            h = self.conv.forward_fused(h, sh, self.radial_mlp.hidden(radial), self.radial_mlp.last_weight(),
+                                        edge_src, edge_dst, x.shape[0], graph)
+        else:
+            h = self.conv(h, sh, self.radial_mlp(radial), edge_src, edge_dst, x.shape[0], graph)
         h = h.div(self.denominator)
         h = self.linear_out(h)
         if self.has_sc:

@@ -103,15 +103,41 @@ class _MLPLayer(torch.nn.Module):
         self.has_act = act != ""
         self.act = Activation(act if act else "identity")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def scaled_weight(self) -> torch.Tensor:
         # e3nn divides the weight (not the product) by sqrt(fan_in)
-        x = x @ (self.weight / float(self.h_in) ** 0.5)
+        return self.weight / float(self.h_in) ** 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x @ self.scaled_weight()
         if self.has_act:
             x = self.act(x)
         return x
 
 
-class RadialMLP(torch.nn.Module):
+class LastLayerSplit:
+    """For bias-free MLPs (``layers``, each with ``scaled_weight()``) whose last layer is linear:
+    ``mlp(x) == mlp.hidden(x) @ mlp.last_weight()``, so the last product can be fused into the
+    tensor-product kernels (``TensorProductConv.forward_fused``)."""
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """Output of every layer but the last."""
+        n = len(self.layers)
+        for i, layer in enumerate(self.layers):
+            if i < n - 1:
+                x = layer(x)
+        return x
+
+    def last_weight(self) -> torch.Tensor:
+        """The last layer's effective weight ``[hidden, out]``."""
+        n = len(self.layers)
+        w = torch.empty(0)
+        for i, layer in enumerate(self.layers):
+            if i == n - 1:
+                w = layer.scaled_weight()
+        return w
+
+
+class RadialMLP(LastLayerSplit, torch.nn.Module):
     """e3nn ``FullyConnectedNet(hs, act)``: bias-free layers, weights ``W / sqrt(fan_in)``,
     normalised activation after every layer but the last."""
 

@@ -6,6 +6,7 @@ from typing import Dict, List, Sequence
 import torch
 
 from .activations import Activation
+from .radial import LastLayerSplit
 
 
 class _Layer(torch.nn.Module):
@@ -16,14 +17,17 @@ class _Layer(torch.nn.Module):
         self.has_act = act != ""
         self.act = Activation(act if act else "identity", normalize=False)
 
+    def scaled_weight(self) -> torch.Tensor:
+        return self.weight * self.alpha
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x @ (self.weight * self.alpha)
+        x = x @ self.scaled_weight()
         if self.has_act:
             x = self.act(x)
         return x
 
 
-class ScalarMLP(torch.nn.Module):
+class ScalarMLP(LastLayerSplit, torch.nn.Module):
     """``hs`` = widths ``[in, hidden..., out]``, ``alphas`` one per layer, ``act`` by name."""
 
     def __init__(self, hs: Sequence[int], alphas: Sequence[float], act: str = "silu"):

@@ -5,11 +5,16 @@ NequIP's self-connection is a fully connected tensor product of the node feature
 e3nn-style ``Linear`` per species: ``W_s[u, w] = sum_v W[u, v, w] * emb[s, v]``, precomputed
 by the converter. Instructions, path weights and the per-species weight layout are those of
 ``Linear``.
+
+On CUDA ``forward_species`` runs the fused ``md_accel::species_linear_fwd`` op (nodes grouped by
+species, each species' weights read once per tile of nodes); elsewhere the reference below,
+which gathers each node's weight row.
 """
 from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from ..ops import _sl_ops  # noqa: F401  (registers torch.ops.md_accel.species_linear_*)
 from .linear import Linear
 
 
@@ -17,12 +22,25 @@ class SpeciesLinear(Linear):
     """``out[n] = Linear_{species[n]}(x[n])``; ``weight`` is ``[num_species, weight_numel]``
     (row ``s`` in ``Linear``'s flat layout). No biases."""
 
+    op_ins: List[int]
+
     def __init__(self, irreps_in, irreps_out, num_species: int, path_weights: Optional[Sequence[float]] = None):
         super().__init__(irreps_in, irreps_out, False, path_weights)
         self.num_species = int(num_species)
         self.weight = torch.nn.Parameter(torch.randn(self.num_species, self.weight_numel))
+        # the op's instruction table: (i_off, mul_in, o_off, mul_out, d, w_off) per instruction
+        out_off = self.irreps_out.offsets()
+        self.op_ins: List[int] = [v for r in self.ins for v in (r[0], r[1], out_off[r[2]], r[3], r[4], r[5])]
 
     def forward_species(self, x: torch.Tensor, species: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            order = torch.argsort(species, stable=True)
+            return torch.ops.md_accel.species_linear_fwd(x.contiguous(), self.weight, species, order, self.op_ins,
+                                                         self.path_weights, self.dim_out)
+        return self.forward_species_reference(x, species)
+
+    def forward_species_reference(self, x: torch.Tensor, species: torch.Tensor) -> torch.Tensor:
+        """Gather each node's weight row, then one batched product per instruction."""
         n = x.shape[0]
         w_all = self.weight.index_select(0, species)
         parts: List[List[torch.Tensor]] = [[] for _ in range(len(self.out_blocks))]

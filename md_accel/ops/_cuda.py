@@ -7,7 +7,8 @@ runs only where torch has CUDA and ``MD_ACCEL_NO_BUILD`` is unset.
 
 ``specialise(plan)`` builds (nvcc, cached) and loads plan-specialised kernels (``_codegen.py``);
 plans without one run the generic kernels. C++ users preload built ones with
-``MD_ACCEL_TP_KERNELS=/path/a.so:/path/b.so``.
+``MD_ACCEL_TP_KERNELS=/path/a.so:/path/b.so``. ``specialise_fused(plan, hidden)`` does the same for
+the fused-radial kernels (``_codegen_fused.py``; ``MD_ACCEL_TP_FUSED_KERNELS``).
 
 Load this before ``_custom_ops.register``: the library defines the op schemas itself.
 """
@@ -131,3 +132,31 @@ def set_specialised(enabled: bool) -> bool:
 
 
 _loaded_specs: list = []
+
+
+def specialise_fused(plan, hidden: int, device=None) -> Optional[str]:
+    """Build (cached) and load the fused-radial kernels (``md_accel::tp_conv_fused_*``) of ``plan``
+    for hidden width ``hidden``; None where the generator does not handle the shape (the fused ops
+    then run materialised: ``w = hidden @ W`` and the unfused kernels)."""
+    from . import _codegen, _codegen_fused
+
+    if not available():
+        raise RuntimeError(f"md_accel CUDA library not available: {load_error()}")
+    major, minor = torch.cuda.get_device_capability(device)
+    try:
+        path = _codegen_fused.build_fused(_codegen.plan_structure(plan), int(hidden), f"sm_{major}{minor}")
+    except _codegen.Unsupported:
+        return None
+    if path not in _loaded_fused:
+        torch.ops.md_accel._tp_conv_fused_load(path)
+        _loaded_fused.append(path)
+    return path
+
+
+def set_fused(enabled: bool) -> bool:
+    """Use (True) or bypass (False) loaded fused-radial kernels; returns the previous setting."""
+    load()
+    return bool(torch.ops.md_accel._tp_conv_fused_set(enabled))
+
+
+_loaded_fused: list = []

@@ -12,7 +12,8 @@ from typing import List, Tuple
 
 import torch
 
-from .tp_reference import tp_conv_bwd_ref, tp_conv_dbwd_ref, tp_conv_fwd_ref
+from .tp_reference import (tp_conv_bwd_ref, tp_conv_dbwd_ref, tp_conv_fused_bwd_ref, tp_conv_fused_fwd_ref,
+                           tp_conv_fwd_ref)
 
 _GRAPH = "Tensor src, Tensor dst, Tensor dst_ptr, Tensor src_perm, Tensor src_ptr"
 _PLAN = "Tensor paths, Tensor cg_ptr, Tensor cg_idx, Tensor cg_val"
@@ -22,6 +23,12 @@ SCHEMAS = {
     "tp_conv_dbwd": (
         f"(Tensor gg_x, Tensor gg_y, Tensor gg_w, Tensor grad_out, Tensor x, Tensor y, Tensor w, {_GRAPH}, "
         f"{_PLAN}) -> (Tensor, Tensor, Tensor, Tensor)"
+    ),
+    # the radial MLP's last linear layer fused in: w = hidden @ W (md_accel/ops/_codegen_fused.py)
+    "tp_conv_fused_fwd": f"(Tensor x, Tensor y, Tensor hidden, Tensor W, {_GRAPH}, {_PLAN}, int dim_out) -> Tensor",
+    "tp_conv_fused_bwd": (
+        f"(Tensor grad_out, Tensor x, Tensor y, Tensor hidden, Tensor W, {_GRAPH}, {_PLAN}, bool need_grad_W) "
+        "-> (Tensor, Tensor, Tensor, Tensor)"
     ),
 }
 
@@ -59,6 +66,17 @@ def _dbwd_cpu(gg_x, gg_y, gg_w, grad_out, x, y, w, src, dst, dst_ptr, src_perm, 
     return tp_conv_dbwd_ref(gg_x, gg_y, gg_w, grad_out, x, y, w, src, dst, plist, dense)
 
 
+def _fused_fwd_cpu(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out):
+    plist, dense = _dense_cg(paths, cg_ptr, cg_idx, cg_val, x.dtype)
+    return tp_conv_fused_fwd_ref(x, y, h, W, src, dst, dst_ptr.numel() - 1, plist, dense, dim_out)
+
+
+def _fused_bwd_cpu(grad_out, x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val,
+                   need_grad_W):
+    plist, dense = _dense_cg(paths, cg_ptr, cg_idx, cg_val, x.dtype)
+    return tp_conv_fused_bwd_ref(grad_out, x, y, h, W, src, dst, plist, dense, need_grad_W)
+
+
 def _fwd_fake(x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out):
     return x.new_empty((dst_ptr.shape[0] - 1, dim_out))
 
@@ -69,6 +87,16 @@ def _bwd_fake(grad_out, x, y, w, *rest):
 
 def _dbwd_fake(gg_x, gg_y, gg_w, grad_out, x, y, w, *rest):
     return torch.empty_like(grad_out), torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
+
+
+def _fused_fwd_fake(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out):
+    return x.new_empty((dst_ptr.shape[0] - 1, dim_out))
+
+
+def _fused_bwd_fake(grad_out, x, y, h, W, *rest):
+    need_grad_W = rest[-1]
+    return (torch.empty_like(x), torch.empty_like(y), torch.empty_like(h),
+            W.new_empty((W.shape[0] if need_grad_W else 0, W.shape[1])))
 
 
 # --- Python autograd (used only when the C++ library is not loaded) -----------------------------
@@ -97,6 +125,47 @@ def _bwd_backward(ctx, gg_x, gg_y, gg_w):
     return (g_go, g_x, g_y, g_w) + (None,) * _N_REST
 
 
+def _fused_fwd_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:4 + _N_REST])
+
+
+def _fused_fwd_backward(ctx, grad_out):
+    x, y, h, W, *rest = ctx.saved_tensors
+    need_W = ctx.needs_input_grad[3]
+    gx, gy, gh, gW = torch.ops.md_accel.tp_conv_fused_bwd(grad_out.contiguous(), x, y, h, W, *rest, need_W)
+    return (gx, gy, gh, gW if need_W else None) + (None,) * (_N_REST + 1)
+
+
+def _fused_bwd_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:5 + _N_REST])
+
+
+def _fused_bwd_backward(ctx, gg_x, gg_y, gg_h, gg_W):
+    """Composed from unfused ops, as csrc/fused_ops.cpp (see there): gg_w = gg_h W + h gg_W."""
+    g, x, y, h, W, *rest = ctx.saved_tensors
+    if gg_W is not None and gg_W.numel() == 0:
+        gg_W = None
+    w = h @ W
+    gg_w = torch.zeros_like(w)
+    if gg_h is not None:
+        gg_w = gg_w + gg_h @ W
+    if gg_W is not None:
+        gg_w = gg_w + h @ gg_W
+    gg_x = gg_x.contiguous() if gg_x is not None else torch.zeros_like(x)
+    gg_y = gg_y.contiguous() if gg_y is not None else torch.zeros_like(y)
+    g_g, g_x, g_y, g_w = torch.ops.md_accel.tp_conv_dbwd(gg_x, gg_y, gg_w.contiguous(), g, x, y, w, *rest)
+    need_h, need_W = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
+    gw = None
+    if (need_h and gg_W is not None) or (need_W and gg_h is not None):
+        gw = torch.ops.md_accel.tp_conv_bwd(g, x, y, w, *rest)[2]
+    g_h = g_W = None
+    if need_h:
+        g_h = g_w @ W.t() if gg_W is None else g_w @ W.t() + gw @ gg_W.t()
+    if need_W:
+        g_W = h.t() @ g_w if gg_h is None else h.t() @ g_w + gg_h.t() @ gw
+    return (g_g, g_x, g_y, g_h, g_W) + (None,) * (_N_REST + 1)
+
+
 _REGISTERED = False
 _LIBS: List[torch.library.Library] = []
 
@@ -113,11 +182,15 @@ def register(cpp_library_loaded: bool) -> None:
         for name, schema in SCHEMAS.items():
             lib.define(name + schema)
     _LIBS.append(lib)
-    for name, fn in (("tp_conv_fwd", _fwd_cpu), ("tp_conv_bwd", _bwd_cpu), ("tp_conv_dbwd", _dbwd_cpu)):
+    for name, fn in (("tp_conv_fwd", _fwd_cpu), ("tp_conv_bwd", _bwd_cpu), ("tp_conv_dbwd", _dbwd_cpu),
+                     ("tp_conv_fused_fwd", _fused_fwd_cpu), ("tp_conv_fused_bwd", _fused_bwd_cpu)):
         lib.impl(name, fn, "CPU")
-    for name, fn in (("tp_conv_fwd", _fwd_fake), ("tp_conv_bwd", _bwd_fake), ("tp_conv_dbwd", _dbwd_fake)):
+    for name, fn in (("tp_conv_fwd", _fwd_fake), ("tp_conv_bwd", _bwd_fake), ("tp_conv_dbwd", _dbwd_fake),
+                     ("tp_conv_fused_fwd", _fused_fwd_fake), ("tp_conv_fused_bwd", _fused_bwd_fake)):
         torch.library.register_fake(f"md_accel::{name}", fn, lib=lib)
     if not cpp_library_loaded:
-        torch.library.register_autograd("md_accel::tp_conv_fwd", _fwd_backward, setup_context=_fwd_setup, lib=lib)
-        torch.library.register_autograd("md_accel::tp_conv_bwd", _bwd_backward, setup_context=_bwd_setup, lib=lib)
+        for name, bwd, setup in (("tp_conv_fwd", _fwd_backward, _fwd_setup), ("tp_conv_bwd", _bwd_backward, _bwd_setup),
+                                 ("tp_conv_fused_fwd", _fused_fwd_backward, _fused_fwd_setup),
+                                 ("tp_conv_fused_bwd", _fused_bwd_backward, _fused_bwd_setup)):
+            torch.library.register_autograd(f"md_accel::{name}", bwd, setup_context=setup, lib=lib)
     _REGISTERED = True

@@ -7,7 +7,7 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 import torch
 
 from .tp_problem import TPProblem
-from .tp_reference import tp_conv_fwd_ref
+from .tp_reference import tp_conv_fused_fwd_ref, tp_conv_fwd_ref
 
 
 class Graph(NamedTuple):
@@ -62,10 +62,19 @@ def graph_order(edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.
 
 _SPECIALISE_WARNED = []
 
+# Where ``TensorProductConv.use_fused`` picks the fused radial layer (``forward_fused``: the kernels
+# recompute w = hidden @ W_last per edge chunk and never store w or grad_w) over materialising w
+# (cuBLAS GEMM + ``forward``). The fused kernels run that GEMM on the CUDA cores: in float32 this
+# trades the w / grad_w round trips through device memory (20 bytes per weight per fwd+bwd) for one
+# more GEMM in the backward; in float64 the CUDA cores run at half rate while cuBLAS uses the FP64
+# tensor cores, so float64 materialises. Figures: .notes/fused_radial.md.
+FUSED_RADIAL_DTYPES = (torch.float32,)
+
 
 def _specialise(conv: "TensorProductConv") -> None:
-    """Build/load the CUDA kernels generated for this problem (cached on disk); the generic
-    kernels serve it when that is not possible, with a one-time warning saying why."""
+    """Build/load the CUDA kernels generated for this problem (cached on disk), and the fused-radial
+    ones when ``conv.fused_hidden`` is set; the generic kernels (the materialised path for the fused
+    op) serve it when that is not possible, with a one-time warning saying why."""
     from . import _cuda
 
     if not _cuda.available():
@@ -76,6 +85,16 @@ def _specialise(conv: "TensorProductConv") -> None:
         if not _SPECIALISE_WARNED:
             _SPECIALISE_WARNED.append(True)
             warnings.warn(f"md_accel: using the generic CUDA kernels ({type(e).__name__}: {e})")
+    built = False
+    if conv.fused_hidden > 0:
+        try:
+            built = _cuda.specialise_fused(conv, conv.fused_hidden, conv.paths.device) is not None
+        except Exception as e:
+            if not _SPECIALISE_WARNED:
+                _SPECIALISE_WARNED.append(True)
+                warnings.warn(f"md_accel: no fused radial kernels ({type(e).__name__}: {e})")
+    conv.fused_f32 = built and torch.float32 in FUSED_RADIAL_DTYPES
+    conv.fused_f64 = built and torch.float64 in FUSED_RADIAL_DTYPES
 
 
 class TensorProductConv(torch.nn.Module):
@@ -85,6 +104,11 @@ class TensorProductConv(torch.nn.Module):
 
     On CUDA it runs md_accel's fused kernels (``torch.ops.md_accel.tp_conv_fwd``); elsewhere the
     plain-torch reference, which TorchScript can export and autograd differentiates.
+
+    ``forward_fused(x, edge_attr, hidden, w_last, ...)`` is ``forward`` with ``edge_weights = hidden @
+    w_last`` (the radial MLP's last, linear layer) computed inside the kernels. Set ``fused_hidden``
+    to the hidden width before moving the module to CUDA to build those kernels; ``use_fused(x)``
+    says whether they serve ``x``.
     """
 
     def __init__(
@@ -113,6 +137,9 @@ class TensorProductConv(torch.nn.Module):
         self.register_buffer("cg_ptr", plan.cg_ptr, persistent=False)
         self.register_buffer("cg_idx", plan.cg_idx, persistent=False)
         self.register_buffer("cg_val", plan.cg_val, persistent=False)
+        self.fused_hidden: int = 0  # hidden width of the fused radial layer (0: none)
+        self.fused_f32: bool = False  # use_fused, per dtype (set when moved to CUDA)
+        self.fused_f64: bool = False
 
     def _apply(self, fn, recurse=True):
         # the dense CG blocks of the reference path follow the module's device and dtype
@@ -146,8 +173,66 @@ class TensorProductConv(torch.nn.Module):
         return tp_conv_fwd_ref(x, edge_attr, edge_weights, edge_src, edge_dst, num_nodes,
                                self.path_list, self.cg_dense, self.dim_out)
 
+    def use_fused(self, x: torch.Tensor) -> bool:
+        """``forward_fused`` runs fused-radial kernels for features like ``x``: on CUDA, with kernels
+        built for this plan and ``fused_hidden``, in a dtype of ``FUSED_RADIAL_DTYPES``."""
+        if not x.is_cuda:
+            return False
+        if x.dtype == torch.float32:
+            return self.fused_f32
+        if x.dtype == torch.float64:
+            return self.fused_f64
+        return False
+
+    def forward_fused(
+        self,
+        x: torch.Tensor,
+        edge_attr: torch.Tensor,
+        hidden: torch.Tensor,
+        w_last: torch.Tensor,
+        edge_src: torch.Tensor,
+        edge_dst: torch.Tensor,
+        num_nodes: int,
+        graph: Optional[Graph] = None,
+    ) -> torch.Tensor:
+        """``forward(x, edge_attr, hidden @ w_last, ...)``; on CUDA ``md_accel::tp_conv_fused_fwd``
+        (the per-edge weights are never stored), elsewhere the reference."""
+        e = edge_src.shape[0]
+        if hidden.dim() != 2 or hidden.shape[0] != e:
+            raise ValueError(f"hidden must be [{e}, H], got {list(hidden.shape)}")
+        if w_last.dim() != 2 or w_last.shape[0] != hidden.shape[1] or w_last.shape[1] != self.weight_numel:
+            raise ValueError(f"w_last must be [{hidden.shape[1]}, {self.weight_numel}], got {list(w_last.shape)}")
+        if hidden.dtype != x.dtype or w_last.dtype != x.dtype:
+            raise TypeError(f"dtype mismatch: x {x.dtype}, hidden {hidden.dtype}, w_last {w_last.dtype}")
+        if hidden.device != x.device or w_last.device != x.device:
+            raise ValueError("all inputs must be on the same device")
+        self._check_common(x, edge_attr, edge_src, edge_dst, num_nodes)
+        if x.is_cuda:
+            if graph is None:
+                graph = build_graph(edge_src, edge_dst, num_nodes)
+                edge_attr = edge_attr.index_select(0, graph.perm)
+                hidden = hidden.index_select(0, graph.perm)
+            return torch.ops.md_accel.tp_conv_fused_fwd(
+                x.contiguous(), edge_attr.contiguous(), hidden.contiguous(), w_last.contiguous(),
+                graph.src, graph.dst, graph.dst_ptr, graph.src_perm, graph.src_ptr,
+                self.paths, self.cg_ptr, self.cg_idx, self.cg_val.to(x.dtype), self.dim_out,
+            )
+        return tp_conv_fused_fwd_ref(x, edge_attr, hidden, w_last, edge_src, edge_dst, num_nodes,
+                                     self.path_list, self.cg_dense, self.dim_out)
+
     def _check(self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, src: torch.Tensor,
                dst: torch.Tensor, num_nodes: int) -> None:
+        e = src.shape[0]
+        if w.dim() != 2 or w.shape[0] != e or w.shape[1] != self.weight_numel:
+            raise ValueError(f"edge_weights must be [{e}, {self.weight_numel}], got {list(w.shape)}")
+        if w.dtype != x.dtype:
+            raise TypeError(f"dtype mismatch: x {x.dtype}, edge_weights {w.dtype}")
+        if w.device != x.device:
+            raise ValueError("all inputs must be on the same device")
+        self._check_common(x, y, src, dst, num_nodes)
+
+    def _check_common(self, x: torch.Tensor, y: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
+                      num_nodes: int) -> None:
         if x.dim() != 2 or x.shape[1] != self.dim_in1:
             raise ValueError(f"x must be [num_nodes, {self.dim_in1}] ({self.irreps_text[0]}), got {list(x.shape)}")
         if x.shape[0] != num_nodes:
@@ -155,15 +240,13 @@ class TensorProductConv(torch.nn.Module):
         e = src.shape[0]
         if y.dim() != 2 or y.shape[0] != e or y.shape[1] != self.dim_in2:
             raise ValueError(f"edge_attr must be [{e}, {self.dim_in2}] ({self.irreps_text[1]}), got {list(y.shape)}")
-        if w.dim() != 2 or w.shape[0] != e or w.shape[1] != self.weight_numel:
-            raise ValueError(f"edge_weights must be [{e}, {self.weight_numel}], got {list(w.shape)}")
         if dst.shape[0] != e or src.dim() != 1 or dst.dim() != 1:
             raise ValueError("edge_src and edge_dst must be 1-D and of equal length")
         if src.dtype not in (torch.int64, torch.int32) or dst.dtype not in (torch.int64, torch.int32):
             raise TypeError("edge_src / edge_dst must be integer tensors")
-        if y.dtype != x.dtype or w.dtype != x.dtype:
-            raise TypeError(f"dtype mismatch: x {x.dtype}, edge_attr {y.dtype}, edge_weights {w.dtype}")
-        if y.device != x.device or w.device != x.device or src.device != x.device or dst.device != x.device:
+        if y.dtype != x.dtype:
+            raise TypeError(f"dtype mismatch: x {x.dtype}, edge_attr {y.dtype}")
+        if y.device != x.device or src.device != x.device or dst.device != x.device:
             raise ValueError("all inputs must be on the same device")
 
     def extra_repr(self) -> str:

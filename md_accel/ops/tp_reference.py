@@ -144,3 +144,23 @@ def tp_conv_dbwd_ref(
     gx_c, gy_c, gw_c = tp_conv_bwd_ref(grad_out, x, y, gg_w, src, dst, paths, cg)
     # d/dx collects the terms where x was not substituted, etc.
     return g_grad_out, gx_b + gx_c, gy_a + gy_c, gw_a + gw_b
+
+
+def tp_conv_fused_fwd_ref(
+    x: torch.Tensor, y: torch.Tensor, hidden: torch.Tensor, w_last: torch.Tensor, src: torch.Tensor,
+    dst: torch.Tensor, num_nodes: int, paths: List[List[int]], cg: List[torch.Tensor], dim_out: int,
+) -> torch.Tensor:
+    """``tp_conv_fwd_ref`` with the per-edge weights ``w = hidden @ w_last`` (the radial MLP's last,
+    linear layer fused in: ``tp_conv_fused_fwd``)."""
+    return tp_conv_fwd_ref(x, y, hidden @ w_last, src, dst, num_nodes, paths, cg, dim_out)
+
+
+def tp_conv_fused_bwd_ref(
+    grad_out: torch.Tensor, x: torch.Tensor, y: torch.Tensor, hidden: torch.Tensor, w_last: torch.Tensor,
+    src: torch.Tensor, dst: torch.Tensor, paths: List[List[int]], cg: List[torch.Tensor], need_grad_w_last: bool,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dF/dx, dF/dy, dF/dhidden, dF/dw_last)`` of ``F = <grad_out, tp_conv_fused_fwd>``; the last is
+    an empty ``[0, weight_numel]`` unless ``need_grad_w_last``."""
+    gx, gy, gw = tp_conv_bwd_ref(grad_out, x, y, hidden @ w_last, src, dst, paths, cg)
+    g_last = hidden.t() @ gw if need_grad_w_last else w_last.new_zeros((0, w_last.shape[1]))
+    return gx, gy, gw @ w_last.t(), g_last

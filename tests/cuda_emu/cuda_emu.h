@@ -1,0 +1,114 @@
+// Host emulation of the CUDA subset md_accel's generated kernels use (tests/cuda_emu/emulate.py):
+// one std::thread per CUDA thread, std::barrier for __syncthreads, named barriers and warp
+// shuffles; blocks run one after the other. Shared memory starts as NaN bytes, so reads of
+// unwritten shared memory show. EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries
+// return (grid sizes). Lockstep-free: code that relies on implicit warp synchrony fails here, as it should.
+#pragma once
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+using std::fma;
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(...)
+#define __constant__ static
+#define __align__(n) alignas(n)
+
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) double2 { double x, y; };
+typedef int cudaError_t;
+typedef void* cudaStream_t;
+constexpr int cudaSuccess = 0;
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount };
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline const char* cudaGetErrorString(cudaError_t) { return "emulated error"; }
+template <typename K> cudaError_t cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return cudaSuccess; }
+inline int emu_env(const char* n, int dflt) { const char* v = std::getenv(n); return v ? std::atoi(v) : dflt; }
+// each (EMU_SMS, EMU_PER_SM) setting is its own "device", so per-device caches see the change
+inline cudaError_t cudaGetDevice(int* d) { *d = (8 * emu_env("EMU_SMS", 2) + emu_env("EMU_PER_SM", 1)) % 64; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) { *v = emu_env("EMU_SMS", 2); return cudaSuccess; }
+template <typename K> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, K, int, size_t) {
+  *n = emu_env("EMU_PER_SM", 1); return cudaSuccess; }
+
+namespace emu {
+struct Warp { std::barrier<> bar{32}; alignas(8) unsigned char slot[32][8]; };
+struct Block {
+  int nthreads;
+  std::barrier<> bar;
+  std::vector<std::unique_ptr<Warp>> warps;
+  std::vector<unsigned char> smem;
+  std::mutex mu;
+  std::map<std::pair<int, int>, std::unique_ptr<std::barrier<>>> named;
+  Block(int n, size_t smem_bytes) : nthreads(n), bar(n), smem(smem_bytes + 16) {
+    for (int w = 0; w < n / 32; ++w) warps.emplace_back(new Warp());
+    // poison shared memory: reads of unwritten shared memory show up as NaN
+    std::memset(smem.data(), 0xff, smem.size());
+  }
+};
+inline thread_local dim3 t_tid, t_bid;
+inline dim3 g_bdim, g_gdim;
+inline Block* g_block = nullptr;
+inline unsigned char* smem() {
+  auto p = reinterpret_cast<uintptr_t>(g_block->smem.data());
+  return reinterpret_cast<unsigned char*>((p + 15) & ~uintptr_t(15));
+}
+inline void named_sync(int id, int n) {
+  std::barrier<>* b;
+  {
+    std::lock_guard<std::mutex> l(g_block->mu);
+    auto& p = g_block->named[{id, n}];
+    if (!p) p.reset(new std::barrier<>(n));
+    b = p.get();
+  }
+  b->arrive_and_wait();
+}
+inline Warp& warp() { return *g_block->warps[t_tid.x / 32]; }
+template <typename F>
+void launch(unsigned grid, unsigned block, size_t smem_bytes, F&& body) {
+  g_gdim.x = grid;
+  g_bdim.x = block;
+  for (unsigned b = 0; b < grid; ++b) {
+    Block blk(int(block), smem_bytes);
+    g_block = &blk;
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < block; ++t)
+      ts.emplace_back([&, t, b] { t_tid.x = t; t_bid.x = b; body(); });
+    for (auto& th : ts) th.join();
+    g_block = nullptr;
+  }
+}
+}  // namespace emu
+
+#define threadIdx emu::t_tid
+#define blockIdx emu::t_bid
+#define blockDim emu::g_bdim
+#define gridDim emu::g_gdim
+inline void __syncthreads() { emu::g_block->bar.arrive_and_wait(); }
+inline void __syncwarp() { emu::warp().bar.arrive_and_wait(); }
+template <typename T> T __ldg(const T* p) { return *p; }
+template <typename T> T __shfl_xor_sync(unsigned, T v, int off) {
+  static_assert(sizeof(T) <= 8);
+  auto& w = emu::warp();
+  const int lane = threadIdx.x & 31;
+  std::memcpy(w.slot[lane], &v, sizeof(T));
+  w.bar.arrive_and_wait();
+  T r;
+  std::memcpy(&r, w.slot[lane ^ off], sizeof(T));
+  w.bar.arrive_and_wait();
+  return r;
+}

@@ -1,0 +1,310 @@
+"""CUDA kernels of md_accel::tp_conv_fused_{fwd,bwd} (the radial MLP's last layer fused into the
+tensor-product convolution, md_accel/ops/_codegen_fused.py) against the float64 CPU reference
+(tp_reference.tp_conv_fused_*_ref): fresh random inputs, poisoned outputs, graph corner cases,
+bitwise determinism, the C++ autograd to second order, the materialised fallback, and the model
+layers. Shapes: the real MACE-MP-0 medium, SevenNet-0 and SevenNet-l3i5 convolutions
+(benchmarks/workloads.py). Skipped without a CUDA device."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA device", allow_module_level=True)
+
+from md_accel.ops import _cuda, _custom_ops  # noqa: E402
+from md_accel.ops.tp_conv import build_graph  # noqa: E402
+from md_accel.ops.tp_problem import TPProblem  # noqa: E402
+from md_accel.ops.tp_reference import tp_conv_fused_bwd_ref, tp_conv_fused_fwd_ref  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from workloads import WORKLOADS  # noqa: E402
+
+if not _cuda.load(verbose=True):
+    pytest.fail(f"md_accel CUDA library did not load: {_cuda.load_error()}", pytrace=False)
+_custom_ops.register(True)
+OPS = torch.ops.md_accel
+DEV = torch.device("cuda")
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+
+def _workload(name):
+    w = WORKLOADS[name]
+    return TPProblem.create(w.irreps_in1, w.irreps_in2, w.irreps_out, w.instructions)
+
+
+CONFIGS = {  # name -> (problem, hidden width)
+    "mace_mp0_medium": (lambda: _workload("mace_mp0_medium"), 64),
+    "mace_first": (lambda: _workload("mace_first"), 64),
+    "sevennet_0": (lambda: _workload("sevennet_0"), 64),
+    "sevennet_l3i5": (lambda: _workload("sevennet_l3i5"), 64),
+    "nequip_l3_h32": (lambda: _workload("nequip_l3"), 32),
+    "in2_mul2": (lambda: TPProblem.create("8x0e+8x1o", "2x0e+1x1o", "8x0e+8x1o+8x1o",
+                                          [(0, 0, 0, "uvu", True), (1, 0, 1, "uvu", True),
+                                           (0, 1, 2, "uvu", True), (1, 1, 0, "uvu", True)]), 16),
+    "tiny": (lambda: TPProblem.create("2x0e+2x1o", "1x0e+1x1o", "2x0e+2x1o+2x1e",
+                                      [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (1, 1, 2, "uvu", True)]), 16),
+}
+
+
+@pytest.fixture(scope="module")
+def fused_specs():
+    """Build (in parallel, nvcc) and load the fused kernels of every config."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def build(name):
+        problem, hidden = CONFIGS[name]
+        return _cuda.specialise_fused(problem().lower(), hidden)
+
+    with ThreadPoolExecutor(max_workers=8) as ex:
+        return dict(zip(CONFIGS, ex.map(build, CONFIGS)))
+
+
+def test_fused_built(fused_specs):
+    for name, path in fused_specs.items():
+        assert path is not None, name
+
+
+def plan_args(plan, dtype):
+    return (plan.paths.to(DEV), plan.cg_ptr.to(DEV), plan.cg_idx.to(DEV), plan.cg_val.to(DEV, dtype))
+
+
+def random_graph(num_nodes, num_edges, gen, hub=-1, hub_degree=0):
+    active = max(1, (3 * num_nodes) // 4)
+    src = torch.randint(0, active, (num_edges,), generator=gen)
+    dst = torch.randint(0, active, (num_edges,), generator=gen)
+    if hub >= 0:
+        src = torch.cat([src, torch.randint(0, active, (hub_degree,), generator=gen)])
+        dst = torch.cat([dst, torch.full((hub_degree,), hub)])
+    return build_graph(src.to(DEV), dst.to(DEV), num_nodes)
+
+
+def graph_args(g):
+    return (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+
+
+def inputs(plan, hidden, g, num_nodes, dtype, gen):
+    e = g.src.numel()
+    shapes = ((num_nodes, plan.dim_in1), (e, plan.dim_in2), (e, hidden), (hidden, plan.weight_numel),
+              (num_nodes, plan.dim_out))
+    x, y, h, W, go = (torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes)
+    W = W / hidden ** 0.5
+    return [t.to(DEV, dtype) for t in (x, y, h, W, go)]
+
+
+def poison(*shapes, dtype):
+    """Fill freed allocator blocks of the outputs' sizes with NaN, so unwritten elements show."""
+    blocks = [torch.full(s, float("nan"), dtype=dtype, device=DEV) for s in shapes]
+    del blocks
+
+
+def rel_err(a, b):
+    a, b = a.detach().cpu().double(), b.detach().cpu().double()
+    assert a.shape == b.shape, (a.shape, b.shape)
+    assert torch.isfinite(a).all(), "non-finite values (unwritten output?)"
+    if a.numel() == 0:
+        return 0.0
+    scale = b.abs().max().item()
+    return (a - b).abs().max().item() / (scale if scale > 0 else 1.0)
+
+
+def reference(plan, g, num_nodes, x, y, h, W, go):
+    cpu = [t.detach().cpu().double() for t in (x, y, h, W, go)]
+    src, dst = g.src.cpu(), g.dst.cpu()
+    dense = [c.double() for c in plan.dense]
+    out = tp_conv_fused_fwd_ref(*cpu[:4], src, dst, num_nodes, plan.paths.tolist(), dense, plan.dim_out)
+    grads = tp_conv_fused_bwd_ref(cpu[4], *cpu[:4], src, dst, plan.paths.tolist(), dense, True)
+    return out, grads
+
+
+def run_all(name, g, num_nodes, dtype, seed):
+    problem, hidden = CONFIGS[name]
+    plan = problem().lower()
+    pl = plan_args(plan, dtype)
+    x, y, h, W, go = inputs(plan, hidden, g, num_nodes, dtype, torch.Generator().manual_seed(seed))
+    e = y.shape[0]
+    ref_out, ref_grads = reference(plan, g, num_nodes, x, y, h, W, go)
+    tol = TOL[dtype]
+    poison((num_nodes, plan.dim_out), dtype=dtype)
+    out = OPS.tp_conv_fused_fwd(x, y, h, W, *graph_args(g), *pl, plan.dim_out)
+    assert rel_err(out, ref_out) <= tol, ("fwd", rel_err(out, ref_out))
+    for need_W in (True, False):
+        poison((num_nodes, plan.dim_in1), (e, plan.dim_in2), (e, hidden), (e, plan.weight_numel),
+               (e, plan.dim_in1), dtype=dtype)
+        got = OPS.tp_conv_fused_bwd(go, x, y, h, W, *graph_args(g), *pl, need_W)
+        for what, a, b in zip(("grad_x", "grad_y", "grad_hidden", "grad_W"), got, ref_grads):
+            if what == "grad_W" and not need_W:
+                assert a.shape == (0, plan.weight_numel)
+            else:
+                assert rel_err(a, b) <= tol, (what, need_W, rel_err(a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_matches_reference(name, dtype, fused_specs):
+    gen = torch.Generator().manual_seed(1)
+    run_all(name, random_graph(40, 300, gen, hub=3, hub_degree=40), 40, dtype, seed=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", ["mace_mp0_medium", "sevennet_l3i5"])
+def test_graph_shapes(name, dtype, fused_specs):
+    gen = torch.Generator().manual_seed(3)
+    # one receiver with 1500 neighbours among mostly isolated nodes
+    run_all(name, random_graph(2000, 10, gen, hub=7, hub_degree=1500), 2000, dtype, seed=4)
+    one = build_graph(torch.tensor([2], device=DEV), torch.tensor([0], device=DEV), 3)
+    run_all(name, one, 3, dtype, seed=5)
+    none = build_graph(torch.zeros(0, dtype=torch.int64, device=DEV), torch.zeros(0, dtype=torch.int64, device=DEV), 5)
+    run_all(name, none, 5, dtype, seed=6)
+
+
+@pytest.mark.parametrize("name", ["mace_mp0_medium", "sevennet_0", "sevennet_l3i5"])
+def test_fused_equals_materialised_float32(name, fused_specs):
+    """The fused kernels against the path they replace (cuBLAS w = hidden @ W, then tp_conv_*)."""
+    problem, hidden = CONFIGS[name]
+    plan = problem().lower()
+    pl = plan_args(plan, torch.float32)
+    gen = torch.Generator().manual_seed(11)
+    g = random_graph(300, 9000, gen)
+    x, y, h, W, go = inputs(plan, hidden, g, 300, torch.float32, gen)
+    w = h @ W
+    out = OPS.tp_conv_fwd(x, y, w, *graph_args(g), *pl, plan.dim_out)
+    gx, gy, gw = OPS.tp_conv_bwd(go, x, y, w, *graph_args(g), *pl)
+    want = (out, gx, gy, gw @ W.t(), h.t() @ gw)
+    got = (OPS.tp_conv_fused_fwd(x, y, h, W, *graph_args(g), *pl, plan.dim_out),
+           *OPS.tp_conv_fused_bwd(go, x, y, h, W, *graph_args(g), *pl, True))
+    for what, a, b in zip(("out", "grad_x", "grad_y", "grad_hidden", "grad_W"), got, want):
+        assert rel_err(a, b) <= 1e-5, (what, rel_err(a, b))
+
+
+@pytest.mark.parametrize("name", ["mace_mp0_medium", "sevennet_l3i5"])
+@pytest.mark.parametrize("op", ["fwd", "bwd"])
+def test_bitwise_deterministic(op, name, fused_specs):
+    problem, hidden = CONFIGS[name]
+    plan = problem().lower()
+    pl = plan_args(plan, torch.float32)
+    gen = torch.Generator().manual_seed(8)
+    g = random_graph(64, 3000, gen, hub=5, hub_degree=500)
+    x, y, h, W, go = inputs(plan, hidden, g, 64, torch.float32, gen)
+    if op == "fwd":
+        call = lambda: (OPS.tp_conv_fused_fwd(x, y, h, W, *graph_args(g), *pl, plan.dim_out),)  # noqa: E731
+    else:
+        call = lambda: OPS.tp_conv_fused_bwd(go, x, y, h, W, *graph_args(g), *pl, True)  # noqa: E731
+    first = [t.clone() for t in call()]
+    for _ in range(5):
+        for a, b in zip(call(), first):
+            assert torch.equal(a, b)
+
+
+def test_materialised_fallback(fused_specs):
+    """Fused kernels switched off, and a hidden width with no fused library: same results."""
+    problem, hidden = CONFIGS["sevennet_0"]
+    plan = problem().lower()
+    pl = plan_args(plan, torch.float64)
+    gen = torch.Generator().manual_seed(12)
+    g = random_graph(30, 200, gen)
+    x, y, h, W, go = inputs(plan, hidden, g, 30, torch.float64, gen)
+    ref_out, ref_grads = reference(plan, g, 30, x, y, h, W, go)
+    previous = _cuda.set_fused(False)
+    try:
+        out = OPS.tp_conv_fused_fwd(x, y, h, W, *graph_args(g), *pl, plan.dim_out)
+        grads = OPS.tp_conv_fused_bwd(go, x, y, h, W, *graph_args(g), *pl, True)
+    finally:
+        _cuda.set_fused(previous)
+    assert rel_err(out, ref_out) <= 1e-10
+    for a, b in zip(grads, ref_grads):
+        assert rel_err(a, b) <= 1e-10
+    h24, W24 = h[:, :24].contiguous(), W[:24].contiguous()  # no library for H = 24
+    ref24, _ = reference(plan, g, 30, x, y, h24, W24, go)
+    assert rel_err(OPS.tp_conv_fused_fwd(x, y, h24, W24, *graph_args(g), *pl, plan.dim_out), ref24) <= 1e-10
+
+
+def _tiny():
+    problem, hidden = CONFIGS["tiny"]
+    plan = problem().lower()
+    gen = torch.Generator().manual_seed(9)
+    g = random_graph(5, 9, gen, hub=1, hub_degree=3)
+    x, y, h, W, _ = inputs(plan, hidden, g, 5, torch.float64, gen)
+    pl = plan_args(plan, torch.float64)
+    fn = lambda x, y, h, W: OPS.tp_conv_fused_fwd(x, y, h, W, *graph_args(g), *pl, plan.dim_out)  # noqa: E731
+    return fn, [t.requires_grad_() for t in (x, y, h, W)]
+
+
+def test_gradcheck(fused_specs):
+    fn, args = _tiny()
+    assert torch.autograd.gradcheck(fn, args)
+
+
+def test_gradgradcheck(fused_specs):
+    """The C++ double backward (composed from the unfused ops), W_last trainable and frozen."""
+    fn, args = _tiny()
+    assert torch.autograd.gradgradcheck(fn, args)
+    frozen = args[3].detach()
+    assert torch.autograd.gradgradcheck(lambda x, y, h: fn(x, y, h, frozen), args[:3])
+
+
+def test_torchscript_forces_and_double_backward(fused_specs):
+    """A scripted function using the fused op differentiates twice through the C++ autograd."""
+    problem, hidden = CONFIGS["sevennet_0"]
+    plan = problem().lower()
+    gen = torch.Generator().manual_seed(10)
+    g = random_graph(30, 200, gen)
+    x, y, h, W, _ = inputs(plan, hidden, g, 30, torch.float64, gen)
+    pl = plan_args(plan, torch.float64)
+
+    @torch.jit.script
+    def energy(x: torch.Tensor, y: torch.Tensor, h: torch.Tensor, W: torch.Tensor, src: torch.Tensor,
+               dst: torch.Tensor, dst_ptr: torch.Tensor, src_perm: torch.Tensor, src_ptr: torch.Tensor,
+               paths: torch.Tensor, cg_ptr: torch.Tensor, cg_idx: torch.Tensor, cg_val: torch.Tensor,
+               dim_out: int) -> torch.Tensor:
+        out = torch.ops.md_accel.tp_conv_fused_fwd(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr,
+                                                   cg_idx, cg_val, dim_out)
+        return (out * out).sum()
+
+    def grads(fwd):
+        hh = h.clone().requires_grad_()
+        WW = W.clone().requires_grad_()
+        e = fwd(hh, WW)
+        gh, gW = torch.autograd.grad(e, (hh, WW), create_graph=True)
+        hess = torch.autograd.grad((gh * gh).sum() + (gW * gW).sum(), (hh, WW))
+        return (e.detach(), gh.detach(), gW.detach()) + hess
+
+    got = grads(lambda hh, WW: energy(x, y, hh, WW, *graph_args(g), *pl, plan.dim_out))
+    dense = [c.to(DEV) for c in plan.dense]
+    want = grads(lambda hh, WW: (tp_conv_fused_fwd_ref(x, y, hh, WW, g.src, g.dst, 30, plan.paths.tolist(), dense,
+                                                       plan.dim_out) ** 2).sum())
+    for a, b in zip(got, want):
+        assert rel_err(a.reshape(-1), b.reshape(-1)) <= 1e-10
+
+
+def test_sevennet_model_fused_equals_unfused():
+    """Whole SevenNet-0 on CUDA in float32: the layers' fused branch against materialised weights."""
+    pytest.importorskip("sevenn")
+    from ase.build import bulk
+
+    from md_accel.convert.sevenn import convert_sevenn
+    from md_accel.model import energy_forces_virial
+    from md_accel.neighbors import neighbor_list
+
+    pot = convert_sevenn("sevennet-0", dtype=torch.float32).to(DEV)
+    assert all(layer.conv.fused_f32 for layer in pot.layers), "fused kernels not built for the model"
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((3, 3, 3))
+    atoms.rattle(0.05, seed=0)
+    pos = torch.tensor(atoms.positions, device=DEV)
+    cell = torch.tensor(atoms.cell.array, device=DEV)
+    edges = neighbor_list(pos, cell, atoms.pbc, pot.cutoff)
+    species = torch.full((len(atoms),), pot.elements.index("Cu"), device=DEV)
+
+    def run():
+        out = energy_forces_virial(pot, species, edges.vec.float(), edges.src, edges.dst)
+        return out["energy"].detach(), out["forces"].detach()
+
+    e1, f1 = run()
+    for layer in pot.layers:
+        layer.conv.fused_f32 = False
+    e0, f0 = run()
+    assert abs(e1.item() - e0.item()) <= 1e-5 * abs(e0.item())
+    assert rel_err(f1, f0) <= 1e-4  # forces: differences of near-equal float32 sums

@@ -1,0 +1,138 @@
+"""Helpers of the symmetric-contraction tests (tests/test_sc_reference.py, tests/mace/test_sc_mace.py,
+tests/gpu/test_symmetric_contraction_cuda.py): random U-like coupling tensors, relative errors, and
+the kernels of csrc/sc_kernels.cuh + one generated library compiled for the host (g++) and called
+through ctypes with NaN-poisoned outputs."""
+import ctypes
+import subprocess
+from pathlib import Path
+
+import torch
+
+from md_accel.ops import _sc_codegen
+from md_accel.ops.symmetric_contraction import SymmetricContraction
+
+CSRC = Path(__file__).resolve().parents[1] / "csrc"
+
+
+def random_coupling(in_dims, out_dims, num_params, nnz, seed=0, dtype=torch.float64):
+    """U-like tensors ``u[r][nu-1]`` ``[D, I.., K]`` with ``nnz[r][nu-1]`` random non-zeros
+    (``None``: dense)."""
+    gen = torch.Generator().manual_seed(seed)
+    i = sum(in_dims)
+    out = []
+    for d, ks, zs in zip(out_dims, num_params, nnz):
+        ur = []
+        for nu, (k, z) in enumerate(zip(ks, zs), start=1):
+            shape = [d] + [i] * nu + [k]
+            if z is None:
+                ur.append(torch.randn(shape, generator=gen, dtype=dtype))
+                continue
+            flat = torch.zeros(torch.Size(shape).numel(), dtype=dtype)
+            pos = torch.randperm(flat.numel(), generator=gen)[:z]
+            flat[pos] = torch.randn(z, generator=gen, dtype=dtype)
+            ur.append(flat.reshape(shape))
+        out.append(ur)
+    return out
+
+
+def random_weights(u, num_elements, channels, seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    return [[torch.randn(num_elements, t.shape[-1], channels, generator=gen, dtype=t.dtype) for t in ur] for ur in u]
+
+
+def rel_err(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    assert a.shape == b.shape
+    assert torch.isfinite(a).all(), "non-finite values (unwritten output?)"
+    scale = b.abs().max().item() if b.numel() else 0.0
+    diff = (a - b).abs().max().item() if a.numel() else 0.0
+    return diff / scale if scale > 0 else diff
+
+
+_FIELDS = ["N", "C", "E", "K", "x", "species", "w", "g", "ggx", "ggw", "out", "gx", "gw", "perm", "sorted_species",
+           "bucket_off", "chunk_off", "partial", "nb", "num_chunks", "terms", "values", "in_map", "out_map",
+           "num_terms", "term_width", "num_in", "num_out"]
+_INTS = {"N", "C", "E", "K", "nb", "num_chunks", "num_terms", "term_width", "num_in", "num_out"}
+
+
+class _SCArgs(ctypes.Structure):
+    """ctypes mirror of md_accel::SCArgs (csrc/sc_abi.h)."""
+    _fields_ = [(f, ctypes.c_int64 if f in _INTS else ctypes.c_void_p) for f in _FIELDS]
+
+
+_HARNESS = r"""
+#define MD_ACCEL_SC_HOST 1
+#include "generated.cu"
+#include "sc_kernels.cu"
+extern "C" {
+const char* host_f64(int mode, const md_accel::SCArgs<double>* a, int generic) {
+  return generic ? md_accel::sc_generic_launch<double>(mode, a, nullptr) : md_accel_sc_spec_v1()->launch_f64(mode, a, nullptr);
+}
+const char* host_f32(int mode, const md_accel::SCArgs<float>* a, int generic) {
+  return generic ? md_accel::sc_generic_launch<float>(mode, a, nullptr) : md_accel_sc_spec_v1()->launch_f32(mode, a, nullptr);
+}
+void host_chunking(int64_t n, int64_t c, int64_t e, int64_t* nb, int64_t* nc) { md_accel::sc_chunking(n, c, e, nb, nc); }
+}
+"""
+
+
+def _component_map(dims):
+    rows, off = [], 0
+    for d in dims:
+        rows += [(off, d, m) for m in range(d)]
+        off += d
+    return torch.tensor(rows, dtype=torch.int32)
+
+
+class HostKernels:
+    """The generated library of ``module`` plus the generic kernels, compiled for the host."""
+
+    def __init__(self, module: SymmetricContraction, workdir: Path, opt: str = "-O1"):
+        self.m = module
+        struct = _sc_codegen.structure(module.in_dims, module.out_dims, module.num_k, module.sc_terms,
+                                       module.sc_values)
+        (workdir / "generated.cu").write_text(_sc_codegen.generate(struct))
+        (workdir / "harness.cpp").write_text(_HARNESS)
+        so = workdir / "harness.so"
+        subprocess.run(["g++", "-std=c++17", opt, "-shared", "-fPIC", "-I", str(CSRC), "-I", str(workdir),
+                        str(workdir / "harness.cpp"), "-o", str(so)], check=True, capture_output=True)
+        self.lib = ctypes.CDLL(str(so))
+        for name in ("host_f64", "host_f32"):
+            getattr(self.lib, name).restype = ctypes.c_char_p
+
+    def run(self, mode, x, species, w, g=None, ggx=None, ggw=None, need_w=True, generic=False):
+        m = self.m
+        dt, n = x.dtype, x.shape[0]
+        i, o = sum(m.in_dims), sum(m.out_dims)
+        c, (e, k) = x.shape[1] // i, w.shape[:2]
+        keep = []
+
+        def ptr(t):
+            if t is None:
+                return None
+            t = t.contiguous()
+            keep.append(t)
+            return t.data_ptr()
+
+        a = _SCArgs(N=n, C=c, E=e, K=k)
+        a.x, a.species, a.w, a.g, a.ggx, a.ggw = (ptr(t) for t in (x, species, w, g, ggx, ggw))
+        out = torch.full((n, c * o), float("nan"), dtype=dt) if mode != 1 else None
+        gx = torch.full_like(x, float("nan")) if mode != 0 else None
+        gw = torch.full_like(w, float("nan")) if mode == 2 or (mode == 1 and need_w) else None
+        a.out, a.gx, a.gw = ptr(out), ptr(gx), ptr(gw)
+        if gw is not None:
+            srt, perm = torch.sort(species, stable=True)
+            nb, nc = ctypes.c_int64(), ctypes.c_int64()
+            self.lib.host_chunking(ctypes.c_int64(n), ctypes.c_int64(c), ctypes.c_int64(e), ctypes.byref(nb),
+                                   ctypes.byref(nc))
+            a.perm, a.sorted_species = ptr(perm), ptr(srt)
+            a.bucket_off = ptr(torch.full((e + 3,), -7, dtype=torch.int64))
+            a.chunk_off = ptr(torch.full((e + 3,), -7, dtype=torch.int64))
+            a.partial = ptr(torch.full((nc.value * k * c,), float("nan"), dtype=dt))
+            a.nb, a.num_chunks = nb.value, nc.value
+        a.terms, a.values = ptr(m.sc_terms), ptr(m.sc_values.to(dt))
+        a.in_map, a.out_map = ptr(_component_map(m.in_dims)), ptr(_component_map(m.out_dims))
+        a.num_terms, a.term_width, a.num_in, a.num_out = m.sc_terms.shape[0], m.sc_terms.shape[1], i, o
+        err = (self.lib.host_f64 if dt == torch.float64 else self.lib.host_f32)(mode, ctypes.byref(a), int(generic))
+        assert err is None, err
+        return out, gx, gw
