@@ -113,9 +113,12 @@ def test_fused_bwd_op_equals_autograd_of_reference():
     assert OPS.tp_conv_fused_bwd(go, x, y, h, W, *rest, False)[3].shape == (0, W.shape[1])
 
 
-@pytest.mark.parametrize("mlp", [RadialMLP([8, 16, 16, 24], "silu"), RadialMLP([8, 12], "silu"),
-                                 ScalarMLP([8, 16, 24], [0.5, 0.25], "silu")], ids=["radial", "one_layer", "scalar"])
-def test_mlp_is_hidden_times_last_weight(mlp):
+@pytest.mark.parametrize("make", [lambda: RadialMLP([8, 16, 16, 24], "silu"), lambda: RadialMLP([8, 12], "silu"),
+                                  lambda: ScalarMLP([8, 16, 24], [0.5, 0.25], "silu")],
+                         ids=["radial", "one_layer", "scalar"])
+def test_mlp_is_hidden_times_last_weight(make):
+    mlp = make()
+
     class Split(torch.nn.Module):
         def __init__(self, m):
             super().__init__()
@@ -177,6 +180,7 @@ def test_sevennet_layers_fused_branch():
     from md_accel.convert.sevenn import convert_sevenn
     from md_accel.convert.verify import evaluate_potential
 
+    torch.set_default_dtype(torch.float32)  # sevenn's checkpoint loading expects it (the fixture restores)
     pot = convert_sevenn("sevennet-0", dtype=torch.float64)
     assert all(layer.conv.fused_hidden == layer.radial_mlp.hs[-2] for layer in pot.layers)
     atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((2, 1, 1))
@@ -201,7 +205,7 @@ def test_mace_layers_fused_branch(tmp_path):
     spec = importlib.util.spec_from_file_location("build_mace", root / "models" / "build_mace_mp0_medium_shape.py")
     builder = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(builder)
-    pot = convert_mace(builder.build("small", seed=3, apply_cutoff=False, max_ell=2))
+    pot = convert_mace(builder.build("small", seed=3, apply_cutoff=False, max_ell=2))  # float64 default: as mace
     assert all(layer.cutoff_weights for layer in pot.layers)
     atoms = cluster(["Cu", "O", "H"], __import__("numpy").random.default_rng(5), n=6)
     plain = evaluate_potential(pot, atoms)

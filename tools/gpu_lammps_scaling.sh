@@ -9,7 +9,10 @@
 # A case that fails (out of memory, RUN_TIMEOUT) is recorded as failed; the others still run.
 #
 # Usage: tools/gpu_lammps_scaling.sh LAMMPS_BUNDLE_DIR MODEL.mdx OUTDIR
+#   e.g. tools/gpu_lammps_scaling.sh .lmp .lmp/sevennet-0-f32.mdx "$OUT/scaling"
 # Env:   GPUS="1 2 4" WEAK_CELLS=20 STRONG_CELLS=32 BIG_CELLS=63 WARMUP=3 STEPS=10 RUN_TIMEOUT=240
+#        PREPARE_ONLY=1: only build the ops library, the model's kernels and the plugin (a cold
+#        machine spends minutes in nvcc; the runs themselves take about 5 minutes on 4 H200)
 # MODEL.mdx: e.g. SevenNet-0 in float32 (`md-accel convert sevennet-0 -o sevennet0-f32.mdx
 # --dtype float32`); it is saved again here with this checkout's code, so that it exports the
 # layered interface that comm layer needs.
@@ -45,6 +48,7 @@ python lammps_plugin/build.py --out .gpu/lammps || exit 1
 export LAMMPS_PLUGIN_PATH=$PWD/.gpu/lammps
 ngpu=$(nvidia-smi -L | wc -l)
 echo "[scaling] $ngpu GPUs; model $model_in; ops $ops; prepared in $((SECONDS - t_start)) s"
+[[ ${PREPARE_ONLY:-0} == 1 ]] && exit 0
 
 cells() {  # cells P BASE -> "nx ny nz" for P x BASE^3 cells (P a power of two: doubles x, y, z in turn)
   local p=$1 n=(1 1 1) k=0

@@ -316,7 +316,8 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
     I4 = I + "    "
     hb, gwb = _slot_area(g, hidden, esize, True)
     s.append(f"{I4}T* s_h = s_slots + slot * {hb + gwb};  // hidden chunk, then grad_y partials\n")
-    s.append(f"{I4}T* s_red = s_h;\n")
+    if g.WPS > 1:
+        s.append(f"{I4}T* s_red = s_h;  // grad_y partials of the slot's warps\n")
     s.append(f"{I4}T* s_gw = s_h + {hb};  // grad_w of the chunk [column][edge], then grad_hidden partials\n")
     s.append(f"{I4}const int lane = threadIdx.x & 31, warp = u >> 5;\n")
     for key in g.out_keys:

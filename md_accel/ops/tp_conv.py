@@ -1,6 +1,7 @@
 """``TensorProductConv``: 'uvu' Clebsch-Gordan tensor product with per-edge weights, fused with
 the sum over neighbours; e3nn semantics (see docs/architecture.md)."""
 
+import os
 import warnings
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
@@ -69,6 +70,9 @@ _SPECIALISE_WARNED = []
 # more GEMM in the backward; in float64 the CUDA cores run at half rate while cuBLAS uses the FP64
 # tensor cores, so float64 materialises. Figures: .notes/fused_radial.md.
 FUSED_RADIAL_DTYPES = (torch.float32,)
+# Opt-in until it wins: H200 2026-11-22, SevenNet-l3i5 32k Cu atoms, fp32 energy+forces: 425 ms
+# with the fused kernels vs 222 ms materialised (benchmarks/results/2026-11-22-h200-run5).
+FUSED_RADIAL_ENV = "MD_ACCEL_FUSED_RADIAL"
 
 
 def _specialise(conv: "TensorProductConv") -> None:
@@ -86,7 +90,7 @@ def _specialise(conv: "TensorProductConv") -> None:
             _SPECIALISE_WARNED.append(True)
             warnings.warn(f"md_accel: using the generic CUDA kernels ({type(e).__name__}: {e})")
     built = False
-    if conv.fused_hidden > 0:
+    if conv.fused_hidden > 0 and os.environ.get(FUSED_RADIAL_ENV, "0") == "1":
         try:
             built = _cuda.specialise_fused(conv, conv.fused_hidden, conv.paths.device) is not None
         except Exception as e:

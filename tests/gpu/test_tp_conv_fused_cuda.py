@@ -280,9 +280,12 @@ def test_torchscript_forces_and_double_backward(fused_specs):
         assert rel_err(a.reshape(-1), b.reshape(-1)) <= 1e-10
 
 
-def test_sevennet_model_fused_equals_unfused():
-    """Whole SevenNet-0 on CUDA in float32: the layers' fused branch against materialised weights."""
+def test_sevennet_model_fused_equals_unfused(monkeypatch):
+    """Whole SevenNet-0 on CUDA in float32: the layers' fused branch (opt-in) against materialised weights."""
     pytest.importorskip("sevenn")
+    from md_accel.ops.tp_conv import FUSED_RADIAL_ENV
+
+    monkeypatch.setenv(FUSED_RADIAL_ENV, "1")
     from ase.build import bulk
 
     from md_accel.convert.sevenn import convert_sevenn

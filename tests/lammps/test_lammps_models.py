@@ -19,8 +19,8 @@ from lammps_toy_potentials import cluster, cu_ni, slab, write_data
 
 ROOT = Path(__file__).resolve().parents[2]
 MACE_PYTHON = ROOT / ".venv-mace" / "bin" / "python"
-SYMBOLS = ("Ni", "Cu")   # LAMMPS type 1, 2 (the reverse of SevenNet's order)
-# float64 models: the comm modes and the calculator agree to round-off (measured <= 3e-14)
+SYMBOLS = ("Ni", "Cu")   # elements of LAMMPS types 1 and 2
+# float64 models: the comm modes and the calculator agree to round-off (measured <= 1.2e-13)
 TOL = {"energy": 1e-8, "forces": 1e-9, "virial": 1e-8}
 
 
