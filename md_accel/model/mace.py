@@ -18,12 +18,12 @@ from typing import Dict, List, Optional
 import torch
 
 from ..o3 import Irreps, SphericalHarmonics
-from ..ops import Graph, SymmetricContraction, TensorProductConv, graph_order
+from ..ops import Graph, SymmetricContraction, TensorProductConv
 from . import register
 from .activations import apply_activation
 from .embedding import SpeciesEmbedding
 from .linear import Linear
-from .potential import Potential
+from .potential import LayeredPotential
 from .radial import RadialMLP
 from .species_linear import SpeciesLinear
 
@@ -186,7 +186,7 @@ class MACEReadout(torch.nn.Module):
 
 
 @register("mace")
-class MACE(Potential):
+class MACE(LayeredPotential):
     """Spec keys: ``elements``, ``cutoff``, ``radial`` (``num_basis``, ``p``, ``transform``:
     ``none`` / ``agnesi``, ``apply_cutoff``), ``lmax``, ``channels``, ``layers`` (see ``MACELayer``),
     ``readouts`` (see ``MACEReadout``), ``zbl`` (bool; ``p``)."""
@@ -214,19 +214,6 @@ class MACE(Potential):
 
     def spec(self) -> Dict:
         return dict(self._spec, type="mace")
-
-    def node_energies(
-        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
-        graph: Optional[Graph] = None,
-    ) -> torch.Tensor:
-        edge_vec, edge_src, edge_dst, graph = graph_order(edge_vec, edge_src, edge_dst, species.shape[0], graph)
-        edge_feats = self.edge_features(species, edge_vec, edge_src, edge_dst)
-        h = self.embed(species)
-        feats: List[torch.Tensor] = []
-        for k in range(self.num_layers):
-            h = self.interaction(k, h, species, edge_feats, edge_src, edge_dst, graph)
-            feats.append(h)
-        return self.readout_energies(species, feats, edge_feats, edge_src, edge_dst)
 
     # -- the layered interface (see Potential) -----------------------------------------------
     @torch.jit.export

@@ -22,12 +22,12 @@ from typing import Dict, List, Optional, Union
 import torch
 
 from ..o3 import Irreps, SphericalHarmonics
-from ..ops import Graph, TensorProductConv, graph_order
+from ..ops import Graph, TensorProductConv
 from . import register
 from .embedding import ScaleShift, SpeciesEmbedding
 from .gate import Gate
 from .linear import Linear
-from .potential import Potential
+from .potential import LayeredPotential
 from .radial import RadialMLP, make_cutoff_fn, make_radial_basis
 from .scalar_mlp import ScalarMLP
 from .species_linear import SpeciesLinear
@@ -111,7 +111,7 @@ class InteractionLayer(torch.nn.Module):
 
 
 @register("nequip_like")
-class NequIPLike(Potential):
+class NequIPLike(LayeredPotential):
     """Spec keys: ``elements``, ``cutoff``, ``radial_basis`` (e.g. ``{"name": "bessel",
     "num_basis": 8, "trainable": true}``), ``cutoff_fn`` (``{"name": "xplor", "r_on": 4.5}`` or
     ``{"name": "polynomial", "p": 6}``), ``sh`` (``lmax``, ``parity``, ``normalize``),
@@ -154,19 +154,6 @@ class NequIPLike(Potential):
 
     def spec(self) -> Dict:
         return dict(self._spec, type="nequip_like")
-
-    def node_energies(
-        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
-        graph: Optional[Graph] = None,
-    ) -> torch.Tensor:
-        edge_vec, edge_src, edge_dst, graph = graph_order(edge_vec, edge_src, edge_dst, species.shape[0], graph)
-        edge_feats = self.edge_features(species, edge_vec, edge_src, edge_dst)
-        x = self.embed(species)
-        features: List[torch.Tensor] = []
-        for k in range(self.num_layers):
-            x = self.interaction(k, x, species, edge_feats, edge_src, edge_dst, graph)
-            features.append(x)
-        return self.readout_energies(species, features, edge_feats, edge_src, edge_dst)
 
     # -- the layered interface (see Potential) -----------------------------------------------
     @torch.jit.export

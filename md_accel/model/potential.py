@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ..ops import Graph, build_graph
+from ..ops import Graph, build_graph, graph_order
 
 
 class Potential(torch.nn.Module):
@@ -72,6 +72,25 @@ class Potential(torch.nn.Module):
     def from_spec(cls, spec: Dict) -> "Potential":
         """Rebuild from ``spec()`` (random weights; load the state dict after)."""
         return cls(spec)
+
+
+class LayeredPotential(Potential):
+    """A potential built from the layered interface above: ``node_energies`` is
+    ``readout_energies`` of the features that ``embed`` and ``interaction`` give on the full
+    graph, so the whole-graph and the layer-at-a-time evaluations are the same code."""
+
+    def node_energies(
+        self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+        graph: Optional[Graph] = None,
+    ) -> torch.Tensor:
+        edge_vec, edge_src, edge_dst, graph = graph_order(edge_vec, edge_src, edge_dst, species.shape[0], graph)
+        edge_feats = self.edge_features(species, edge_vec, edge_src, edge_dst)
+        h = self.embed(species)
+        features: List[torch.Tensor] = []
+        for k in range(self.num_layers):
+            h = self.interaction(k, h, species, edge_feats, edge_src, edge_dst, graph)
+            features.append(h)
+        return self.readout_energies(species, features, edge_feats, edge_src, edge_dst)
 
 
 def energy_forces_virial(
