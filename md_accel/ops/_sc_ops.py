@@ -16,6 +16,7 @@ from typing import Dict, List, Tuple
 
 import torch
 
+from ._op_registry import register_family
 from .sc_reference import reference_tables, sc_bwd_ref, sc_dbwd_ref, sc_fwd_ref
 
 _TABLES = "Tensor terms, Tensor values, int[] in_dims, int[] out_dims"
@@ -102,45 +103,15 @@ def _bwd_backward(ctx, gg_x, gg_w):
     return g_go, g_x, None, g_w, None, None, None, None, None
 
 
-_REGISTERED = False
-_LIBS: List[torch.library.Library] = []
-
-
-def _defined_in_cpp() -> bool:
-    try:
-        torch.ops.md_accel.symmetric_contraction_fwd
-    except (AttributeError, RuntimeError):
-        return False
-    return True
-
-
 def register(cpp_library_loaded: bool) -> None:
     """Register the ops once. ``cpp_library_loaded``: the C++ library is loaded (a library built
     from older sources without these ops counts as absent)."""
-    global _REGISTERED
-    if _REGISTERED:
-        return
-    cpp_library_loaded = cpp_library_loaded and _defined_in_cpp()
-    if cpp_library_loaded:
-        lib = torch.library.Library("md_accel", "IMPL")
-    else:
-        lib = torch.library.Library("md_accel", "FRAGMENT")
-        for name, schema in SCHEMAS.items():
-            lib.define(name + schema)
-    _LIBS.append(lib)
-    impls = (("symmetric_contraction_fwd", _fwd_impl), ("symmetric_contraction_bwd", _bwd_impl),
-             ("symmetric_contraction_dbwd", _dbwd_impl))
-    for name, fn in impls:
-        lib.impl(name, fn, "CPU")
-        if not cpp_library_loaded:  # the reference serves CUDA tensors too
-            lib.impl(name, fn, "CUDA")
-    fakes = (("symmetric_contraction_fwd", _fwd_fake), ("symmetric_contraction_bwd", _bwd_fake),
-             ("symmetric_contraction_dbwd", _dbwd_fake))
-    for name, fn in fakes:
-        torch.library.register_fake(f"md_accel::{name}", fn, lib=lib)
-    if not cpp_library_loaded:
-        torch.library.register_autograd("md_accel::symmetric_contraction_fwd", _fwd_backward,
-                                        setup_context=_fwd_setup, lib=lib)
-        torch.library.register_autograd("md_accel::symmetric_contraction_bwd", _bwd_backward,
-                                        setup_context=_bwd_setup, lib=lib)
-    _REGISTERED = True
+    register_family(
+        SCHEMAS,
+        (("symmetric_contraction_fwd", _fwd_impl), ("symmetric_contraction_bwd", _bwd_impl),
+         ("symmetric_contraction_dbwd", _dbwd_impl)),
+        (("symmetric_contraction_fwd", _fwd_fake), ("symmetric_contraction_bwd", _bwd_fake),
+         ("symmetric_contraction_dbwd", _dbwd_fake)),
+        (("symmetric_contraction_fwd", _fwd_backward, _fwd_setup),
+         ("symmetric_contraction_bwd", _bwd_backward, _bwd_setup)),
+        cpp_library_loaded)

@@ -14,10 +14,10 @@ species; the reference ignores it). Tables: see ``sl_reference``.
 """
 from __future__ import annotations
 
-from typing import List
 
 import torch
 
+from ._op_registry import register_family
 from .sl_reference import (species_linear_bwd_w_ref, species_linear_bwd_x_ref, species_linear_fwd_ref,
                            weight_numel)
 
@@ -86,45 +86,18 @@ def _bwd_w_backward(ctx, hw):
     return gx, gg, None, None, None, None, None
 
 
-_REGISTERED = False
-_LIBS: List[torch.library.Library] = []
-
-
-def _defined_in_cpp() -> bool:
-    try:
-        torch.ops.md_accel.species_linear_fwd
-    except (AttributeError, RuntimeError):
-        return False
-    return True
-
-
 def register(cpp_library_loaded: bool) -> None:
     """Register the ops once. ``cpp_library_loaded``: the C++ library is loaded (a library built
     from older sources without these ops counts as absent)."""
-    global _REGISTERED
-    if _REGISTERED:
-        return
-    cpp_library_loaded = cpp_library_loaded and _defined_in_cpp()
-    if cpp_library_loaded:
-        lib = torch.library.Library("md_accel", "IMPL")
-    else:
-        lib = torch.library.Library("md_accel", "FRAGMENT")
-        for name, schema in SCHEMAS.items():
-            lib.define(name + schema)
-    _LIBS.append(lib)
-    for name, fn in (("species_linear_fwd", _fwd_impl), ("species_linear_bwd_x", _bwd_x_impl),
-                     ("species_linear_bwd_w", _bwd_w_impl)):
-        lib.impl(name, fn, "CPU")
-        if not cpp_library_loaded:  # the reference serves CUDA tensors too
-            lib.impl(name, fn, "CUDA")
-    for name, fn in (("species_linear_fwd", _fwd_fake), ("species_linear_bwd_x", _bwd_x_fake),
-                     ("species_linear_bwd_w", _bwd_w_fake)):
-        torch.library.register_fake(f"md_accel::{name}", fn, lib=lib)
-    if not cpp_library_loaded:
-        for name, fn in (("species_linear_fwd", _fwd_backward), ("species_linear_bwd_x", _bwd_x_backward),
-                         ("species_linear_bwd_w", _bwd_w_backward)):
-            torch.library.register_autograd(f"md_accel::{name}", fn, setup_context=_setup, lib=lib)
-    _REGISTERED = True
+    register_family(
+        SCHEMAS,
+        (("species_linear_fwd", _fwd_impl), ("species_linear_bwd_x", _bwd_x_impl),
+         ("species_linear_bwd_w", _bwd_w_impl)),
+        (("species_linear_fwd", _fwd_fake), ("species_linear_bwd_x", _bwd_x_fake),
+         ("species_linear_bwd_w", _bwd_w_fake)),
+        (("species_linear_fwd", _fwd_backward, _setup), ("species_linear_bwd_x", _bwd_x_backward, _setup),
+         ("species_linear_bwd_w", _bwd_w_backward, _setup)),
+        cpp_library_loaded)
 
 
 def _register_now() -> None:
