@@ -18,7 +18,7 @@ CPU_SOURCES = ["ops.cpp", "fused_ops.cpp"]
 CPU_SOURCES += ["species_linear_ops.cpp"]
 CUDA_SOURCES = ["tp_conv_cuda.cpp", "tp_conv_fused_cuda.cpp", "tp_conv_kernels.cu"]
 CUDA_SOURCES += ["species_linear_cuda.cpp", "species_linear_kernels.cu"]
-HEADERS = ["tp_conv.h", "tp_spec_abi.h", "tp_fused_abi.h"]
+HEADERS = ["tp_conv.h", "tp_spec_abi.h", "tp_fused_abi.h", "spec_registry.h"]
 HEADERS += ["species_linear.h"]
 # symmetric contraction (sc_ops.cpp: schemas + C++ autograd)
 CPU_SOURCES += ["sc_ops.cpp"]

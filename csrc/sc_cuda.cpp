@@ -11,16 +11,12 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <dlfcn.h>
-
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "sc_abi.h"
+#include "spec_registry.h"
 
 namespace md_accel {
 namespace {
@@ -30,46 +26,12 @@ using at::Tensor;
 // ---------------------------------------------------------------------------------------------
 // Generated kernel libraries. A term list uses the most recently loaded library that recorded
 // it; MD_ACCEL_SC_KERNELS (colon-separated .so paths) preloads libraries for C++ users.
-std::mutex g_spec_mutex;
-std::vector<const SCSpec*> g_specs;
-std::atomic<int> g_spec_generation{0};
-std::atomic<bool> g_spec_enabled{true};
+SpecRegistry<SCSpec> g_specs("symmetric_contraction", "md_accel_sc_spec_v1", kSCAbiVersion,
+                             "MD_ACCEL_SC_KERNELS");
 
-int64_t load_spec_locked(const std::string& path) {
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  TORCH_CHECK(h != nullptr, "md_accel symmetric_contraction: cannot load ", path, ": ", dlerror());
-  auto entry = reinterpret_cast<const SCSpec* (*)()>(dlsym(h, "md_accel_sc_spec_v1"));
-  TORCH_CHECK(entry != nullptr, "md_accel symmetric_contraction: ", path, " has no md_accel_sc_spec_v1");
-  const SCSpec* spec = entry();
-  TORCH_CHECK(spec != nullptr && spec->abi_version == kSCAbiVersion, "md_accel symmetric_contraction: ", path,
-              " was built for another ABI version");
-  g_specs.push_back(spec);  // the handle stays open for the life of the process
-  g_spec_generation.fetch_add(1);
-  return int64_t(g_specs.size()) - 1;
-}
+int64_t load_specialised(std::string path) { return g_specs.load(path); }
 
-void preload_specs_locked() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  const char* env = std::getenv("MD_ACCEL_SC_KERNELS");
-  if (env == nullptr) return;
-  const std::string all(env);
-  size_t start = 0;
-  while (start <= all.size()) {
-    const size_t end = std::min(all.find(':', start), all.size());
-    if (end > start) load_spec_locked(all.substr(start, end - start));
-    start = end + 1;
-  }
-}
-
-int64_t load_specialised(std::string path) {
-  std::lock_guard<std::mutex> lock(g_spec_mutex);
-  preload_specs_locked();
-  return load_spec_locked(path);
-}
-
-bool set_specialised(bool enabled) { return g_spec_enabled.exchange(enabled); }
+bool set_specialised(bool enabled) { return g_specs.set_enabled(enabled); }
 
 // Host-side facts about one term list and its device tables. Entries hold strong references to
 // the key tensors (their addresses cannot be reused); a changed version counter rebuilds.
@@ -100,16 +62,9 @@ bool spec_matches(const SCSpec* s, const TermsEntry& te) {
 }
 
 void attach_spec(TermsEntry& te) {
-  std::lock_guard<std::mutex> lock(g_spec_mutex);
-  preload_specs_locked();
-  const int gen = g_spec_generation.load();
+  const int gen = g_specs.generation();
   if (te.spec_generation == gen) return;
-  te.spec = nullptr;
-  for (auto it = g_specs.rbegin(); it != g_specs.rend(); ++it)
-    if (spec_matches(*it, te)) {
-      te.spec = *it;
-      break;
-    }
+  te.spec = g_specs.find([&](const SCSpec* s) { return spec_matches(s, te); });
   te.spec_generation = gen;
 }
 
@@ -226,7 +181,7 @@ Prepared prepare(const Tensor& x, const Tensor& species, const Tensor& w, const 
                   species.size(0) == p.N,
               "md_accel symmetric_contraction: species must be int64 [", p.N, "] on ", x.device());
   p.species = species.contiguous();
-  p.spec = g_spec_enabled.load() && p.te.spec != nullptr && p.te.spec->num_k == p.K ? p.te.spec : nullptr;
+  p.spec = g_specs.enabled() && p.te.spec != nullptr && p.te.spec->num_k == p.K ? p.te.spec : nullptr;
   return p;
 }
 

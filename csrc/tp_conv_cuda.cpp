@@ -7,17 +7,13 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <dlfcn.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "tp_conv.h"
+#include "spec_registry.h"
 #include "tp_spec_abi.h"
 
 namespace md_accel {
@@ -29,60 +25,20 @@ using at::Tensor;
 // Plan-specialised kernel libraries (md_accel/ops/_codegen.py, csrc/tp_spec_abi.h). A plan uses
 // the most recently loaded library whose integer tables equal its own; otherwise the generic
 // kernels. MD_ACCEL_TP_KERNELS (colon-separated .so paths) preloads libraries for C++ users.
-std::mutex g_spec_mutex;
-std::vector<const TPSpec*> g_specs;
-std::atomic<int> g_spec_generation{0};
-std::atomic<bool> g_spec_enabled{true};
+SpecRegistry<TPSpec> g_specs("tp_conv", "md_accel_tp_spec_v1", kTPSpecAbiVersion, "MD_ACCEL_TP_KERNELS");
 
-int64_t load_spec_locked(const std::string& path) {
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  TORCH_CHECK(h != nullptr, "md_accel tp_conv: cannot load ", path, ": ", dlerror());
-  auto entry = reinterpret_cast<const TPSpec* (*)()>(dlsym(h, "md_accel_tp_spec_v1"));
-  TORCH_CHECK(entry != nullptr, "md_accel tp_conv: ", path, " has no md_accel_tp_spec_v1");
-  const TPSpec* spec = entry();
-  TORCH_CHECK(spec != nullptr && spec->abi_version == kTPSpecAbiVersion, "md_accel tp_conv: ", path,
-              " was built for another ABI version");
-  g_specs.push_back(spec);  // the handle stays open for the life of the process
-  g_spec_generation.fetch_add(1);
-  return int64_t(g_specs.size()) - 1;
-}
+int64_t load_specialised(std::string path) { return g_specs.load(path); }
 
-void preload_specs_locked() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  const char* env = std::getenv("MD_ACCEL_TP_KERNELS");
-  if (env == nullptr) return;
-  std::string all(env);
-  size_t start = 0;
-  while (start <= all.size()) {
-    const size_t end = std::min(all.find(':', start), all.size());
-    if (end > start) load_spec_locked(all.substr(start, end - start));
-    start = end + 1;
-  }
-}
-
-int64_t load_specialised(std::string path) {
-  std::lock_guard<std::mutex> lock(g_spec_mutex);
-  preload_specs_locked();
-  return load_spec_locked(path);
-}
-
-bool set_specialised(bool enabled) { return g_spec_enabled.exchange(enabled); }
+bool set_specialised(bool enabled) { return g_specs.set_enabled(enabled); }
 
 const TPSpec* find_spec(const Tensor& paths, const Tensor& ptr, const Tensor& idx) {
-  std::lock_guard<std::mutex> lock(g_spec_mutex);
-  preload_specs_locked();
   const int64_t P = paths.size(0), nnz = idx.size(0);
-  for (auto it = g_specs.rbegin(); it != g_specs.rend(); ++it) {
-    const TPSpec* s = *it;
-    if (s->num_paths != P || s->nnz != nnz) continue;
-    if (std::memcmp(s->paths, paths.data_ptr<int>(), sizeof(int32_t) * P * kPathCols) == 0 &&
-        std::memcmp(s->cg_ptr, ptr.data_ptr<int>(), sizeof(int32_t) * (P + 1)) == 0 &&
-        std::memcmp(s->cg_idx, idx.data_ptr<int>(), sizeof(int32_t) * nnz * 3) == 0)
-      return s;
-  }
-  return nullptr;
+  return g_specs.find([&](const TPSpec* s) {
+    return s->num_paths == P && s->nnz == nnz &&
+           std::memcmp(s->paths, paths.data_ptr<int>(), sizeof(int32_t) * P * kPathCols) == 0 &&
+           std::memcmp(s->cg_ptr, ptr.data_ptr<int>(), sizeof(int32_t) * (P + 1)) == 0 &&
+           std::memcmp(s->cg_idx, idx.data_ptr<int>(), sizeof(int32_t) * nnz * 3) == 0;
+  });
 }
 
 // Host-side facts about one plan, and its device tables. The paths/cg tables are read on the
@@ -101,7 +57,7 @@ struct PlanEntry {
 };
 
 void attach_spec(PlanEntry& pe) {
-  const int gen = g_spec_generation.load();
+  const int gen = g_specs.generation();
   if (pe.spec_generation == gen) return;
   pe.spec = find_spec(pe.h_paths, pe.h_cg_ptr, pe.h_cg_idx);
   pe.spec_generation = gen;
@@ -242,7 +198,7 @@ Prepared prepare(const Tensor& x, const Tensor& y, const Tensor& w, const Tensor
   p.d_paths = pe.d_paths;
   p.d_cg_ptr = pe.d_cg_ptr;
   p.d_cg_ijk = pe.d_cg_ijk;
-  p.spec = g_spec_enabled.load() ? pe.spec : nullptr;
+  p.spec = g_specs.enabled() ? pe.spec : nullptr;
   TORCH_CHECK(x.size(1) >= pe.ext_in1, "md_accel tp_conv: x has ", x.size(1), " columns, the plan needs ", pe.ext_in1);
   TORCH_CHECK(y.size(1) >= pe.ext_in2, "md_accel tp_conv: y has ", y.size(1), " columns, the plan needs ", pe.ext_in2);
   TORCH_CHECK(w.size(1) >= pe.ext_w, "md_accel tp_conv: w has ", w.size(1), " columns, the plan needs ", pe.ext_w);

@@ -11,17 +11,13 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <dlfcn.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "spec_registry.h"
 #include "tp_fused_abi.h"
 
 namespace md_accel {
@@ -33,47 +29,13 @@ using Tensor3 = std::tuple<Tensor, Tensor, Tensor>;
 using Tensor4 = std::tuple<Tensor, Tensor, Tensor, Tensor>;
 
 // --- fused libraries ------------------------------------------------------------------------------
-std::mutex g_mutex;
-std::vector<const TPFusedSpec*> g_specs;
-std::atomic<int> g_generation{0};
-std::atomic<bool> g_enabled{true};
-
-int64_t load_locked(const std::string& path) {
-  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  TORCH_CHECK(lib != nullptr, "md_accel tp_conv_fused: cannot load ", path, ": ", dlerror());
-  auto entry = reinterpret_cast<const TPFusedSpec* (*)()>(dlsym(lib, "md_accel_tp_fused_spec_v1"));
-  TORCH_CHECK(entry != nullptr, "md_accel tp_conv_fused: ", path, " has no md_accel_tp_fused_spec_v1");
-  const TPFusedSpec* spec = entry();
-  TORCH_CHECK(spec != nullptr && spec->abi_version == kTPFusedAbiVersion, "md_accel tp_conv_fused: ", path,
-              " was built for another ABI version");
-  g_specs.push_back(spec);  // the handle stays open for the life of the process
-  g_generation.fetch_add(1);
-  return int64_t(g_specs.size()) - 1;
-}
-
 // MD_ACCEL_TP_FUSED_KERNELS: colon-separated libraries to load at first use (C++ users).
-void preload_locked() {
-  static bool done = false;
-  if (done) return;
-  done = true;
-  const char* env = std::getenv("MD_ACCEL_TP_FUSED_KERNELS");
-  if (env == nullptr) return;
-  const std::string all(env);
-  size_t start = 0;
-  while (start <= all.size()) {
-    const size_t end = std::min(all.find(':', start), all.size());
-    if (end > start) load_locked(all.substr(start, end - start));
-    start = end + 1;
-  }
-}
+SpecRegistry<TPFusedSpec> g_specs("tp_conv_fused", "md_accel_tp_fused_spec_v1", kTPFusedAbiVersion,
+                                  "MD_ACCEL_TP_FUSED_KERNELS");
 
-int64_t load_fused(std::string path) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  preload_locked();
-  return load_locked(path);
-}
+int64_t load_fused(std::string path) { return g_specs.load(path); }
 
-bool set_fused(bool enabled) { return g_enabled.exchange(enabled); }
+bool set_fused(bool enabled) { return g_specs.set_enabled(enabled); }
 
 // Host copy of a plan's integer tables, the row widths it needs, and the fused library found for
 // one hidden width (re-searched when libraries are loaded). Cached per plan tensors and version.
@@ -89,18 +51,13 @@ struct FusedEntry {
 };
 
 const TPFusedSpec* find_spec(const FusedEntry& fe) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  preload_locked();
   const int64_t P = fe.h_paths.size(0), nnz = fe.h_cg_idx.size(0);
-  for (auto it = g_specs.rbegin(); it != g_specs.rend(); ++it) {
-    const TPFusedSpec* s = *it;
-    if (s->num_paths != P || s->nnz != nnz || s->hidden != fe.hidden) continue;
-    if (std::memcmp(s->paths, fe.h_paths.data_ptr<int32_t>(), sizeof(int32_t) * P * kPathCols) == 0 &&
-        std::memcmp(s->cg_ptr, fe.h_cg_ptr.data_ptr<int32_t>(), sizeof(int32_t) * (P + 1)) == 0 &&
-        std::memcmp(s->cg_idx, fe.h_cg_idx.data_ptr<int32_t>(), sizeof(int32_t) * nnz * 3) == 0)
-      return s;
-  }
-  return nullptr;
+  return g_specs.find([&](const TPFusedSpec* s) {
+    return s->num_paths == P && s->nnz == nnz && s->hidden == fe.hidden &&
+           std::memcmp(s->paths, fe.h_paths.data_ptr<int32_t>(), sizeof(int32_t) * P * kPathCols) == 0 &&
+           std::memcmp(s->cg_ptr, fe.h_cg_ptr.data_ptr<int32_t>(), sizeof(int32_t) * (P + 1)) == 0 &&
+           std::memcmp(s->cg_idx, fe.h_cg_idx.data_ptr<int32_t>(), sizeof(int32_t) * nnz * 3) == 0;
+  });
 }
 
 void build_entry(FusedEntry& fe) {
@@ -145,7 +102,7 @@ FusedEntry fused_entry(CT paths, CT cg_ptr, CT cg_idx, int device, int64_t hidde
     build_entry(*hit);
     hit->generation = -1;
   }
-  const int gen = g_generation.load();
+  const int gen = g_specs.generation();
   if (hit->generation != gen) {
     hit->spec = find_spec(*hit);
     hit->generation = gen;
@@ -204,7 +161,7 @@ Call prepare(CT x_, CT y_, CT h_, CT W_, CT g_, CT src, CT dst, CT dst_ptr, CT s
   const FusedEntry fe = fused_entry(paths, cg_ptr, cg_idx, dev.index(), c.h.size(1));
   TORCH_CHECK(cg_val.dim() == 1 && cg_val.numel() == fe.h_cg_idx.size(0), "md_accel tp_conv_fused: cg_val must be [nnz]");
   c.cg_val = cg_val.to(dev, x_.scalar_type()).contiguous();
-  if (g_enabled.load() && fe.spec != nullptr) {
+  if (g_specs.enabled() && fe.spec != nullptr) {
     TORCH_CHECK(c.x.size(1) >= fe.ext_in1 && c.y.size(1) >= fe.ext_in2 && c.W.size(1) >= fe.ext_w && dim_out >= fe.ext_out,
                 "md_accel tp_conv_fused: operand widths (x ", c.x.size(1), ", y ", c.y.size(1), ", W ", c.W.size(1),
                 ", out ", dim_out, ") too small for the plan (", fe.ext_in1, ", ", fe.ext_in2, ", ", fe.ext_w, ", ",

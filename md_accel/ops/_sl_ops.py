@@ -14,7 +14,6 @@ species; the reference ignores it). Tables: see ``sl_reference``.
 """
 from __future__ import annotations
 
-
 import torch
 
 from ._op_registry import register_family
