@@ -13,6 +13,7 @@ import torch
 
 _LIBS: List[torch.library.Library] = []  # kept alive: a dropped Library unregisters its ops
 _REGISTERED: List[str] = []
+_FROM_CPP: List[str] = []  # ops of the families whose schemas and CUDA kernels came from C++
 
 
 def _defined(name: str) -> bool:
@@ -49,3 +50,10 @@ def register_family(schemas: Dict[str, str], impls: Sequence[Tuple[str, Callable
         for name, backward, setup in autograd:
             torch.library.register_autograd(f"md_accel::{name}", backward, setup_context=setup, lib=lib)
     _REGISTERED.append(key)
+    if cpp:
+        _FROM_CPP.extend(schemas)
+
+
+def defined_in_cpp(name: str) -> bool:
+    """``md_accel::name`` is served by the loaded C++ library (not the Python fallback)."""
+    return name in _FROM_CPP

@@ -9,13 +9,14 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from md_accel.model.species_linear import SpeciesLinear  # noqa: E402
-from md_accel.ops import _cuda, _sl_ops  # noqa: E402
+from md_accel.ops import _cuda, _sl_ops  # noqa: E402,F401  (_sl_ops registers the ops)
+from md_accel.ops._op_registry import defined_in_cpp  # noqa: E402
 from md_accel.ops.sl_reference import (species_linear_bwd_w_ref, species_linear_bwd_x_ref,  # noqa: E402
                                        species_linear_fwd_ref)
 
 if not _cuda.load(verbose=True):
     pytest.fail(f"md_accel CUDA library did not load: {_cuda.load_error()}", pytrace=False)
-if not _sl_ops._defined_in_cpp():
+if not defined_in_cpp("species_linear_fwd"):
     pytest.fail("the loaded md_accel library has no species_linear ops (built from older sources?)", pytrace=False)
 OPS = torch.ops.md_accel
 DEV = torch.device("cuda")
