@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from types import SimpleNamespace
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -46,7 +46,15 @@ PARTS = ("tp_conv fwd", "tp_conv bwd", "gemm", "elementwise", "reduction", "sort
          "neighbour list", "memcpy/memset", "other")
 _PEER_TP = ("segmented_polynomial", "tensor_product", "cuequivariance", "openequivariance", "fused_tp", "uvu",
             "tp_fwd", "tp_bwd", "flashtp")
+TOP_KERNELS = 15
 _GEMM = ("gemm", "gemv", "xmma", "cutlass", "cublas", "nvjet", "sm90_", "sm80_", "ampere_", "dot_kernel", "splitk")
+
+
+def _short(name: str) -> str:
+    """A kernel name short enough to print, with its distinguishing part kept."""
+    for noise in ("void ", "at::native::", "(anonymous namespace)::", "at::", "std::"):
+        name = name.replace(noise, "")
+    return name[:110]
 
 
 def classify(name: str) -> str:
@@ -67,6 +75,36 @@ def classify(name: str) -> str:
     return "other"
 
 
+def _gpu_time_by_launching_op(ev: List[Dict], runtime: List[Dict]) -> Dict[str, float]:
+    """Kernel time per launching host op: the innermost ``cpu_op`` around the launch, labelled
+    with the autograd node it runs in (backward) when there is one. One sweep per thread with a
+    stack of the open ops."""
+    by_tid: Dict[object, List[Tuple[float, int, float, Dict]]] = defaultdict(list)
+    for e in ev:
+        if e.get("cat") == "cpu_op":
+            by_tid[e["tid"]].append((e["ts"], 0, -e["dur"], e))
+    for r in runtime:
+        by_tid[r["tid"]].append((r["ts"], 1, 0.0, r))
+    label_of: Dict[object, str] = {}
+    for items in by_tid.values():
+        items.sort(key=lambda t: t[:3])
+        stack: List[Dict] = []
+        for ts, kind, _, e in items:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] < ts:
+                stack.pop()
+            if kind == 0:
+                stack.append(e)
+            elif stack:
+                node = next((o["name"] for o in reversed(stack) if "evaluate_function" in o["name"]), "")
+                label = stack[-1]["name"] + (" < " + node.split("evaluate_function: ")[-1] if node else "")
+                label_of[e.get("args", {}).get("correlation")] = label[:110]
+    out: Dict[str, float] = defaultdict(float)
+    for e in ev:
+        if e.get("cat") == "kernel":
+            out[label_of.get(e.get("args", {}).get("correlation"), "(unattributed)")] += e["dur"]
+    return out
+
+
 def analyse(trace: Dict, steps: int) -> Dict:
     """Per-step counts and kernel time by part from a chrome trace of ``steps`` steps."""
     ev = [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
@@ -77,16 +115,19 @@ def analyse(trace: Dict, steps: int) -> Dict:
         if any(a["tid"] == r["tid"] and a["ts"] <= r["ts"] <= a["ts"] + a["dur"] for a in ranges):
             in_nbr.add(r.get("args", {}).get("correlation"))
     gpu_us: Dict[str, float] = defaultdict(float)
+    by_kernel: Dict[str, float] = defaultdict(float)
     kernels = 0
     for e in ev:
         cat = e.get("cat")
         if cat == "kernel":
             kernels += 1
+            by_kernel[_short(e["name"])] += e["dur"]
             part = "neighbour list" if e.get("args", {}).get("correlation") in in_nbr else classify(e["name"])
             gpu_us[part] += e["dur"]
         elif cat in ("gpu_memcpy", "gpu_memset"):
             gpu_us["memcpy/memset"] += e["dur"]
     names = Counter(r["name"] for r in runtime)
+    by_op = _gpu_time_by_launching_op(ev, runtime)
     total = sum(gpu_us.values())
     step_ranges = [e for e in ev if e.get("cat") == "user_annotation" and e.get("name") == STEP]
     return {
@@ -97,6 +138,10 @@ def analyse(trace: Dict, steps: int) -> Dict:
         "gpu_ms_per_step": total / steps / 1e3,
         "profiled_ms_per_step": (sum(e["dur"] for e in step_ranges) / len(step_ranges) / 1e3) if step_ranges else None,
         "parts_ms_per_step": {p: gpu_us.get(p, 0.0) / steps / 1e3 for p in PARTS},
+        "top_kernels_ms_per_step": [[k, v / steps / 1e3] for k, v in
+                                    sorted(by_kernel.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]],
+        "top_ops_ms_per_step": [[k, v / steps / 1e3] for k, v in
+                                sorted(by_op.items(), key=lambda kv: -kv[1])[:TOP_KERNELS]],
     }
 
 
@@ -201,6 +246,9 @@ def measure(name: str, make: Callable, n: int, args, trace_dir: str, log) -> Dic
         f"{rec['wall_ms_per_step']:.2f} ms, {rec['launches_per_step']:.0f} launches, "
         f"{rec['kernels_per_step']:.0f} kernels, busy {100 * rec['gpu_busy']:.0f} %" if rec["status"] == "ok"
         else f"{rec.get('wall_ms_per_step', float('nan')):.2f} ms, {rec['status']}"))
+    for key in ("top_kernels_ms_per_step", "top_ops_ms_per_step"):
+        for kname, ms in rec.get(key, []):
+            log(f"    {ms:8.3f} ms  {kname}")
     return rec
 
 
