@@ -1,0 +1,36 @@
+"""Registration of ``md_accel::linear_tf32x3`` (``csrc/linear_tf32x3_ops.cpp``): ``a @ b``,
+differentiable, on tensor cores at float32 accuracy (3xTF32) for CUDA float32 inputs, ``mm``
+otherwise. The radial MLPs' last layer (``E x hidden`` times ``hidden x weights``) runs through
+it. Without the C++ library the schema is defined here with the plain ``mm`` behind it.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._op_registry import register_family
+
+SCHEMAS = {"linear_tf32x3": "(Tensor a, Tensor b) -> Tensor"}
+
+
+def _impl(a, b):
+    return torch.mm(a, b)
+
+
+def _fake(a, b):
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _backward(ctx, g):
+    a, b = ctx.saved_tensors
+    ga = torch.ops.md_accel.linear_tf32x3(g, b.t().contiguous()) if ctx.needs_input_grad[0] else None
+    gb = a.t().mm(g) if ctx.needs_input_grad[1] else None
+    return ga, gb
+
+
+def register(cpp_library_loaded: bool) -> None:
+    register_family(SCHEMAS, (("linear_tf32x3", _impl),), (("linear_tf32x3", _fake),),
+                    (("linear_tf32x3", _backward, _setup),), cpp_library_loaded)
