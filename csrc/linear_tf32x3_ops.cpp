@@ -4,12 +4,16 @@
 // accuracy); elsewhere (CPU, float64, or a library built without CUDA) it is at::mm. The op is
 // closed under differentiation, so force training and Hessians work through it:
 //   d/da <g, a b> = g b^T = linear_tf32x3(g, b^T)        d/db <g, a b> = a^T g (at::mm)
-// The schema lives in this CPU source so TorchScript models that call the op load in every build
+// MD_ACCEL_TF32X3=0 in the environment turns the tensor-core path off (plain float32 mm), for
+// comparisons. The schema lives in this CPU source so TorchScript models that call the op load in every build
 // of the library (LAMMPS' CPU build included).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
+
+#include <cstdlib>
+#include <cstring>
 
 namespace md_accel {
 namespace {
@@ -30,11 +34,19 @@ const c10::optional<c10::TypedOperatorHandle<GemmSig>>& gemm_op() {
   return h;
 }
 
+bool tensor_cores_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("MD_ACCEL_TF32X3");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
 Tensor linear_impl(const Tensor& a, const Tensor& b) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "linear_tf32x3: shapes ", a.sizes(),
               " and ", b.sizes(), " do not multiply");
   const bool tensor_cores = a.is_cuda() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
-                            a.size(1) % 8 == 0 && b.size(1) % 8 == 0 && gemm_op().has_value();
+                            a.size(1) % 8 == 0 && b.size(1) % 8 == 0 && tensor_cores_enabled() && gemm_op().has_value();
   if (tensor_cores) return gemm_op()->call(a.contiguous(), b.contiguous(), false);
   return at::mm(a, b);
 }

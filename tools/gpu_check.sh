@@ -10,14 +10,16 @@ export MD_ACCEL_BUILD_DIR="$ROOT/.gpu/build"
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 PYTHON=${PYTHON:-python}
-mkdir -p "$MD_ACCEL_BUILD_DIR" "$ROOT/.gpu/logs"
+LOGS=${OUT:+$OUT/logs}  # under $OUT when set (the device tool brings $OUT back, even after a timeout)
+LOGS=${LOGS:-$ROOT/.gpu/logs}
+mkdir -p "$MD_ACCEL_BUILD_DIR" "$LOGS"
 summary=()
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 t0=$SECONDS
-if "$PYTHON" - <<'PY' 2>&1 | tee "$ROOT/.gpu/logs/build.log"; then
+if "$PYTHON" - <<'PY' 2>&1 | tee "$LOGS/build.log"; then
 import sys
 from md_accel.ops import _cuda
 ok = _cuda.load(verbose=True)
@@ -26,7 +28,7 @@ sys.exit(0 if ok else 1)
 PY
   summary+=("build: ok ($((SECONDS - t0)) s)")
 else
-  summary+=("build: FAILED ($((SECONDS - t0)) s), see .gpu/logs/build.log")
+  summary+=("build: FAILED ($((SECONDS - t0)) s), see $LOGS/build.log")
   printf '%s\n' "--- summary ---" "${summary[@]}"
   exit 1
 fi
@@ -34,18 +36,18 @@ fi
 rc=0
 if [[ ${GPU_TESTS:-} != none ]]; then  # GPU_TESTS=none: benchmarks only
   t0=$SECONDS
-  "$PYTHON" -m pytest ${GPU_TESTS:-tests/gpu} --maxfail=20 -q -rs 2>&1 | tee "$ROOT/.gpu/logs/pytest.log"
+  "$PYTHON" -m pytest ${GPU_TESTS:-tests/gpu} --maxfail=20 -q -rs 2>&1 | tee "$LOGS/pytest.log"
   rc=${PIPESTATUS[0]}
-  summary+=("pytest tests/gpu: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$ROOT/.gpu/logs/pytest.log")")
+  summary+=("pytest tests/gpu: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$LOGS/pytest.log")")
 fi
 
 for bench in "$@"; do  # each argument: a script and its arguments, e.g. "benchmarks/x.py --out DIR"
   t0=$SECONDS
   read -ra words <<<"$bench"
-  log="$ROOT/.gpu/logs/$(basename "${words[0]}" .py).log"
+  log="$LOGS/$(basename "${words[0]}" .py).log"
   "$PYTHON" "${words[@]}" 2>&1 | tee "$log"
   summary+=("$bench: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s), log $log")
 done
 
-printf '%s\n' "--- summary ---" "${summary[@]}"
+printf '%s\n' "--- summary ---" "${summary[@]}" | tee "$LOGS/summary.txt"
 exit $rc
