@@ -24,6 +24,12 @@ HEADERS += ["species_linear.h"]
 CPU_SOURCES += ["sc_ops.cpp"]
 CUDA_SOURCES += ["sc_cuda.cpp", "sc_kernels.cu"]
 HEADERS += ["sc_abi.h", "sc_kernels.cuh"]
+# fused radial-MLP hidden layers (mlp_hidden_ops.cpp: schemas + C++ autograd)
+CPU_SOURCES += ["mlp_hidden_ops.cpp"]
+CUDA_SOURCES += ["mlp_hidden_cuda.cpp", "mlp_hidden_kernels.cu"]
+HEADERS += ["mlp_hidden.h", "mlp_hidden_aten.h"]
+# float32 GEMM on tensor cores, 3xTF32 split (gemm_tf32x3.cpp: schema + CPU and CUDA implementations)
+CUDA_SOURCES += ["gemm_tf32x3.cpp", "gemm_tf32x3_kernels.cu"]
 
 
 def sources(cuda: bool = True) -> List[str]:

@@ -11,6 +11,8 @@ from typing import Dict, List, Sequence
 
 import torch
 
+from ..ops import _linear_ops, _mlp_ops  # noqa: F401  (register torch.ops.md_accel.mlp_hidden_*, linear_tf32x3)
+from ..ops._op_registry import defined_in_cpp
 from .activations import Activation
 
 
@@ -117,11 +119,33 @@ class _MLPLayer(torch.nn.Module):
 class LastLayerSplit:
     """For bias-free MLPs (``layers``, each with ``scaled_weight()``) whose last layer is linear:
     ``mlp(x) == mlp.hidden(x) @ mlp.last_weight()``, so the last product can be fused into the
-    tensor-product kernels (``TensorProductConv.forward_fused``)."""
+    tensor-product kernels (``TensorProductConv.forward_fused``).
+
+    On CUDA, ``hidden`` runs all hidden layers as one fused ``md_accel::mlp_hidden_fwd`` op when
+    each is followed by the same SiLU and the C++ library serves the op (``hidden_op``, decided
+    by ``init_hidden_op`` at construction: TorchScript cannot ask the op registry)."""
+
+    def init_hidden_op(self) -> None:
+        """Call once ``layers`` exist (sets ``hidden_op`` and ``hidden_cst``)."""
+        hidden = list(self.layers)[:-1]
+        silu = (len(hidden) > 0 and all(layer.has_act and layer.act.name == "silu" for layer in hidden)
+                and len({float(layer.act.cst) for layer in hidden}) == 1)
+        self.hidden_cst: float = float(hidden[0].act.cst) if silu else 1.0
+        self.hidden_op: bool = silu and defined_in_cpp("mlp_hidden_fwd")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # md_accel::linear_tf32x3: a @ b, on tensor cores at float32 accuracy for CUDA float32
+        return torch.ops.md_accel.linear_tf32x3(self.hidden(x), self.last_weight())
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
         """Output of every layer but the last."""
         n = len(self.layers)
+        if self.hidden_op and x.is_cuda:
+            weights: List[torch.Tensor] = []
+            for i, layer in enumerate(self.layers):
+                if i < n - 1:
+                    weights.append(layer.scaled_weight())
+            return torch.ops.md_accel.mlp_hidden_fwd(x, weights, self.hidden_cst)
         for i, layer in enumerate(self.layers):
             if i < n - 1:
                 x = layer(x)
@@ -149,11 +173,7 @@ class RadialMLP(LastLayerSplit, torch.nn.Module):
         self.layers = torch.nn.ModuleList(
             [_MLPLayer(self.hs[i], self.hs[i + 1], act if i < n - 1 else "") for i in range(n)]
         )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
+        self.init_hidden_op()
 
     def spec(self) -> Dict:
         return {"hs": self.hs, "act": self.act_name}

@@ -40,11 +40,7 @@ class ScalarMLP(LastLayerSplit, torch.nn.Module):
         n = len(self.hs) - 1
         self.layers = torch.nn.ModuleList(
             [_Layer(self.hs[i], self.hs[i + 1], self.alphas[i], act if i < n - 1 else "") for i in range(n)])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
+        self.init_hidden_op()
 
     def spec(self) -> Dict:
         return {"kind": "scalar_mlp", "hs": self.hs, "alphas": self.alphas, "act": self.act_name}

@@ -1,7 +1,7 @@
 """md_accel's equivariant operators: a plain-torch CPU reference (the specification) and fused
 CUDA kernels behind the same torch custom ops (``torch.ops.md_accel.*``)."""
 from ..o3.spherical_harmonics import SphericalHarmonics, spherical_harmonics
-from . import _custom_ops, _linear_ops, _sc_ops
+from . import _custom_ops, _gemm_ops, _linear_ops, _mlp_ops, _sc_ops
 from .tp_conv import Graph, TensorProductConv, build_graph, graph_order
 from .symmetric_contraction import SymmetricContraction
 from .tp_problem import Instruction, TPProblem
@@ -19,7 +19,9 @@ def _load_cpp_library() -> bool:
 _CPP_LOADED = _load_cpp_library()
 _custom_ops.register(cpp_library_loaded=_CPP_LOADED)
 _sc_ops.register(cpp_library_loaded=_CPP_LOADED)
+_mlp_ops.register(cpp_library_loaded=_CPP_LOADED)
 _linear_ops.register(cpp_library_loaded=_CPP_LOADED)
+_gemm_ops.register(cpp_library_loaded=_CPP_LOADED)
 
 __all__ = ["SphericalHarmonics", "spherical_harmonics", "TensorProductConv", "Graph", "build_graph", "graph_order",
            "TPProblem", "Instruction", "SymmetricContraction"]

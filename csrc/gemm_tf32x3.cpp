@@ -1,0 +1,78 @@
+// md_accel::gemm_3xtf32(a, b, transpose_b) -> a @ (b^T if transpose_b else b): schema, CPU
+// implementation (the reference: a plain matmul, float32 / float64) and CUDA implementation
+// (float32 only: tensor cores with the 3xTF32 split, gemm_tf32x3_kernels.cu; float32 accuracy).
+//
+// a [M, K], b [K, N] (or [N, K] when transpose_b), K and N multiples of 8, any M; the output is
+// a new contiguous [M, N] tensor. No autograd kernel: callers wrap the op in their own autograd
+// (the gradients are again gemm_3xtf32 calls: dA = dC @ B^T, dB = A^T @ dC).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace md_accel {
+
+// gemm_tf32x3_kernels.cu
+int64_t gemm_3xtf32_scratch_bytes(int64_t k, int64_t n);
+const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
+                               int64_t n, void* scratch, cudaStream_t stream);
+
+namespace {
+
+using at::Tensor;
+
+// (K, N) of a valid call
+std::pair<int64_t, int64_t> check_shapes(const Tensor& a, const Tensor& b, bool transpose_b) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "md_accel gemm_3xtf32: a and b must be 2-D, got ", a.sizes(), " and ",
+              b.sizes());
+  const int64_t K = a.size(1), N = transpose_b ? b.size(0) : b.size(1);
+  TORCH_CHECK((transpose_b ? b.size(1) : b.size(0)) == K, "md_accel gemm_3xtf32: shapes ", a.sizes(), " and ",
+              b.sizes(), (transpose_b ? " (b transposed)" : ""), " do not match");
+  TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "md_accel gemm_3xtf32: K (", K, ") and N (", N,
+              ") must be multiples of 8");
+  TORCH_CHECK(a.device() == b.device(), "md_accel gemm_3xtf32: a and b must be on the same device");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "md_accel gemm_3xtf32: a and b must have the same dtype");
+  return {K, N};
+}
+
+Tensor gemm_3xtf32_cpu(const Tensor& a, const Tensor& b, bool transpose_b) {
+  check_shapes(a, b, transpose_b);
+  TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble,
+              "md_accel gemm_3xtf32: float32 or float64 on the CPU, got ", a.scalar_type());
+  return a.mm(transpose_b ? b.t() : b).contiguous();
+}
+
+Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
+  const auto [K, N] = check_shapes(a_, b_, transpose_b);
+  TORCH_CHECK(a_.scalar_type() == at::kFloat, "md_accel gemm_3xtf32: float32 only on CUDA, got ", a_.scalar_type());
+  TORCH_CHECK(a_.is_cuda(), "md_accel gemm_3xtf32: CUDA tensors expected");
+  TORCH_CHECK(K < (int64_t(1) << 24) && K * N <= 0x7fffffffLL, "md_accel gemm_3xtf32: b too large");
+  c10::cuda::CUDAGuard guard(a_.device());
+  Tensor a = a_.contiguous();
+  if (reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0) a = a.clone();  // cp.async needs 16-byte rows
+  const Tensor b = b_.contiguous();
+  const int64_t M = a.size(0);
+  Tensor out = at::empty({M, N}, a.options());
+  if (M == 0 || N == 0) return out;
+  const Tensor scratch = at::empty({gemm_3xtf32_scratch_bytes(K, N)}, a.options().dtype(at::kByte));
+  auto stream = c10::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  const char* err = gemm_3xtf32_launch(a.data_ptr<float>(), b.data_ptr<float>(), transpose_b, out.data_ptr<float>(),
+                                       M, K, N, scratch.data_ptr(), stream);
+  TORCH_CHECK(err == nullptr, "md_accel gemm_3xtf32: ", err);
+  return out;
+}
+
+}  // namespace
+}  // namespace md_accel
+
+// Keep this string identical to md_accel/ops/_gemm_ops.py (SCHEMAS).
+TORCH_LIBRARY_FRAGMENT(md_accel, m) { m.def("gemm_3xtf32(Tensor a, Tensor b, bool transpose_b) -> Tensor"); }
+
+TORCH_LIBRARY_IMPL(md_accel, CPU, m) { m.impl("gemm_3xtf32", md_accel::gemm_3xtf32_cpu); }
+
+TORCH_LIBRARY_IMPL(md_accel, CUDA, m) { m.impl("gemm_3xtf32", md_accel::gemm_3xtf32_cuda); }

@@ -1,0 +1,266 @@
+// float32 GEMM on tensor cores with float32 accuracy: the "3xTF32" split (as CUTLASS's
+// OpMultiplyAddFastF32). Interface: gemm_3xtf32_launch below, called by gemm_tf32x3.cpp.
+//
+//   C[M, N] = A[M, K] @ B[K, N]    (B given as [K, N] or, transposed, as [N, K]; float32, row-major)
+//
+// Every operand x is split as x_hi = tf32(x) (cvt.rna.tf32.f32), x_lo = tf32(x - x_hi), and
+// C += A_lo*B_hi + A_hi*B_lo + A_hi*B_hi with mma.sync.m16n8k8 (tf32 in, float32 accumulate).
+// The dropped A_lo*B_lo term and the two roundings leave ~2^-22 relative error per product,
+// the level of a float32 FMA chain. The tensor cores add into their accumulator with truncation
+// (round toward zero), which over a long K chain (K = 1760: 660 accumulating mma) would bias the
+// result by ~1e-5 relative; so the three mma of each k8 step start from zero and their sum is
+// added to the result with a round-to-nearest float add (also saves 64 partial-sum registers).
+//
+// Made for skinny shapes (radial MLP's last layer and its input gradient): K = 64 with
+// N = 512..1760, and K = 512..1760 with N = 64; any M (64-bit row offsets), K and N multiples
+// of 8 (16-byte cp.async chunks never straddle the matrix edge).
+//
+// B is small: a first kernel (split_b_kernel) writes it once as (hi, lo) pairs, [K][N] float2,
+// transposing it on the way where it comes as [N, K]; the GEMM kernel splits A in registers.
+//
+// Tiling: CTA tile 128 (M) x 64 (N), 128 threads = 4 warps, warp w owns rows [32w, 32w+32) x all
+// 64 columns = 2 m16 tiles x 8 n8 tiles = 16 accumulator fragments (64 floats).
+// K runs in 32-wide tiles through a 3-stage cp.async pipeline (A tile [128][32+4] float32, B tile
+// [32][2*64+8] (hi, lo) pairs in shared memory; the paddings make the fragment loads
+// bank-conflict free); A's hi/lo split is done in registers after the fragment loads.
+// Out-of-range rows, columns and k are zero-filled by cp.async (src-size 0) and not stored.
+// 1-D grid: block = m_tile * n_tiles + n_tile (consecutive blocks share their A rows in L2).
+//
+// Fragment layouts of mma.m16n8k8 .tf32 (PTX ISA, "Matrix Fragments for mma.m16n8k8"):
+// groupID g = lane >> 2, threadID_in_group t = lane & 3;
+//   A (16x8, row): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)      (row, k)
+//   B (8x8, col):  b0 (t, g), b1 (t+4, g)                                   (k, col)
+//   C (16x8):      c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)   (row, col)
+//
+// The device primitives (cvt, mma, cp.async) are small functions so that tests can compile the
+// kernel for the host with their own versions of them (tests/test_gemm_tf32x3.py, through
+// tests/cuda_emu; define MD_ACCEL_GEMM_HOST_EMU there).
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace md_accel {
+namespace {
+
+constexpr int kBM = 128;  // rows per block
+constexpr int kBN = 64;   // columns per block
+constexpr int kBK = 32;   // k per pipeline stage
+constexpr int kStages = 3;
+constexpr int kThreads = 128;
+constexpr int kMaxDevices = 64;
+constexpr int kWarpRows = 32;             // rows per warp
+constexpr int kMTiles = kWarpRows / 16;   // m16 tiles per warp
+constexpr int kNTiles = kBN / 8;          // n8 tiles per warp
+constexpr int kLdA = kBK + 4;             // shared row strides (floats)
+constexpr int kLdB = 2 * kBN + 8;         // (hi, lo) pairs
+constexpr int kStageFloats = kBM * kLdA + kBK * kLdB;
+constexpr int kSmemBytes = int(sizeof(float)) * kStages * kStageFloats;  // 107520: 2 blocks per SM
+
+static_assert(kThreads / 32 * kWarpRows == kBM, "warps must cover the block rows");
+static_assert((kBM * kBK / 4) % kThreads == 0 && (kBK * 2 * kBN / 4) % kThreads == 0, "tile loads");
+static_assert(kLdA % 4 == 0 && kLdB % 4 == 0, "16-byte aligned shared rows");
+
+#ifndef MD_ACCEL_GEMM_HOST_EMU
+// round to tf32 (nearest, ties away from zero), as the mma operand
+__device__ __forceinline__ uint32_t tf32_rna(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// c += a @ b on one m16n8k8 tile (fragments as in the header comment)
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// 16 bytes global -> shared; src_bytes < 16 zero-fills the rest (0: no global read at all)
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
+
+// x = hi + lo + O(2^-22 |x|). hi is read back as a float32: its low 13 bits are cleared
+// explicitly (PTX leaves the tf32 container layout to the implementation; in practice it is a
+// float32 with those bits zero already). lo goes to the mma only, which ignores them.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = tf32_rna(x) & 0xffffe000u;
+  lo = tf32_rna(x - __uint_as_float(hi));
+}
+
+// out[k * N + n] = (hi, lo) of B[k, n]; B is b [K, N], or b [N, K] where trans (B = b^T)
+__global__ void __launch_bounds__(256) split_b_kernel(const float* __restrict__ b, float2* __restrict__ out, int K,
+                                                      int N, bool trans) {
+  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (idx >= int64_t(K) * N) return;
+  const int64_t k = idx / N, n = idx % N;
+  uint32_t hi, lo;
+  split_tf32(b[trans ? n * K + k : idx], hi, lo);
+  out[idx] = make_float2(__uint_as_float(hi), __uint_as_float(lo & 0xffffe000u));
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, float* __restrict__ c, int64_t M,
+                   int K, int N, unsigned n_tiles) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* const smem = reinterpret_cast<float*>(smem_raw);
+  const int tid = int(threadIdx.x);
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = int(blockIdx.x % n_tiles) * kBN;
+  const int64_t m0 = int64_t(blockIdx.x / n_tiles) * kBM;
+  const int num_kt = (K + kBK - 1) / kBK;
+
+  // Tile loads, 16-byte chunks: thread tid copies A rows a_r + 16 i at k a_c..a_c+3 and B rows
+  // b_r + 4 i at columns b_c, b_c+1 (4 floats: two (hi, lo) pairs). Offsets within the block's
+  // rows fit 32 bits (K < 2^24, K*N < 2^31: checked by the launcher).
+  constexpr int kAChunksPerRow = kBK / 4, kBChunksPerRow = 2 * kBN / 4;
+  const int a_r = tid / kAChunksPerRow, a_c = (tid % kAChunksPerRow) * 4;
+  const int b_r = tid / kBChunksPerRow, b_c = (tid % kBChunksPerRow) * 2;
+  const float* const a_blk = a + m0 * K;
+  const int a_rows = M - m0 < kBM ? int(M - m0) : kBM;  // rows of A in this block
+  const bool b_col_ok = n0 + b_c < N;                 // N % 8 == 0: both columns or none
+
+  // stage `stage` <- A[m0 : m0+kBM, k0 : k0+kBK] and B[k0 : k0+kBK, n0 : n0+kBN] (hi, lo), zero-filled outside
+  auto load_tile = [&](int stage, int kt) {
+    float* const As = smem + stage * kStageFloats;
+    float* const Bs = As + kBM * kLdA;
+    const int k0 = kt * kBK;
+    const bool a_k_ok = k0 + a_c < K;  // K % 8 == 0: the whole chunk or none
+#pragma unroll
+    for (int i = 0; i < kBM * kBK / 4 / kThreads; ++i) {
+      const int row = a_r + i * (kThreads / kAChunksPerRow);
+      const bool ok = a_k_ok && row < a_rows;
+      cp_async16(As + row * kLdA + a_c, ok ? a_blk + (row * K + k0 + a_c) : a, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kBK * 2 * kBN / 4 / kThreads; ++i) {
+      const int row = b_r + i * (kThreads / kBChunksPerRow);
+      const bool ok = b_col_ok && k0 + row < K;
+      const float2* const src = ok ? b + ((k0 + row) * N + n0 + b_c) : b;
+      cp_async16(Bs + row * kLdB + 2 * b_c, reinterpret_cast<const float*>(src), ok ? 16 : 0);
+    }
+  };
+
+  float acc[kMTiles][kNTiles][4];
+#pragma unroll
+  for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+
+  // prologue: the first kStages-1 tiles, one commit group each (empty groups past the end)
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_kt) load_tile(s, s);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < num_kt; ++kt) {
+    // groups committed so far: kStages-1 + kt; tile kt is group kt -> at most kStages-2 pending
+    cp_async_wait<kStages - 2>();
+    // tile kt visible to all; every warp is done with tile kt-1, whose stage is refilled next
+    __syncthreads();
+    const int pf = kt + kStages - 1;
+    if (pf < num_kt) load_tile(pf % kStages, pf);
+    cp_async_commit();
+
+    const float* const As = smem + (kt % kStages) * kStageFloats + warp * kWarpRows * kLdA;
+    const float* const Bs = smem + (kt % kStages) * kStageFloats + kBM * kLdA;
+#pragma unroll
+    for (int ks = 0; ks < kBK / 8; ++ks) {
+      uint32_t a_hi[kMTiles][4], a_lo[kMTiles][4];
+#pragma unroll
+      for (int i = 0; i < kMTiles; ++i) {
+        const float* const p = As + (i * 16 + g) * kLdA + ks * 8 + t;
+        split_tf32(p[0], a_hi[i][0], a_lo[i][0]);                 // (g,   t)
+        split_tf32(p[8 * kLdA], a_hi[i][1], a_lo[i][1]);          // (g+8, t)
+        split_tf32(p[4], a_hi[i][2], a_lo[i][2]);                 // (g,   t+4)
+        split_tf32(p[8 * kLdA + 4], a_hi[i][3], a_lo[i][3]);      // (g+8, t+4)
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        const float* const q = Bs + (ks * 8 + t) * kLdB + 2 * (j * 8 + g);
+        const float2 b0 = *reinterpret_cast<const float2*>(q);              // (t,   g)
+        const float2 b1 = *reinterpret_cast<const float2*>(q + 4 * kLdB);   // (t+4, g)
+        const uint32_t b_hi[2] = {__float_as_uint(b0.x), __float_as_uint(b1.x)};
+        const uint32_t b_lo[2] = {__float_as_uint(b0.y), __float_as_uint(b1.y)};
+#pragma unroll
+        for (int i = 0; i < kMTiles; ++i) {
+          float d[4] = {0.f, 0.f, 0.f, 0.f};  // small terms first, then the big one
+          mma_tf32(d, a_lo[i], b_hi);
+          mma_tf32(d, a_hi[i], b_lo);
+          mma_tf32(d, a_hi[i], b_hi);
+#pragma unroll
+          for (int v = 0; v < 4; ++v) acc[i][j][v] += d[v];
+        }
+      }
+    }
+  }
+
+  // epilogue: c0,c1 at (g, 2t..2t+1), c2,c3 at (g+8, 2t..2t+1) of each 16x8 tile
+#pragma unroll
+  for (int i = 0; i < kMTiles; ++i) {
+    const int64_t r0 = m0 + warp * kWarpRows + i * 16 + g;
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      const int col = n0 + j * 8 + 2 * t;
+      if (col >= N) continue;  // N % 8 == 0: a whole n8 tile is in or out
+      if (r0 < M) *reinterpret_cast<float2*>(c + r0 * N + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+      if (r0 + 8 < M) *reinterpret_cast<float2*>(c + (r0 + 8) * N + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t gemm_3xtf32_scratch_bytes(int64_t k, int64_t n) { return k * n * int64_t(sizeof(float2)); }
+
+// C[M, N] = A[M, K] @ B, B = b [K, N] or (trans_b) b^T with b [N, K]; float32, row-major,
+// contiguous, a 16-byte aligned; scratch: gemm_3xtf32_scratch_bytes(K, N) bytes, 16-byte aligned.
+// Returns nullptr on success, else a static error message.
+const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
+                               int64_t n, void* scratch, cudaStream_t stream) {
+  if (m < 0 || k < 0 || n < 0 || k % 8 != 0 || n % 8 != 0) return "K and N must be multiples of 8";
+  if (k >= (int64_t(1) << 24) || k * n > 0x7fffffffLL) return "K or K*N too large";
+  if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(scratch)) % 16 != 0)
+    return "operands must be 16-byte aligned";
+  if (m == 0 || n == 0) return nullptr;
+  float2* const b_split = static_cast<float2*>(scratch);
+  const int ki = int(k), ni = int(n);
+  if (k > 0) {
+    const unsigned split_grid = unsigned((k * n + 255) / 256);
+    split_b_kernel<<<split_grid, 256, 0, stream>>>(b, b_split, ki, ni, trans_b);
+  }
+  const int64_t n_tiles = (n + kBN - 1) / kBN, m_tiles = (m + kBM - 1) / kBM;
+  const int64_t blocks = m_tiles * n_tiles;
+  if (blocks > 0x7fffffffLL) return "problem too large for one launch";
+  // once per device (not again during CUDA graph capture, after a first eager call)
+  static std::atomic<bool> smem_set[kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return "cudaGetDevice failed";
+  if (!smem_set[dev].load(std::memory_order_acquire)) {
+    if (cudaFuncSetAttribute(gemm_3xtf32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) !=
+        cudaSuccess)
+      return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
+    smem_set[dev].store(true, std::memory_order_release);
+  }
+  const unsigned grid = unsigned(blocks), nt = unsigned(n_tiles);
+  gemm_3xtf32_kernel<<<grid, kThreads, kSmemBytes, stream>>>(a, b_split, c, m, ki, ni, nt);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+}  // namespace md_accel

@@ -1,0 +1,209 @@
+"""md_accel::gemm_3xtf32 on the CPU: the op (C++ CPU kernel or the Python fallback) against
+torch.matmul, its argument checks and fake implementation; and the CUDA kernel
+(csrc/gemm_tf32x3_kernels.cu) compiled for the host with tests/cuda_emu, its mma / cvt /
+cp.async replaced by host versions written from the PTX ISA fragment layouts (the tensor cores'
+accumulation emulated as round-toward-zero): tiling, bounds and fragment mapping, no GPU needed.
+"""
+from __future__ import annotations
+
+import ctypes
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import md_accel.ops  # noqa: F401  (registers torch.ops.md_accel.gemm_3xtf32)
+
+OP = torch.ops.md_accel.gemm_3xtf32
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _ref(a, b, transpose_b):
+    return a.double() @ (b.double().t() if transpose_b else b.double())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("m,k,n", [(0, 64, 512), (1, 64, 8), (37, 64, 96), (53, 120, 64), (9, 0, 16)])
+def test_matches_matmul(dtype, transpose_b, m, k, n):
+    g = torch.Generator().manual_seed(m * 1000 + k + n)
+    a = torch.randn(m, k, generator=g, dtype=dtype)
+    b = torch.randn(n, k, generator=g, dtype=dtype) if transpose_b else torch.randn(k, n, generator=g, dtype=dtype)
+    out = OP(a, b, transpose_b)
+    assert out.shape == (m, n) and out.dtype == dtype and out.is_contiguous()
+    expect = a @ (b.t() if transpose_b else b)
+    torch.testing.assert_close(out, expect)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    if out.numel():
+        assert (out.double() - _ref(a, b, transpose_b)).abs().max().item() <= tol * max(1.0, k)
+
+
+def test_non_contiguous_operands():
+    a = torch.randn(64, 40)[:, :32]  # row stride 40
+    b = torch.randn(16, 32).t()      # [32, 16], column-major
+    torch.testing.assert_close(OP(a, b, False), a @ b)
+    torch.testing.assert_close(OP(a, b.t(), True), a @ b)
+
+
+@pytest.mark.parametrize("a_shape,b_shape,transpose_b", [
+    ((4, 12), (12, 16), False),   # K not a multiple of 8
+    ((4, 16), (16, 12), False),   # N not a multiple of 8
+    ((4, 16), (12, 16), True),    # N (b transposed) not a multiple of 8
+    ((4, 16), (24, 16), False),   # K mismatch
+    ((4, 16), (16, 24), True),    # K mismatch, b transposed
+    ((16,), (16, 8), False),      # not 2-D
+])
+def test_bad_shapes(a_shape, b_shape, transpose_b):
+    with pytest.raises(RuntimeError, match="gemm_3xtf32"):
+        OP(torch.randn(a_shape), torch.randn(b_shape), transpose_b)
+
+
+def test_dtype_mismatch():
+    with pytest.raises(RuntimeError, match="gemm_3xtf32"):
+        OP(torch.randn(4, 8), torch.randn(8, 8, dtype=torch.float64), False)
+
+
+def test_fake():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a, b = torch.empty(1000, 64), torch.empty(1760, 64)
+        assert OP(a, b, True).shape == (1000, 1760)
+        assert OP(torch.empty(7, 1760), b, False).shape == (7, 64)
+
+
+# --- the CUDA kernel, emulated on the host ------------------------------------------------------
+
+_SHIM = r"""
+#define MD_ACCEL_GEMM_HOST_EMU 1
+#include "cuda_emu.h"
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+struct alignas(8) float2 { float x, y; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+
+// cvt.rna.tf32.f32: nearest, ties away from zero (on the magnitude bits), low 13 bits zero
+inline uint32_t tf32_rna(float x) {
+  uint32_t u = __float_as_uint(x);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  return u;
+}
+
+namespace gemm_emu {
+struct WarpRegs { uint32_t a[32][4]; uint32_t b[32][2]; };
+inline WarpRegs regs[32];
+// the mma reads tf32 operands: the low 13 bits are ignored
+inline double tf32v(uint32_t u) { return double(__uint_as_float(u & 0xffffe000u)); }
+inline float round_toward_zero(double s) {
+  float f = float(s);
+  if (std::fabs(double(f)) > std::fabs(s)) f = std::nextafter(f, 0.f);
+  return f;
+}
+}  // namespace gemm_emu
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, warp-collective, PTX ISA fragments:
+// g = lane >> 2, t = lane & 3; A: a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4);
+// B: b0 (k=t, n=g) b1 (k=t+4, n=g); C: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1)
+inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  auto& w = emu::warp();
+  const int lane = int(threadIdx.x & 31);
+  auto& r = gemm_emu::regs[threadIdx.x / 32];
+  for (int i = 0; i < 4; ++i) r.a[lane][i] = a[i];
+  r.b[lane][0] = b[0];
+  r.b[lane][1] = b[1];
+  w.bar.arrive_and_wait();
+  const int g = lane >> 2, t = lane & 3;
+  float d[4];
+  for (int v = 0; v < 4; ++v) {
+    const int row = g + (v >= 2 ? 8 : 0), col = 2 * t + (v & 1);
+    double s = 0.0;
+    for (int k = 0; k < 8; ++k) {
+      const double av = gemm_emu::tf32v(r.a[(row % 8) * 4 + k % 4][(row >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]);
+      const double bv = gemm_emu::tf32v(r.b[col * 4 + k % 4][k >= 4 ? 1 : 0]);
+      s += av * bv;
+    }
+    d[v] = gemm_emu::round_toward_zero(double(c[v]) + s);
+  }
+  w.bar.arrive_and_wait();
+  for (int v = 0; v < 4; ++v) c[v] = d[v];
+}
+
+// cp.async.cg 16 bytes with src-size (zero fill), done at once; commit / wait are no-ops
+inline void cp_async16(float* smem, const float* gmem, int src_bytes) {
+  std::memset(smem, 0, 16);
+  if (src_bytes > 0) std::memcpy(smem, gmem, size_t(src_bytes));
+}
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}
+"""
+
+_WRAPPER = r"""
+extern "C" const char* emu_gemm_3xtf32(const float* a, const float* b, int trans_b, float* c, int64_t m,
+                                       int64_t k, int64_t n, void* scratch) {
+  return md_accel::gemm_3xtf32_launch(a, b, trans_b != 0, c, m, k, n, scratch, nullptr);
+}
+extern "C" int64_t emu_gemm_3xtf32_scratch_bytes(int64_t k, int64_t n) {
+  return md_accel::gemm_3xtf32_scratch_bytes(k, n);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def emu_lib():
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    sys.path.insert(0, str(ROOT / "tests" / "cuda_emu"))
+    try:
+        import emulate
+    finally:
+        sys.path.pop(0)
+    src = _SHIM + (ROOT / "csrc" / "gemm_tf32x3_kernels.cu").read_text() + _WRAPPER
+    lib = ctypes.CDLL(emulate.build(src))
+    lib.emu_gemm_3xtf32.restype = ctypes.c_char_p
+    lib.emu_gemm_3xtf32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                    ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    lib.emu_gemm_3xtf32_scratch_bytes.restype = ctypes.c_int64
+    lib.emu_gemm_3xtf32_scratch_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    return lib
+
+
+def _emu_gemm(lib, a, b, transpose_b):
+    m, k = a.shape
+    n = b.shape[0] if transpose_b else b.shape[1]
+    out = torch.full((m, n), float("nan"))
+    scratch = torch.full((max(lib.emu_gemm_3xtf32_scratch_bytes(k, n) // 4, 4),), float("nan"))
+    err = lib.emu_gemm_3xtf32(a.data_ptr(), b.data_ptr(), int(transpose_b), out.data_ptr(), m, k, n,
+                              scratch.data_ptr())
+    return out, err
+
+
+# (M, K, N, transpose_b): row and column tails, K tails (K % 32 != 0), more k tiles than stages
+EMU_CASES = [(130, 64, 72, False), (129, 104, 64, True), (5, 8, 8, False), (40, 40, 136, True), (3, 0, 8, False)]
+
+
+@pytest.mark.parametrize("m,k,n,transpose_b", EMU_CASES)
+def test_emulated_kernel(emu_lib, m, k, n, transpose_b):
+    g = torch.Generator().manual_seed(7 + m + k + n)
+    a = torch.randn(m, k, generator=g)
+    b = (torch.randn(n, k, generator=g) if transpose_b else torch.randn(k, n, generator=g)) / max(k, 1) ** 0.5
+    out, err = _emu_gemm(emu_lib, a, b, transpose_b)
+    assert err is None, err
+    ref = _ref(a, b, transpose_b)
+    assert not out.isnan().any(), "output not fully written"
+    scale = max(ref.abs().max().item(), 1e-30)
+    assert (out.double() - ref).abs().max().item() / scale <= 2e-6
+    # deterministic (fixed summation order)
+    again, _ = _emu_gemm(emu_lib, a, b, transpose_b)
+    assert torch.equal(out, again)
+
+
+def test_emulated_kernel_rejects_bad_shapes(emu_lib):
+    a, b = torch.randn(4, 12), torch.randn(12, 16)
+    _, err = _emu_gemm(emu_lib, a, b, False)
+    assert err is not None and b"multiples of 8" in err
