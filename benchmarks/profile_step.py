@@ -278,6 +278,8 @@ def main(argv: Optional[List[str]] = None) -> List[Dict]:
     ap.add_argument("--repeats", type=int, default=30, help="timed steps (without the profiler)")
     ap.add_argument("--peers", default="", help="also profile these source-library backends, e.g. "
                     "sevenn:cueq,sevenn:oeq (--model a SevenNet checkpoint) or mace:cueq,mace:oeq (--model mace)")
+    ap.add_argument("--graph", default="both", choices=["both", "on", "off"],
+                    help="md_accel's step with the CUDA graph, without, or both")
     ap.add_argument("--out", default=None)
     ap.add_argument("--trace-dir", default=None, help="keep the chrome traces here")
     ap.add_argument("--tag", default="profile_step")
@@ -298,7 +300,7 @@ def main(argv: Optional[List[str]] = None) -> List[Dict]:
     log(f"[profile_step] md_accel potential ready in {time.perf_counter() - t0:.1f} s")
     recs: List[Dict] = []
     for n in sizes:
-        for graph in (False, True):
+        for graph in {"both": (False, True), "on": (True,), "off": (False,)}[args.graph]:
             name = "md_accel+graph" if graph else "md_accel"
             recs.append(measure(name, lambda: md_accel_step(potential, n, dtype, graph), n, args, trace_dir, log))
         for spec in [v for v in args.peers.split(",") if v]:

@@ -7,6 +7,7 @@ round the same way. Envelopes are not zeroed beyond the cutoff: the neighbour li
 """
 
 import math
+import os
 from typing import Dict, List, Sequence
 
 import torch
@@ -123,7 +124,8 @@ class LastLayerSplit:
 
     On CUDA, ``hidden`` runs all hidden layers as one fused ``md_accel::mlp_hidden_fwd`` op when
     each is followed by the same SiLU and the C++ library serves the op (``hidden_op``, decided
-    by ``init_hidden_op`` at construction: TorchScript cannot ask the op registry)."""
+    by ``init_hidden_op`` at construction: TorchScript cannot ask the op registry;
+    ``MD_ACCEL_FUSED_MLP=0`` keeps the layer loop)."""
 
     def init_hidden_op(self) -> None:
         """Call once ``layers`` exist (sets ``hidden_op`` and ``hidden_cst``)."""
@@ -131,7 +133,8 @@ class LastLayerSplit:
         silu = (len(hidden) > 0 and all(layer.has_act and layer.act.name == "silu" for layer in hidden)
                 and len({float(layer.act.cst) for layer in hidden}) == 1)
         self.hidden_cst: float = float(hidden[0].act.cst) if silu else 1.0
-        self.hidden_op: bool = silu and defined_in_cpp("mlp_hidden_fwd")
+        off = os.environ.get("MD_ACCEL_FUSED_MLP", "1") == "0"  # for comparisons
+        self.hidden_op: bool = silu and defined_in_cpp("mlp_hidden_fwd") and not off
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # md_accel::linear_tf32x3: a @ b, on tensor cores at float32 accuracy for CUDA float32
