@@ -85,11 +85,10 @@ class Gate(torch.nn.Module):
 
     def _acts(self, x: torch.Tensor, blocks: List[int], names: List[str], csts: List[float]) -> torch.Tensor:
         outs: List[torch.Tensor] = []
-        off = 0
+        parts = torch.split(x, blocks, dim=-1)  # one concatenation in the backward, not a slice each
         for i in range(len(blocks)):
-            y = apply_activation(names[i], x[:, off: off + blocks[i]])
+            y = apply_activation(names[i], parts[i])
             outs.append(y.mul(csts[i]) if csts[i] != 1.0 else y)
-            off += blocks[i]
         if len(outs) == 0:
             return x[:, :0]
         return torch.cat(outs, dim=-1)
@@ -97,11 +96,11 @@ class Gate(torch.nn.Module):
     def _expand(self, gates: torch.Tensor) -> torch.Tensor:
         """[n, num_gated_irreps] -> [n, dim(irreps_gated)]: each gate repeated over its irrep."""
         outs: List[torch.Tensor] = []
-        u = 0
-        for mul, dim in zip(self.gated_muls, self.gated_dims):
-            g = gates[:, u: u + mul].unsqueeze(-1).expand(gates.shape[0], mul, dim)
+        parts = torch.split(gates, self.gated_muls, dim=-1)
+        for k, dim in enumerate(self.gated_dims):
+            mul = self.gated_muls[k]
+            g = parts[k].unsqueeze(-1).expand(gates.shape[0], mul, dim)
             outs.append(g.reshape(gates.shape[0], mul * dim))
-            u += mul
         return torch.cat(outs, dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

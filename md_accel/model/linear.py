@@ -56,12 +56,15 @@ class Linear(torch.nn.Module):
         self.path_weights: List[float] = [pw for _, _, pw in ins]
         self.explicit_path_weights = path_weights is not None
         in_off, out_off = self.irreps_in.offsets(), self.irreps_out.offsets()
-        # per instruction: in_off, mul_in, out_block, mul_out, dim, w_off
+        # per instruction: in_block, mul_in, out_block, mul_out, dim, w_off. The input is split
+        # into its blocks once (the gradient of a split is one concatenation, where per-block
+        # slices would each zero-fill and accumulate a full-width gradient).
+        self.in_sizes: List[int] = [mi.dim for mi in self.irreps_in]
         self.ins: List[List[int]] = []
         w_off = 0
         for i, o, _ in ins:
             mi, mo = self.irreps_in[i], self.irreps_out[o]
-            self.ins.append([in_off[i], mi.mul, o, mo.mul, mi.ir.dim, w_off])
+            self.ins.append([i, mi.mul, o, mo.mul, mi.ir.dim, w_off])
             w_off += mi.mul * mo.mul
         self.weight_numel = w_off
         self.biases = bool(biases)
@@ -83,12 +86,13 @@ class Linear(torch.nn.Module):
         x2 = x.reshape(-1, self.dim_in)
         n = x2.shape[0]
         parts: List[List[torch.Tensor]] = [[] for _ in range(len(self.out_blocks))]
+        blocks = torch.split(x2, self.in_sizes, dim=-1)
         for k, ins in enumerate(self.ins):
-            i_off, mul_in, o, mul_out, d, w_off = ins[0], ins[1], ins[2], ins[3], ins[4], ins[5]
+            i, mul_in, o, mul_out, d, w_off = ins[0], ins[1], ins[2], ins[3], ins[4], ins[5]
             if mul_in == 0 or mul_out == 0:
                 continue
             w = self.weight[w_off: w_off + mul_in * mul_out].view(mul_in, mul_out)
-            xb = x2[:, i_off: i_off + mul_in * d].reshape(n, mul_in, d)
+            xb = blocks[i].reshape(n, mul_in, d)
             y = torch.einsum("uw,nui->nwi", w, xb) * self.path_weights[k]
             parts[o].append(y.reshape(n, mul_out * d))
         outs: List[torch.Tensor] = []

@@ -29,8 +29,8 @@ class SpeciesLinear(Linear):
         self.num_species = int(num_species)
         self.weight = torch.nn.Parameter(torch.randn(self.num_species, self.weight_numel))
         # the op's instruction table: (i_off, mul_in, o_off, mul_out, d, w_off) per instruction
-        out_off = self.irreps_out.offsets()
-        self.op_ins: List[int] = [v for r in self.ins for v in (r[0], r[1], out_off[r[2]], r[3], r[4], r[5])]
+        in_off, out_off = self.irreps_in.offsets(), self.irreps_out.offsets()
+        self.op_ins: List[int] = [v for r in self.ins for v in (in_off[r[0]], r[1], out_off[r[2]], r[3], r[4], r[5])]
 
     def forward_species(self, x: torch.Tensor, species: torch.Tensor) -> torch.Tensor:
         if x.is_cuda:
@@ -44,12 +44,13 @@ class SpeciesLinear(Linear):
         n = x.shape[0]
         w_all = self.weight.index_select(0, species)
         parts: List[List[torch.Tensor]] = [[] for _ in range(len(self.out_blocks))]
+        blocks = torch.split(x, self.in_sizes, dim=-1)
         for k, ins in enumerate(self.ins):
-            i_off, mul_in, o, mul_out, d, w_off = ins[0], ins[1], ins[2], ins[3], ins[4], ins[5]
+            i, mul_in, o, mul_out, d, w_off = ins[0], ins[1], ins[2], ins[3], ins[4], ins[5]
             if mul_in == 0 or mul_out == 0:
                 continue
             w = w_all[:, w_off: w_off + mul_in * mul_out].view(n, mul_in, mul_out)
-            xb = x[:, i_off: i_off + mul_in * d].reshape(n, mul_in, d)
+            xb = blocks[i].reshape(n, mul_in, d)
             y = torch.einsum("nuw,nui->nwi", w, xb) * self.path_weights[k]
             parts[o].append(y.reshape(n, mul_out * d))
         outs: List[torch.Tensor] = []

@@ -4,6 +4,10 @@ float32 accuracy (max error relative to max|C| <= 2e-6, median elementwise relat
 element written, determinism, odd row counts, the two radial-MLP shapes. Skipped without CUDA."""
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -135,11 +139,24 @@ def test_zero_k():
 
 
 def test_errors():
-    a = torch.randn(10, 64, device=DEV)
-    with pytest.raises(RuntimeError, match="multiples of 8"):
-        OP(a, torch.randn(64, 12, device=DEV), False)
-    with pytest.raises(RuntimeError, match="float32"):
-        OP(a.double(), torch.randn(64, 16, device=DEV, dtype=torch.float64), False)
+    """Bad shapes and dtypes raise a RuntimeError naming the problem. Run in a subprocess: a
+    crash on the error path (seen once on an H100: SIGSEGV) fails this test, not the session."""
+    code = textwrap.dedent("""
+        import torch, md_accel.ops
+        op = torch.ops.md_accel.gemm_3xtf32
+        a = torch.randn(10, 64, device="cuda")
+        for args, text in (((a, torch.randn(64, 12, device="cuda"), False), "multiples of 8"),
+                           ((a.double(), torch.randn(64, 16, device="cuda", dtype=torch.float64), False), "float32")):
+            try:
+                op(*args)
+            except RuntimeError as e:
+                assert text in str(e), str(e)
+            else:
+                raise AssertionError("no error for " + text)
+        print("ok")
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-2000:])
 
 
 def test_cuda_graph():
