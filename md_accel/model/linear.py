@@ -91,9 +91,10 @@ class Linear(torch.nn.Module):
             i, mul_in, o, mul_out, d, w_off = ins[0], ins[1], ins[2], ins[3], ins[4], ins[5]
             if mul_in == 0 or mul_out == 0:
                 continue
-            w = self.weight[w_off: w_off + mul_in * mul_out].view(mul_in, mul_out)
+            # the path weight scales the small weight block, not the [n, mul_out, d] product
+            w = self.weight[w_off: w_off + mul_in * mul_out].view(mul_in, mul_out) * self.path_weights[k]
             xb = blocks[i].reshape(n, mul_in, d)
-            y = torch.einsum("uw,nui->nwi", w, xb) * self.path_weights[k]
+            y = torch.einsum("uw,nui->nwi", w, xb)
             parts[o].append(y.reshape(n, mul_out * d))
         outs: List[torch.Tensor] = []
         for o, blk in enumerate(self.out_blocks):

@@ -5,7 +5,7 @@ Per layer (every block optional where NequIP/SevenNet differ)::
 
     sc  = self_connection(x)                        # "linear", "species_linear" or "none"
     h   = linear_in(x) (* sender_scale[species])    # NequIP's avg_num_neighbors norm
-    h   = sum_{j -> i} TP_uvu(h[j], Y(r_ij); MLP(radial_ij)) / denominator
+    h   = sum_{j -> i} TP_uvu(h[j], Y(r_ij); MLP(radial_ij) / denominator)
     h   = linear_out(h) + sc
     x   = gate(h)  (+ x if resnet)
 
@@ -90,12 +90,15 @@ class InteractionLayer(torch.nn.Module):
         h = self.linear_in(x)
         if self.sender_norm:
             h = h * self.sender_scale.index_select(0, species).unsqueeze(-1)
+        # the TP is linear in its weights: 1 / denominator goes into the MLP's small last weight
+        # matrix instead of a pass over the [nodes, TP output] features
+        w_last = self.radial_mlp.last_weight() / self.denominator
+        hidden = self.radial_mlp.hidden(radial)
         if self.conv.use_fused(h):
-            h = self.conv.forward_fused(h, sh, self.radial_mlp.hidden(radial), self.radial_mlp.last_weight(),
-                                        edge_src, edge_dst, x.shape[0], graph)
+            h = self.conv.forward_fused(h, sh, hidden, w_last, edge_src, edge_dst, x.shape[0], graph)
         else:
-            h = self.conv(h, sh, self.radial_mlp(radial), edge_src, edge_dst, x.shape[0], graph)
-        h = h.div(self.denominator)
+            h = self.conv(h, sh, torch.ops.md_accel.linear_tf32x3(hidden, w_last), edge_src, edge_dst, x.shape[0],
+                          graph)
         h = self.linear_out(h)
         if self.has_sc:
             h = h + self.self_connection(x)
