@@ -419,7 +419,7 @@ def main(argv=None):
     specs = [s for s in args.backends.split(",") if s] + [f"md_accel:{p}" for p in args.mdx]
     graphs: Dict = {}
     recs: List[Dict] = []
-    for spec in specs:
+    for k, spec in enumerate(specs):
         try:
             b = make_backend(spec, args)
         except Exception as e:  # noqa: BLE001
@@ -428,7 +428,9 @@ def main(argv=None):
         if not budget.allows(10):
             recs += [{"backend": b.name, "model": b.model, "atoms": n, "status": "budget"} for n in sizes]
             continue
-        recs += run_backend(b, sizes, graphs, args, budget, device, log)
+        # an equal share of what is left, so a slow load (a conversion) cannot starve the backends after it
+        share = common.Budget(budget.left() / (len(specs) - k)) if budget.deadline is not None else budget
+        recs += run_backend(b, sizes, graphs, args, share, device, log)
 
     checks = cross_check(recs, sizes[0])
     for r in recs:
