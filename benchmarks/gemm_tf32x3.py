@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from typing import Callable, Dict, List
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
 import md_accel.ops  # noqa: E402,F401  (registers torch.ops.md_accel.gemm_3xtf32)
 from md_accel.ops import _cuda  # noqa: E402
 
@@ -29,29 +30,6 @@ from md_accel.ops import _cuda  # noqa: E402
 SHAPES = ([("fwd", 64, n, False) for n in (512, 960, 1280, 1760)]
           + [("bwd_x", k, 64, True) for k in (512, 960, 1280, 1760)])
 IMPLS = ("md_accel", "torch_fp32", "torch_tf32")
-
-
-def time_ms(fn: Callable[[], object], warmup: int, repeats: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def copy_bandwidth(warmup: int, repeats: int) -> float:
-    """Device-to-device copy bandwidth in bytes/s (read + write counted)."""
-    n = 512 * 1024 * 1024  # 2 GiB of float32
-    src, dst = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
-    ms = time_ms(lambda: dst.copy_(src), warmup, repeats)
-    del src, dst
-    return 2 * 4 * n / (ms * 1e-3)
 
 
 def matmul_with(precision: str) -> Callable:
@@ -88,7 +66,7 @@ def main(argv: List[str] = None) -> None:
     if not _cuda.load(verbose=True):
         sys.exit(f"md_accel CUDA library did not load: {_cuda.load_error()}")
     os.makedirs(args.out_dir, exist_ok=True)
-    bw = copy_bandwidth(args.warmup, args.repeats)
+    bw = common.copy_bandwidth("cuda") * 1e9  # bytes/s
     fns = impl_fns()
     results = []
     for e in (int(x) for x in args.rows.split(",")):
@@ -102,7 +80,7 @@ def main(argv: List[str] = None) -> None:
                 row["gflop"] = 2 * e * k * n / 1e9
                 for impl, fn in fns.items():
                     try:
-                        ms = time_ms(lambda: fn(a, b, tb), args.warmup, args.repeats)
+                        ms = common.time_gpu(lambda: fn(a, b, tb), "cuda", args.warmup, args.repeats)["median_ms"]
                         row[f"{impl}_ms"] = ms
                         row[f"{impl}_tflops"] = row["gflop"] / ms
                         row[f"{impl}_max_rel_err"] = max_rel_error(fn, a, b, tb)

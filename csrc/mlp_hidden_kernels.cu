@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "mlp_hidden.h"
+#include "vec16.cuh"
 
 namespace md_accel {
 namespace {
@@ -34,25 +35,6 @@ constexpr int kVec = 16 / int(sizeof(T));  // elements per 16-byte load
 // Accumulator chunk: the whole hidden vector when it fits next to v in registers, else 32 registers.
 template <typename T, int HP>
 constexpr int kChunk = HP * int(sizeof(T)) <= 256 ? HP : 128 / int(sizeof(T));
-
-__device__ __forceinline__ void ld16(float* d, const float* s) {
-  const float4 v = *reinterpret_cast<const float4*>(s);
-  d[0] = v.x;
-  d[1] = v.y;
-  d[2] = v.z;
-  d[3] = v.w;
-}
-__device__ __forceinline__ void ld16(double* d, const double* s) {
-  const double2 v = *reinterpret_cast<const double2*>(s);
-  d[0] = v.x;
-  d[1] = v.y;
-}
-__device__ __forceinline__ void st16(float* d, const float* s) {
-  *reinterpret_cast<float4*>(d) = {s[0], s[1], s[2], s[3]};
-}
-__device__ __forceinline__ void st16(double* d, const double* s) {
-  *reinterpret_cast<double2*>(d) = {s[0], s[1]};
-}
 
 __device__ __forceinline__ float sigmoid(float z) { return 1.f / (1.f + expf(-z)); }
 __device__ __forceinline__ double sigmoid(double z) { return 1.0 / (1.0 + exp(-z)); }

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "species_linear.h"
+#include "vec16.cuh"
 
 namespace md_accel {
 namespace {
@@ -38,20 +39,6 @@ template <typename I>
 __host__ __device__ __forceinline__ I imin(I a, I b) { return a < b ? a : b; }
 template <typename I>
 __host__ __device__ __forceinline__ I imax(I a, I b) { return a < b ? b : a; }
-
-// 16-byte shared-memory loads into register arrays.
-__device__ __forceinline__ void ld16(float* d, const float* s) {
-  const float4 v = *reinterpret_cast<const float4*>(s);
-  d[0] = v.x;
-  d[1] = v.y;
-  d[2] = v.z;
-  d[3] = v.w;
-}
-__device__ __forceinline__ void ld16(double* d, const double* s) {
-  const double2 v = *reinterpret_cast<const double2*>(s);
-  d[0] = v.x;
-  d[1] = v.y;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Schedule, two small kernels. segment_kernel (grid over N): seg_ptr[s] = first sorted position
