@@ -23,7 +23,7 @@ struct MLPHiddenProblem {
 };
 
 // Whether a fused kernel serves these widths on the current device (else the caller composes
-// ATen ops): width[0] <= 16, hidden widths <= 64 (float64) or <= 128 (float32), and the layers'
+// ATen ops): width[0] <= 16, hidden widths <= 64, and the layers'
 // weights fit in shared memory.
 template <typename T>
 bool mlp_hidden_has_kernel(const MLPHiddenProblem<T>& p, bool backward);

@@ -4,9 +4,11 @@
 // hidden vector v lives in registers; every layer's weights sit in shared memory, zero-padded to
 // the compile-time widths K0P (input) x HP (hidden), and are read as broadcasts (all threads of a
 // warp load the same 16 bytes). A layer computes v <- epi(v @ W) in chunks of CH outputs: with
-// CH == HP (float32, HP = 64) the accumulators are a second register vector; otherwise (float64,
-// or HP = 128) each chunk is parked in this thread's shared-memory column so that registers hold
-// v and one chunk only. Zero padding is exact: padded columns give silu(0) = 0.
+// CH == HP (float32) the accumulators are a second register vector; otherwise (float64) each
+// chunk is parked in this thread's shared-memory column so that registers hold v and one chunk
+// only. Zero padding is exact: padded columns give silu(0) = 0. Only HP = 64 is compiled (every
+// radial MLP of MACE, SevenNet and NequIP): each (K0P, HP) pair costs minutes of nvcc time, which
+// every fresh GPU machine pays at its first import; wider MLPs run the ATen composition.
 //
 // Backward: recompute the forward, keeping the derivative factors cst * silu'(z_l) of layers
 // 0..L-2 in shared memory (per thread, [l][j] with stride = block size: conflict-free). Storing
@@ -209,8 +211,6 @@ bool dispatch(const MLPHiddenProblem<T>& p, F&& f) {
   auto by_hidden = [&](auto k0p) {
     constexpr int K0P = decltype(k0p)::value;
     if (hmax <= 64) return f(Widths<K0P, 64>{}), true;
-    if constexpr (sizeof(T) == 4)
-      if (hmax <= 128) return f(Widths<K0P, 128>{}), true;
     return false;
   };
   if (k0 <= 8) return by_hidden(std::integral_constant<int, 8>{});

@@ -25,7 +25,7 @@ DEV = torch.device("cuda")
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 CST = 1.6791767923989418  # e3nn's SiLU constant (any value works)
 
-# (K0, H1, ..., HL): fused kernels for K0 <= 16 and hidden widths <= 64 (float64) / 128 (float32),
+# (K0, H1, ..., HL): fused kernels for K0 <= 16 and hidden widths <= 64,
 # zero-padded where smaller ("padded"); the others run the ATen composition ("aten").
 WIDTHS = {
     "mace": (8, 64, 64, 64),
@@ -99,6 +99,7 @@ def test_fused_kernel_runs(dtype):
 
     assert len(kernels("mace")) == 2
     assert len(kernels("aten")) == 0
+    assert len(kernels("wide")) == 0
 
 
 @pytest.mark.parametrize("op", ["fwd", "bwd"])
