@@ -1,6 +1,7 @@
 // md_accel::gemm_3xtf32(a, b, transpose_b) -> a @ (b^T if transpose_b else b): schema, CPU
 // implementation (the reference: a plain matmul, float32 / float64) and CUDA implementation
-// (float32 only: tensor cores with the 3xTF32 split, gemm_tf32x3_kernels.cu; float32 accuracy).
+// (float32 only: tensor cores with the 3xTF32 split, gemm_tf32x3_kernels.cu; float32 accuracy;
+// cuBLAS float32 on GPUs the kernel does not fit, see gemm_3xtf32_supported).
 //
 // a [M, K], b [K, N] (or [N, K] when transpose_b), K and N multiples of 8, any M; the output is
 // a new contiguous [M, N] tensor. No autograd kernel: callers wrap the op in their own autograd
@@ -18,6 +19,7 @@
 namespace md_accel {
 
 // gemm_tf32x3_kernels.cu
+bool gemm_3xtf32_supported(int device);
 int64_t gemm_3xtf32_scratch_bytes(int64_t k, int64_t n);
 const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
                                int64_t n, void* scratch, cudaStream_t stream);
@@ -53,6 +55,9 @@ Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
   TORCH_CHECK(a_.is_cuda(), "md_accel gemm_3xtf32: CUDA tensors expected");
   TORCH_CHECK(K < (int64_t(1) << 24) && K * N <= 0x7fffffffLL, "md_accel gemm_3xtf32: b too large");
   c10::cuda::CUDAGuard guard(a_.device());
+  // GPUs without the kernel's needs (sm_80 tensor cores, ~105 KB shared memory per block):
+  // cuBLAS float32 (SIMT), the same accuracy class
+  if (!gemm_3xtf32_supported(a_.device().index())) return a_.mm(transpose_b ? b_.t() : b_).contiguous();
   Tensor a = a_.contiguous();
   if (reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0) a = a.clone();  // cp.async needs 16-byte rows
   const Tensor b = b_.contiguous();

@@ -63,15 +63,24 @@ static_assert(kLdA % 4 == 0 && kLdB % 4 == 0, "16-byte aligned shared rows");
 
 #ifndef MD_ACCEL_GEMM_HOST_EMU
 // round to tf32 (nearest, ties away from zero), as the mma operand
+// (sm_80+ instructions; on older architectures the kernels trap, and gemm_3xtf32_supported()
+// keeps them from being launched there)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define MD_ACCEL_SM80_ASM(...) __trap()
+#define MD_ACCEL_SM80_ASM_VOLATILE(...) __trap()
+#else
+#define MD_ACCEL_SM80_ASM(...) asm(__VA_ARGS__)
+#define MD_ACCEL_SM80_ASM_VOLATILE(...) asm volatile(__VA_ARGS__)
+#endif
 __device__ __forceinline__ uint32_t tf32_rna(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  uint32_t r = 0;
+  MD_ACCEL_SM80_ASM("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
 }
 
 // c += a @ b on one m16n8k8 tile (fragments as in the header comment)
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  MD_ACCEL_SM80_ASM("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -80,14 +89,14 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
 // 16 bytes global -> shared; src_bytes < 16 zero-fills the rest (0: no global read at all)
 __device__ __forceinline__ void cp_async16(float* smem, const float* gmem, int src_bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+  MD_ACCEL_SM80_ASM_VOLATILE("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { MD_ACCEL_SM80_ASM_VOLATILE("cp.async.commit_group;" ::: "memory"); }
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+  MD_ACCEL_SM80_ASM_VOLATILE("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 #endif
 
@@ -228,6 +237,23 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
 
 int64_t gemm_3xtf32_scratch_bytes(int64_t k, int64_t n) { return k * n * int64_t(sizeof(float2)); }
 
+// Whether the kernel runs on `device`: sm_80+ (tf32 mma, cp.async) and kSmemBytes of opt-in
+// shared memory per block (sm_86/89 parts have less). Cached per device.
+bool gemm_3xtf32_supported(int device) {
+  static std::atomic<int> known[kMaxDevices];  // 0 unknown, 1 yes, 2 no
+  if (device < 0 || device >= kMaxDevices) return false;
+  int v = known[device].load(std::memory_order_acquire);
+  if (v == 0) {
+    int major = 0, smem = 0;
+    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                    cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess;
+    if (!ok) cudaGetLastError();  // leave no sticky error for the next launch check
+    v = ok && major >= 8 && smem >= kSmemBytes ? 1 : 2;
+    known[device].store(v, std::memory_order_release);
+  }
+  return v == 1;
+}
+
 // C[M, N] = A[M, K] @ B, B = b [K, N] or (trans_b) b^T with b [N, K]; float32, row-major,
 // contiguous, a 16-byte aligned; scratch: gemm_3xtf32_scratch_bytes(K, N) bytes, 16-byte aligned.
 // Returns nullptr on success, else a static error message.
@@ -253,8 +279,10 @@ const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, flo
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return "cudaGetDevice failed";
   if (!smem_set[dev].load(std::memory_order_acquire)) {
     if (cudaFuncSetAttribute(gemm_3xtf32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) !=
-        cudaSuccess)
+        cudaSuccess) {
+      cudaGetLastError();
       return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
+    }
     smem_set[dev].store(true, std::memory_order_release);
   }
   const unsigned grid = unsigned(blocks), nt = unsigned(n_tiles);

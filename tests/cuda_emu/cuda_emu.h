@@ -34,7 +34,8 @@ typedef int cudaError_t;
 typedef void* cudaStream_t;
 constexpr int cudaSuccess = 0;
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount, cudaDevAttrMaxSharedMemoryPerBlockOptin };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                      cudaDevAttrComputeCapabilityMajor };
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emulated error"; }
 template <typename K> cudaError_t cudaFuncSetAttribute(K, cudaFuncAttribute, int) { return cudaSuccess; }
@@ -42,7 +43,9 @@ inline int emu_env(const char* n, int dflt) { const char* v = std::getenv(n); re
 // each (EMU_SMS, EMU_PER_SM) setting is its own "device", so per-device caches see the change
 inline cudaError_t cudaGetDevice(int* d) { *d = (8 * emu_env("EMU_SMS", 2) + emu_env("EMU_PER_SM", 1)) % 64; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 227 * 1024 : emu_env("EMU_SMS", 2);  // H100
+  *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 227 * 1024  // H100
+       : a == cudaDevAttrComputeCapabilityMajor    ? 9
+                                                   : emu_env("EMU_SMS", 2);
   return cudaSuccess;
 }
 template <typename K> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, K, int, size_t) {
