@@ -55,6 +55,8 @@ def gemm_3xtf32_ref(a: torch.Tensor, b: torch.Tensor, transpose_b: bool) -> torc
 
 def _fake(a, b, transpose_b):
     _, n = _check(a, b, transpose_b)
+    if a.dtype not in ((torch.float32,) if a.is_cuda else (torch.float32, torch.float64)):
+        raise RuntimeError(f"md_accel gemm_3xtf32: unsupported dtype {a.dtype} on {a.device.type}")
     return a.new_empty((a.shape[0], n))
 
 
