@@ -89,9 +89,16 @@ class MdAccel(Backend):
     from SevenNet (md_accel.convert.sevenn), MACE (md_accel.convert.mace) or the
     ``--nequip-model`` file (md_accel.convert.nequip)."""
 
+    _converted: Dict = {}  # (what, dtype) -> potential, shared by the variants of one model
+
     def __init__(self, what: str, args):
-        self.what, self.args = what, args
-        self.name = f"md_accel:{os.path.basename(what)}"
+        # WHAT+whole: keep the whole per-edge weights for the backward at any size (the default
+        # recomputes them chunk by chunk above MD_ACCEL_SAVE_WEIGHTS_MIB, see md_accel/ops/tp_conv.py)
+        what, _, option = what.partition("+")
+        if option not in ("", "whole"):
+            raise ValueError(f"unknown md_accel option +{option} (known: +whole)")
+        self.what, self.args, self.whole = what, args, option == "whole"
+        self.name = f"md_accel:{os.path.basename(what)}" + ("+whole" if self.whole else "")
         if what.endswith(".mdx"):
             self.model = os.path.basename(what)
         elif what == "mace":
@@ -106,7 +113,10 @@ class MdAccel(Backend):
 
         if torch.device(device).type == "cuda" and not _cuda.available():
             print(f"[model_step] md_accel CUDA library not loaded ({_cuda.load_error()}): reference ops", flush=True)
-        if self.what.endswith(".mdx"):
+        key = (self.what, dtype)
+        if key in self._converted:
+            pot = self._converted[key]
+        elif self.what.endswith(".mdx"):
             from md_accel.io import load
 
             pot = load(self.what, device=device, dtype=dtype)
@@ -123,7 +133,12 @@ class MdAccel(Backend):
 
             pot = convert_sevenn(sevenn_checkpoint(self.args.sevenn_checkpoint if self.what == "sevenn"
                                                    else self.what), dtype=dtype)
-        self.pot = pot.to(device=device, dtype=dtype).eval()
+        self.pot = self._converted[key] = pot.to(device=device, dtype=dtype).eval()
+        from md_accel.ops.tp_conv import TensorProductConv, _save_weights_bytes
+
+        for m in self.pot.modules():
+            if isinstance(m, TensorProductConv):
+                m.save_weights_bytes = 2 ** 62 if self.whole else _save_weights_bytes()
         self.cutoff = float(self.pot.cutoff)
         self.dtype, self.device = dtype, device
 

@@ -38,6 +38,10 @@ struct TPDims {
   int in2;  // y.size(1)
   int w;    // w.size(1)
   int out;  // dim_out
+  // Specialised forward and per-sender sum only (md_accel/ops/_codegen.py): 1 = add into out / gx
+  // on the nodes that have edges in this launch and leave the other rows untouched (edge chunks,
+  // tp_conv_chunked_*); 0 = write every row.
+  int accumulate;
 };
 
 // Operands of one launch. Unused pointers are null. Feature arrays are row-major, contiguous.

@@ -1,7 +1,7 @@
 // CUDA implementations of md_accel::tp_conv_fused_{fwd,bwd}: the registry of fused kernel
 // libraries (md_accel/ops/_codegen_fused.py, csrc/tp_fused_abi.h), argument checks and launches.
 // A plan with no fused library for its hidden width (or with fused kernels switched off) runs the
-// same maths materialised: w = hidden @ W (cuBLAS), then the md_accel::tp_conv_* ops.
+// same maths materialised, one chunk of edges at a time (tp_conv_chunked.h).
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "spec_registry.h"
+#include "tp_conv_chunked.h"
 #include "tp_fused_abi.h"
 
 namespace md_accel {
@@ -182,19 +183,15 @@ T* ptr(CT t) {
 void check_launch(const char* err) { TORCH_CHECK(err == nullptr, "md_accel tp_conv_fused: ", err); }
 
 // --- ops -------------------------------------------------------------------------------------------
-using FwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
-using BwdSig = Tensor3(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
 
 Tensor tp_conv_fused_fwd_cuda(CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
                               CT paths, CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
   c10::cuda::CUDAGuard guard(x_.device());
   Call c = prepare(x_, y_, h_, W_, Tensor(), src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out);
   const bool f64 = c.x.scalar_type() == at::kDouble;
-  if (c.spec == nullptr || (f64 ? c.spec->fwd_f64 == nullptr : c.spec->fwd_f32 == nullptr)) {
-    static const auto fwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_fwd", "").typed<FwdSig>();
-    return fwd.call(c.x, c.y, at::mm(c.h, c.W), c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr, cg_idx,
-                    c.cg_val, dim_out);
-  }
+  if (c.spec == nullptr || (f64 ? c.spec->fwd_f64 == nullptr : c.spec->fwd_f32 == nullptr))
+    return tp_conv_chunked_fwd(c.x, c.y, c.h, c.W, c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr,
+                               cg_idx, c.cg_val, dim_out);
   Tensor out = at::empty({c.graph.num_nodes, dim_out}, c.x.options());
   auto stream = c10::cuda::getCurrentCUDAStream(c.x.device().index()).stream();
   if (f64) {
@@ -217,13 +214,9 @@ Tensor4 tp_conv_fused_bwd_cuda(CT g_, CT x_, CT y_, CT h_, CT W_, CT src, CT dst
   Call c = prepare(x_, y_, h_, W_, g_, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, g_.size(1));
   const bool f64 = c.x.scalar_type() == at::kDouble;
   const Tensor no_W = at::empty({0, c.W.size(1)}, c.W.options());
-  if (c.spec == nullptr || (f64 ? c.spec->bwd_f64 == nullptr : c.spec->bwd_f32 == nullptr)) {
-    static const auto bwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_bwd", "").typed<BwdSig>();
-    auto r = bwd.call(c.g, c.x, c.y, at::mm(c.h, c.W), c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr,
-                      cg_idx, c.cg_val);
-    const Tensor& gw = std::get<2>(r);
-    return {std::get<0>(r), std::get<1>(r), at::mm(gw, c.W.t()), need_W ? at::mm(c.h.t(), gw) : no_W};
-  }
+  if (c.spec == nullptr || (f64 ? c.spec->bwd_f64 == nullptr : c.spec->bwd_f32 == nullptr))
+    return tp_conv_chunked_bwd(c.g, c.x, c.y, c.h, c.W, c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr,
+                               cg_idx, c.cg_val, need_W);
   Tensor gx = at::empty_like(c.x), gy = at::empty_like(c.y), gh = at::empty_like(c.h);
   Tensor gw = need_W ? at::empty({c.graph.num_edges, c.W.size(1)}, c.x.options()) : Tensor();
   Tensor work = at::empty({c.graph.num_edges, c.x.size(1)}, c.x.options());

@@ -10,7 +10,7 @@
 
 namespace md_accel {
 
-constexpr int kTPFusedAbiVersion = 1;
+constexpr int kTPFusedAbiVersion = 2;  // 2: TPDims::accumulate
 
 // Operands; unused pointers are null. Row-major, contiguous, 16-byte aligned.
 template <typename T>

@@ -10,7 +10,7 @@
 
 namespace md_accel {
 
-constexpr int kTPSpecAbiVersion = 2;
+constexpr int kTPSpecAbiVersion = 3;
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const T* cg_val,

@@ -132,7 +132,7 @@ class MACELayer(torch.nn.Module):
                 graph: Optional[Graph]) -> torch.Tensor:
         n = h.shape[0]
         x = self.linear_up(h)
-        if self.conv.use_fused(x):  # w = hidden @ W_last inside the TP kernels (env scales hidden rows)
+        if self.conv.use_fused(x, edge_src.shape[0]):  # w = hidden @ W_last in the TP op (env scales hidden rows)
             hid = self.radial_mlp.hidden(radial)
             if self.cutoff_weights:
                 hid = hid * env.unsqueeze(-1)

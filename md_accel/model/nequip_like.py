@@ -94,7 +94,7 @@ class InteractionLayer(torch.nn.Module):
         # matrix instead of a pass over the [nodes, TP output] features
         w_last = self.radial_mlp.last_weight() / self.denominator
         hidden = self.radial_mlp.hidden(radial)
-        if self.conv.use_fused(h):
+        if self.conv.use_fused(h, edge_src.shape[0]):
             h = self.conv.forward_fused(h, sh, hidden, w_last, edge_src, edge_dst, x.shape[0], graph)
         else:
             h = self.conv(h, sh, torch.ops.md_accel.linear_tf32x3(hidden, w_last), edge_src, edge_dst, x.shape[0],

@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-GEN_VERSION = 3  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 4  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -272,7 +272,8 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int) ->
     s.append(f"{I2}if (slot == 0 && u < {mul}) {{\n")
     for key in out_keys:
         for k in range(key[2]):
-            s.append(f"{I2}  orow[{key[0]} + u * {key[2]} + {k}] = {_bname('acc', key)}_{k};\n")
+            o = f"orow[{key[0]} + u * {key[2]} + {k}]"
+            s.append(f"{I2}  {o} = d.accumulate ? {o} + {_bname('acc', key)}_{k} : {_bname('acc', key)}_{k};\n")
     s.append(f"{I2}}}\n")
     s.append(f"{I}}}\n")
     return "".join(s)
@@ -308,9 +309,11 @@ __global__ void __launch_bounds__(kThreads) {name}(const T* __restrict__ x, cons
   __syncthreads();
   const int64_t n = blockIdx.x;
   const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
+  if (d.accumulate && e_begin == e_end) return;  // the whole block: nothing to add
   T* orow = out + n * d.out;
-{body}  for (int q = threadIdx.x; q < d.out; q += kThreads)
-    if (!out_covered(q)) orow[q] = T(0);
+{body}  if (!d.accumulate)
+    for (int q = threadIdx.x; q < d.out; q += kThreads)
+      if (!out_covered(q)) orow[q] = T(0);
 }}
 """
 
@@ -610,17 +613,20 @@ __device__ __forceinline__ int butterfly_slot(int lane) {{
   return slot;
 }}
 
-// Backward, part 2: grad_x[n] = sum of the work rows of the edges sent by n, in src_perm order.
+// Backward, part 2: grad_x[n] = sum of the work rows of the edges sent by n, in src_perm order
+// (accumulate: added to grad_x[n] where n sent edges, other rows untouched).
 template <typename T>
 __global__ void __launch_bounds__(256) gx_sum_kernel(const T* __restrict__ work,
-    const int64_t* __restrict__ src_perm, const int64_t* __restrict__ src_ptr, int in1, T* __restrict__ gx) {{
+    const int64_t* __restrict__ src_perm, const int64_t* __restrict__ src_ptr, int in1, int accumulate,
+    T* __restrict__ gx) {{
   const int64_t n = blockIdx.x;
   const int64_t t0 = src_ptr[n], t1 = src_ptr[n + 1];
+  if (accumulate && t0 == t1) return;
   for (int c = threadIdx.x; c < in1; c += blockDim.x) {{
     T s = T(0);
 #pragma unroll 4
     for (int64_t t = t0; t < t1; ++t) s += work[__ldg(src_perm + t) * in1 + c];
-    gx[n * in1 + c] = s;
+    gx[n * in1 + c] = accumulate ? gx[n * in1 + c] + s : s;
   }}
 }}
 """
@@ -662,7 +668,7 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, con
     bwd_kernel_BD<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
                                                                       g.src, g.dst_ptr, cg, d);
   if (const char* err = last_error()) return err;
-  gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, t.gx);
+  gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
 }
 
@@ -683,7 +689,7 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, co
     dbwd_kernel_DD<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
                                                                        t.gy, t.gw, work, g.src, g.dst_ptr, cg, d);
   if (const char* err = last_error()) return err;
-  gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, t.gx);
+  gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
 }
 """

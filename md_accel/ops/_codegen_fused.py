@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ._codegen import Unsupported, _analyse, _cache_dir, _covered_fn, _Path, nvcc_command, structure_key
 
-FUSED_GEN_VERSION = 1  # bump when the generated code changes: names the cache entries
+FUSED_GEN_VERSION = 2  # bump when the generated code changes: names the cache entries
 THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
 CHUNK = 16             # edges per chunk (kB); the grad_hidden GEMM tiling assumes 16
 W_TILE_BYTES = 66 * 1024   # shared memory for one group's W_last tile (P chosen to fit)

@@ -63,16 +63,22 @@ def graph_order(edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.
 
 _SPECIALISE_WARNED = []
 
-# Where ``TensorProductConv.use_fused`` picks the fused radial layer (``forward_fused``: the kernels
-# recompute w = hidden @ W_last per edge chunk and never store w or grad_w) over materialising w
-# (cuBLAS GEMM + ``forward``). The fused kernels run that GEMM on the CUDA cores: in float32 this
-# trades the w / grad_w round trips through device memory (20 bytes per weight per fwd+bwd) for one
-# more GEMM in the backward; in float64 the CUDA cores run at half rate while cuBLAS uses the FP64
-# tensor cores, so float64 materialises. Figures: .notes/fused_radial.md.
+# ``forward_fused`` (w = hidden @ W_last inside md_accel::tp_conv_fused_*) runs one of two ways on CUDA:
+# - fused kernels that compute w on the CUDA cores and never store it (opt-in, float32 only: H200
+#   2026-11-22, SevenNet-l3i5 32k Cu atoms, fp32 energy+forces 425 ms vs 222 ms materialised,
+#   benchmarks/results/2026-11-22-h200-run5);
+# - otherwise materialised one chunk of edges at a time (csrc/tp_conv_chunked.h): w_c = hidden_c @ W
+#   on tensor cores, recomputed in the backward, so neither w nor grad_w exists whole.
+# ``use_fused`` takes it when the fused kernels are on, or when keeping the whole w for the backward
+# would take more than MD_ACCEL_SAVE_WEIGHTS_MIB (default 2048) MiB: above that the memory saved is
+# worth the backward's second GEMM.
 FUSED_RADIAL_DTYPES = (torch.float32,)
-# Opt-in until it wins: H200 2026-11-22, SevenNet-l3i5 32k Cu atoms, fp32 energy+forces: 425 ms
-# with the fused kernels vs 222 ms materialised (benchmarks/results/2026-11-22-h200-run5).
 FUSED_RADIAL_ENV = "MD_ACCEL_FUSED_RADIAL"
+SAVE_WEIGHTS_ENV = "MD_ACCEL_SAVE_WEIGHTS_MIB"
+
+
+def _save_weights_bytes() -> int:
+    return int(float(os.environ.get(SAVE_WEIGHTS_ENV, "2048")) * 2 ** 20)
 
 
 def _specialise(conv: "TensorProductConv") -> None:
@@ -110,9 +116,9 @@ class TensorProductConv(torch.nn.Module):
     plain-torch reference, which TorchScript can export and autograd differentiates.
 
     ``forward_fused(x, edge_attr, hidden, w_last, ...)`` is ``forward`` with ``edge_weights = hidden @
-    w_last`` (the radial MLP's last, linear layer) computed inside the kernels. Set ``fused_hidden``
-    to the hidden width before moving the module to CUDA to build those kernels; ``use_fused(x)``
-    says whether they serve ``x``.
+    w_last`` (the radial MLP's last, linear layer) computed inside the op, never stored whole. Set
+    ``fused_hidden`` to the hidden width before moving the module to CUDA; ``use_fused(x, num_edges)``
+    says when to call it.
     """
 
     def __init__(
@@ -144,6 +150,7 @@ class TensorProductConv(torch.nn.Module):
         self.fused_hidden: int = 0  # hidden width of the fused radial layer (0: none)
         self.fused_f32: bool = False  # use_fused, per dtype (set when moved to CUDA)
         self.fused_f64: bool = False
+        self.save_weights_bytes: int = _save_weights_bytes()  # above: forward_fused recomputes w per chunk
 
     def _apply(self, fn, recurse=True):
         # the dense CG blocks of the reference path follow the module's device and dtype
@@ -177,16 +184,16 @@ class TensorProductConv(torch.nn.Module):
         return tp_conv_fwd_ref(x, edge_attr, edge_weights, edge_src, edge_dst, num_nodes,
                                self.path_list, self.cg_dense, self.dim_out)
 
-    def use_fused(self, x: torch.Tensor) -> bool:
-        """``forward_fused`` runs fused-radial kernels for features like ``x``: on CUDA, with kernels
-        built for this plan and ``fused_hidden``, in a dtype of ``FUSED_RADIAL_DTYPES``."""
-        if not x.is_cuda:
+    def use_fused(self, x: torch.Tensor, num_edges: int) -> bool:
+        """Whether to call ``forward_fused`` for features like ``x`` on ``num_edges`` edges: on CUDA,
+        with ``fused_hidden`` set, when fused-radial kernels serve the dtype or the whole per-edge
+        weights would exceed ``save_weights_bytes`` (then they are materialised in chunks)."""
+        if not x.is_cuda or self.fused_hidden <= 0:
             return False
-        if x.dtype == torch.float32:
-            return self.fused_f32
-        if x.dtype == torch.float64:
-            return self.fused_f64
-        return False
+        if (x.dtype == torch.float32 and self.fused_f32) or (x.dtype == torch.float64 and self.fused_f64):
+            return True
+        elem = 8 if x.dtype == torch.float64 else 4
+        return num_edges * self.weight_numel * elem > self.save_weights_bytes
 
     def forward_fused(
         self,

@@ -65,7 +65,7 @@ class Graph(ctypes.Structure):
 
 
 class Dims(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int) for n in ("in1", "in2", "w", "out")]
+    _fields_ = [(n, ctypes.c_int) for n in ("in1", "in2", "w", "out", "accumulate")]
 
 
 class FusedTensors(ctypes.Structure):

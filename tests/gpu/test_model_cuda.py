@@ -70,9 +70,25 @@ def _evaluate(potential, atoms, device):
     return out["energy"].detach(), out["forces"].detach(), out["virial"].detach()
 
 
-def test_cuda_equals_cpu_reference_float64(model):
+def _force_chunked_weights(model, monkeypatch, chunks=5):
+    """Every conv layer takes the edge-chunked path (per-edge weights recomputed in the backward,
+    never whole), in about ``chunks`` chunks on the 3x3x3 cell."""
+    from md_accel.ops.tp_conv import TensorProductConv
+
+    convs = [m for m in model.modules() if isinstance(m, TensorProductConv) and m.fused_hidden > 0]
+    assert convs, "no conv layer with a fusable radial MLP"
+    for m in convs:
+        monkeypatch.setattr(m, "save_weights_bytes", 0)
+    edges = 108 * 80  # upper bound for the 3x3x3 cell at r <= 6 A
+    monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(edges / chunks * min(m.weight_numel for m in convs) * 8 / 2**20))
+
+
+@pytest.mark.parametrize("weights", ["whole", "chunked"])
+def test_cuda_equals_cpu_reference_float64(model, weights, monkeypatch):
     atoms = _copper()
     e_cpu, f_cpu, w_cpu = _evaluate(model, atoms, "cpu")
+    if weights == "chunked":
+        _force_chunked_weights(model, monkeypatch)
     gpu = model.to("cuda")
     try:
         e_gpu, f_gpu, w_gpu = _evaluate(gpu, atoms, "cuda")
@@ -96,8 +112,11 @@ def test_cuda_float32_within_conversion_tolerances(model):
     assert (f32.double().cpu() - f_cpu).abs().max().item() <= 1e-4 * f_cpu.abs().max().item()
 
 
-def test_cuda_forces_bit_reproducible(sevennet0):
+@pytest.mark.parametrize("weights", ["whole", "chunked"])
+def test_cuda_forces_bit_reproducible(sevennet0, weights, monkeypatch):
     atoms = _copper(4, seed=1)
+    if weights == "chunked":
+        _force_chunked_weights(sevennet0, monkeypatch)
     gpu = sevennet0.to("cuda").float()
     try:
         runs = [_evaluate(gpu, atoms, "cuda") for _ in range(4)]

@@ -1,0 +1,39 @@
+// The fused-radial convolution (md_accel::tp_conv_fused_*, w = hidden @ W) run materialised one
+// chunk of edges at a time, so the [E, weights] tensor w and its gradient never exist whole:
+// per chunk w_c = hidden_c @ W (3xTF32 tensor cores in float32), then the specialised tp_conv
+// kernels on the chunk, the forward adding into the receivers' rows and the backward into the
+// senders' grad_x rows (TPDims::accumulate). Chunks run in a fixed order: deterministic.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <tuple>
+
+#include "tp_conv.h"
+
+namespace md_accel {
+
+// tp_conv_cuda.cpp
+bool tp_conv_spec_available(const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr,
+                            const at::Tensor& cg_idx);
+void tp_conv_chunk_launch(bool backward, const at::Tensor& x, const at::Tensor& y_c, const at::Tensor& w_c,
+                          const at::Tensor& g, const TPGraph& chunk, const at::Tensor& paths,
+                          const at::Tensor& cg_ptr, const at::Tensor& cg_idx, const at::Tensor& cg_val,
+                          int64_t dim_out, bool accumulate, const at::Tensor& out_or_gx, const at::Tensor& gy_c,
+                          const at::Tensor& gw_c, const at::Tensor& work_c);
+
+// tp_conv_chunked_cuda.cpp. Operands as prepared by tp_conv_fused_cuda.cpp (contiguous, on the
+// device, cg_val in the features' dtype). chunk_edges <= 0: the default chunk (MD_ACCEL_WEIGHT_CHUNK_MIB).
+at::Tensor tp_conv_chunked_fwd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& h, const at::Tensor& W,
+                               const at::Tensor& src, const at::Tensor& dst, const at::Tensor& dst_ptr,
+                               const at::Tensor& src_perm, const at::Tensor& src_ptr, const at::Tensor& paths,
+                               const at::Tensor& cg_ptr, const at::Tensor& cg_idx, const at::Tensor& cg_val,
+                               int64_t dim_out);
+// (grad_x, grad_y, grad_hidden, grad_W or an empty [0, weights])
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> tp_conv_chunked_bwd(
+    const at::Tensor& g, const at::Tensor& x, const at::Tensor& y, const at::Tensor& h, const at::Tensor& W,
+    const at::Tensor& src, const at::Tensor& dst, const at::Tensor& dst_ptr, const at::Tensor& src_perm,
+    const at::Tensor& src_ptr, const at::Tensor& paths, const at::Tensor& cg_ptr, const at::Tensor& cg_idx,
+    const at::Tensor& cg_val, bool need_W);
+
+}  // namespace md_accel

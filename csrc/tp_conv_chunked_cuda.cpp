@@ -1,0 +1,127 @@
+// Edge-chunked materialised path of md_accel::tp_conv_fused_* (see tp_conv_chunked.h).
+//
+// Chunk c holds the receiver-sorted edges [e0, e1). Its graph: the receiver offsets dst_ptr
+// clamped to the chunk (receivers without edges in it are skipped by the accumulating kernels),
+// and its by-sender order, which is the global by-sender order src_perm restricted to the chunk
+// (a stable filter: prefix counts, no sort). The first chunk writes every row, the others add.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "tp_conv_chunked.h"
+
+namespace md_accel {
+namespace {
+
+using at::Tensor;
+using CT = const Tensor&;
+
+// a @ b through md_accel::linear_tf32x3 (3xTF32 tensor cores for CUDA float32, at::mm otherwise)
+Tensor linear(CT a, CT b) {
+  using Sig = Tensor(CT, CT);
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::linear_tf32x3", "").typed<Sig>();
+  return op.call(a, b);
+}
+
+// Edges per chunk: MD_ACCEL_WEIGHT_CHUNK_MIB (default 1024) MiB of w per chunk (read per call).
+int64_t chunk_edges(int64_t weights, int64_t elem) {
+  const char* v = std::getenv("MD_ACCEL_WEIGHT_CHUNK_MIB");
+  double mib = v ? std::atof(v) : 1024.0;
+  if (!(mib > 0)) mib = 1024.0;
+  return std::max<int64_t>(1, int64_t(mib * 1048576.0 / double(std::max<int64_t>(1, weights * elem))));
+}
+
+struct Chunk {
+  int64_t e0, e1;
+  Tensor dst_ptr, src_perm, src_ptr;  // this chunk's (device)
+  TPGraph graph;
+};
+
+Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0, int64_t e1, bool sender_order) {
+  Chunk c{e0, e1};
+  const int64_t N = dst_ptr.numel() - 1, Ec = e1 - e0;
+  c.dst_ptr = dst_ptr.sub(e0).clamp_(0, Ec);
+  if (sender_order) {
+    // position j of the global by-sender order belongs to the chunk when e0 <= src_perm[j] < e1;
+    // its rank among those is the chunk's by-sender order (stable, as the global one is)
+    const Tensor in = src_perm.ge(e0).logical_and_(src_perm.lt(e1));
+    const Tensor count = at::cumsum(in, 0, at::kLong);  // inclusive
+    c.src_ptr = at::cat({at::zeros({1}, count.options()), count}).index_select(0, src_ptr);
+    // members go to their rank, the others to private slots past the end (discarded)
+    const Tensor slot = at::where(in, count.sub(1), at::arange(Ec, Ec + src_perm.numel(), count.options()));
+    c.src_perm = at::empty({Ec + src_perm.numel()}, count.options()).scatter_(0, slot, src_perm.sub(e0));
+  } else {  // the forward reads no by-sender order
+    c.src_ptr = src_ptr;
+    c.src_perm = src_perm;
+  }
+  c.graph = {src.data_ptr<int64_t>() + e0, dst.data_ptr<int64_t>() + e0, c.dst_ptr.data_ptr<int64_t>(),
+             c.src_perm.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), N, Ec};
+  return c;
+}
+
+}  // namespace
+
+Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
+                           CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+  using FwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
+  const int64_t N = dst_ptr.numel() - 1, E = src.numel();
+  const int64_t step = chunk_edges(W.size(1), x.element_size());
+  if (E <= step || !tp_conv_spec_available(x, paths, cg_ptr, cg_idx)) {
+    static const auto fwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_fwd", "").typed<FwdSig>();
+    return fwd.call(x, y, linear(h, W), src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out);
+  }
+  Tensor out = at::empty({N, dim_out}, x.options());
+  for (int64_t e0 = 0; e0 < E; e0 += step) {
+    const int64_t e1 = std::min(E, e0 + step);
+    const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, false);
+    const Tensor w_c = linear(h.narrow(0, e0, e1 - e0), W);
+    tp_conv_chunk_launch(false, x, y.narrow(0, e0, e1 - e0), w_c, Tensor(), c.graph, paths, cg_ptr, cg_idx, cg_val,
+                         dim_out, e0 > 0, out, Tensor(), Tensor(), Tensor());
+  }
+  return out;
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y, CT h, CT W, CT src, CT dst,
+                                                               CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
+                                                               CT cg_ptr, CT cg_idx, CT cg_val, bool need_W) {
+  using BwdSig = std::tuple<Tensor, Tensor, Tensor>(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
+  const int64_t E = src.numel();
+  const int64_t step = chunk_edges(W.size(1), x.element_size());
+  const Tensor Wt = W.t().contiguous();
+  const Tensor no_W = at::empty({0, W.size(1)}, W.options());
+  if (E <= step || !tp_conv_spec_available(x, paths, cg_ptr, cg_idx)) {
+    static const auto bwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_bwd", "").typed<BwdSig>();
+    auto r = bwd.call(g, x, y, linear(h, W), src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val);
+    const Tensor& gw = std::get<2>(r);
+    return {std::get<0>(r), std::get<1>(r), linear(gw, Wt), need_W ? at::mm(h.t(), gw) : no_W};
+  }
+  Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh = at::empty_like(h);
+  Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : no_W;
+  for (int64_t e0 = 0; e0 < E; e0 += step) {
+    const int64_t e1 = std::min(E, e0 + step), Ec = e1 - e0;
+    const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, true);
+    const Tensor h_c = h.narrow(0, e0, Ec);
+    const Tensor w_c = linear(h_c, W);  // recomputed: the forward kept only hidden
+    const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
+    const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
+    tp_conv_chunk_launch(true, x, y.narrow(0, e0, Ec), w_c, g, c.graph, paths, cg_ptr, cg_idx, cg_val, g.size(1),
+                         e0 > 0, gx, gy.narrow(0, e0, Ec), gw_c, work_c);
+    gh.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
+    if (need_W) gW.addmm_(h_c.t(), gw_c);
+  }
+  return {gx, gy, gh, gW};
+}
+
+}  // namespace md_accel
