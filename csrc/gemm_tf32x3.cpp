@@ -14,7 +14,6 @@
 #include <torch/library.h>
 
 #include <cstdint>
-#include <utility>
 
 namespace md_accel {
 
@@ -28,8 +27,10 @@ namespace {
 
 using at::Tensor;
 
-// (K, N) of a valid call
-std::pair<int64_t, int64_t> check_shapes(const Tensor& a, const Tensor& b, bool transpose_b) {
+// Throws unless a @ b (b^T when transpose_b) is a valid call. Returns nothing: an exception
+// thrown from a helper that returned a std::pair crashed the process (SIGSEGV, H100 machine,
+// 2026-11-25) instead of raising; callers read K and N from the operands.
+void check_shapes(const Tensor& a, const Tensor& b, bool transpose_b) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "md_accel gemm_3xtf32: a and b must be 2-D, got ", a.sizes(), " and ",
               b.sizes());
   const int64_t K = a.size(1), N = transpose_b ? b.size(0) : b.size(1);
@@ -39,7 +40,6 @@ std::pair<int64_t, int64_t> check_shapes(const Tensor& a, const Tensor& b, bool 
               ") must be multiples of 8");
   TORCH_CHECK(a.device() == b.device(), "md_accel gemm_3xtf32: a and b must be on the same device");
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "md_accel gemm_3xtf32: a and b must have the same dtype");
-  return {K, N};
 }
 
 Tensor gemm_3xtf32_cpu(const Tensor& a, const Tensor& b, bool transpose_b) {
@@ -50,7 +50,8 @@ Tensor gemm_3xtf32_cpu(const Tensor& a, const Tensor& b, bool transpose_b) {
 }
 
 Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
-  const auto [K, N] = check_shapes(a_, b_, transpose_b);
+  check_shapes(a_, b_, transpose_b);
+  const int64_t K = a_.size(1), N = transpose_b ? b_.size(0) : b_.size(1);
   TORCH_CHECK(a_.scalar_type() == at::kFloat, "md_accel gemm_3xtf32: float32 only on CUDA, got ", a_.scalar_type());
   TORCH_CHECK(a_.is_cuda(), "md_accel gemm_3xtf32: CUDA tensors expected");
   TORCH_CHECK(K < (int64_t(1) << 24) && K * N <= 0x7fffffffLL, "md_accel gemm_3xtf32: b too large");

@@ -19,10 +19,17 @@ TOL = {"float64": (1e-12, 1e-12, 1e-12), "float32": (1e-4, 1e-6, 1e-5)}
 
 @pytest.fixture(scope="module")
 def sevennet0():
+    """SevenNet-0, or SevenNet-l3i5 where only that checkpoint is installed."""
     pytest.importorskip("sevenn")
-    from md_accel.convert.sevenn import convert_sevenn
+    from md_accel.convert.sevenn import convert_sevenn, resolve_checkpoint
 
-    return convert_sevenn("sevennet-0", dtype=torch.float64)
+    for name in ("sevennet-0", "sevennet-l3i5"):
+        try:
+            resolve_checkpoint(name)
+        except (FileNotFoundError, ValueError):
+            continue
+        return convert_sevenn(name, dtype=torch.float64)
+    pytest.skip("no SevenNet checkpoint installed")
 
 
 def _hot_copper():

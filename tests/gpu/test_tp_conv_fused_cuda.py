@@ -224,7 +224,7 @@ def test_materialised_fallback(fused_specs):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["mace_mp0_medium", "mace_first", "sevennet_l3i5", "nequip_l3_h32", "tiny"])
-def test_chunked_materialised(name, dtype, fused_specs, monkeypatch):
+def test_chunked_materialised(name, dtype, monkeypatch):
     """Fused kernels off: w materialised in about 7 chunks of edges (a hub receiver's edges span
     several), against the reference, and bit-identical run to run."""
     problem, hidden = CONFIGS[name]
