@@ -37,7 +37,8 @@ def host_source(src: str) -> str:
         grid, block, smem = [a.strip() for a in m.group(2).split(",")[:3]]
         return f"emu::launch({grid}, {block}, {smem}, [&] {{ {m.group(1)}({m.group(3)}); }});"
 
-    return re.sub(r"([\w:]+(?:<[\w:, ]+>)?)<<<([^;]*?)>>>\((.*)\);", launch, src)
+    # launch arguments may span lines (they never contain ';')
+    return re.sub(r"([\w:]+(?:<[\w:, ]+>)?)<<<([^;]*?)>>>\(([^;]*?)\);", launch, src, flags=re.S)
 
 
 def build(src: str, cache: Optional[Path] = None) -> str:
@@ -130,3 +131,53 @@ class FusedLibrary:
                                        ctypes.byref(d), _ptr(work), None)
         assert err is None, err
         return gx, gy, gh, gw
+
+
+class Tensors(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_void_p) for n in ("x", "y", "w", "g", "ggx", "ggy", "ggw", "out", "gx", "gy", "gw")]
+
+
+class Spec(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int) for n in ("abi_version", "num_paths", "nnz")] + [
+        (n, ctypes.c_void_p) for n in ("paths", "cg_ptr", "cg_idx", "fwd_f32", "fwd_f64", "bwd_f32", "bwd_f64",
+                                       "dbwd_f32", "dbwd_f64")]
+
+
+_SPEC_FWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.POINTER(Graph), ctypes.c_void_p,
+                             ctypes.POINTER(Dims), ctypes.c_void_p)
+_SPEC_BWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.POINTER(Graph), ctypes.c_void_p,
+                             ctypes.POINTER(Dims), ctypes.c_void_p, ctypes.c_void_p)
+
+
+class SpecLibrary:
+    """A host-built plan-specialised tp_conv library (md_accel/ops/_codegen.py, csrc/tp_spec_abi.h).
+    Graphs are given as the five int64 CPU tensors of ``TPGraph`` (any views: chunk graphs too);
+    outputs are written into the tensors passed."""
+
+    def __init__(self, src: str):
+        self._lib = ctypes.CDLL(build(src))
+        self._lib.md_accel_tp_spec_v1.restype = ctypes.POINTER(Spec)
+        self.spec = self._lib.md_accel_tp_spec_v1().contents
+
+    def _fn(self, kind: str, dtype, proto):
+        ptr = getattr(self.spec, f"{kind}_{'f32' if dtype == torch.float32 else 'f64'}")
+        assert ptr, f"no {kind} kernel for {dtype}"
+        return proto(ptr)
+
+    @staticmethod
+    def _graph(src, dst, dst_ptr, src_perm, src_ptr):
+        return Graph(*(_ptr(t) for t in (src, dst, dst_ptr, src_perm, src_ptr)), dst_ptr.numel() - 1, src.numel())
+
+    def fwd(self, x, y, w, graph, cg_val, out, accumulate=False):
+        t = Tensors(_ptr(x), _ptr(y), _ptr(w), None, None, None, None, _ptr(out), None, None, None)
+        d = Dims(x.shape[1], y.shape[1], w.shape[1], out.shape[1], int(accumulate))
+        err = self._fn("fwd", x.dtype, _SPEC_FWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), _ptr(cg_val),
+                                                   ctypes.byref(d), None)
+        assert err is None, err
+
+    def bwd(self, grad_out, x, y, w, graph, cg_val, gx, gy, gw, work, accumulate=False):
+        t = Tensors(_ptr(x), _ptr(y), _ptr(w), _ptr(grad_out), None, None, None, None, _ptr(gx), _ptr(gy), _ptr(gw))
+        d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], int(accumulate))
+        err = self._fn("bwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), _ptr(cg_val),
+                                                   ctypes.byref(d), _ptr(work), None)
+        assert err is None, err

@@ -1,0 +1,106 @@
+"""The edge-chunked materialised conv (csrc/tp_conv_chunked_cuda.cpp) on the CPU: the generated
+tp_conv kernels (md_accel/ops/_codegen.py) run through the host emulation of CUDA (tests/cuda_emu)
+chunk by chunk, with ``TPDims::accumulate`` after the first chunk and each chunk's graph built as
+the C++ driver builds it (receiver offsets clamped to the chunk, the by-sender order filtered by
+prefix counts). Against the plain-torch reference with w = hidden @ W: outputs, grad_x, grad_y,
+grad_w, for chunk sizes that cut a receiver's edges; untouched rows stay untouched. The GPU side:
+tests/gpu/test_tp_conv_fused_cuda.py::test_chunked_materialised."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cuda_emu import emulate  # noqa: E402
+
+if not emulate.available():
+    pytest.skip("needs g++", allow_module_level=True)
+
+from md_accel.ops import _codegen  # noqa: E402
+from md_accel.ops.tp_conv import build_graph  # noqa: E402
+from md_accel.ops.tp_problem import TPProblem  # noqa: E402
+from md_accel.ops.tp_reference import tp_conv_bwd_ref, tp_conv_fwd_ref  # noqa: E402
+
+TOL = {torch.float64: 1e-13, torch.float32: 2e-6}
+_LIB = {}
+
+
+def plan_and_library():
+    if "narrow" not in _LIB:
+        problem = TPProblem.create("8x0e+8x1o", "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
+                                   [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (1, 1, 2, "uvu", True),
+                                    (1, 2, 3, "uvu", True), (1, 0, 4, "uvu", True)])
+        plan = problem.lower()
+        _LIB["narrow"] = (plan, emulate.SpecLibrary(_codegen.generate(_codegen.plan_structure(plan))))
+    return _LIB["narrow"]
+
+
+def chunk_graph(g, e0: int, e1: int):
+    """What make_chunk (csrc/tp_conv_chunked_cuda.cpp) builds for edges [e0, e1)."""
+    ec = e1 - e0
+    dst_ptr = (g.dst_ptr - e0).clamp(0, ec)
+    member = (g.src_perm >= e0) & (g.src_perm < e1)
+    count = torch.cumsum(member, 0)
+    src_ptr = torch.cat([count.new_zeros(1), count]).index_select(0, g.src_ptr)
+    slot = torch.where(member, count - 1, torch.arange(ec, ec + g.src_perm.numel()))
+    src_perm = torch.empty(ec + g.src_perm.numel(), dtype=torch.int64).scatter_(0, slot, g.src_perm - e0)
+    return g.src[e0:e1], g.dst[e0:e1], dst_ptr, src_perm, src_ptr
+
+
+def rel_err(a, b):
+    assert torch.isfinite(a).all(), "unwritten (NaN) element"
+    return (a.double() - b).abs().max().item() / max(b.abs().max().item(), 1e-300)
+
+
+@pytest.mark.parametrize("step", [13, 40, 1000])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_chunks_match_reference(step, dtype):
+    plan, lib = plan_and_library()
+    gen = torch.Generator().manual_seed(step)
+    n = 30  # nodes 24..29 neither send nor receive; node 3 receives 60 edges (cut by small chunks)
+    src = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.randint(0, 24, (60,), generator=gen)])
+    dst = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.full((60,), 3)])
+    g = build_graph(src, dst, n)
+    e = src.numel()
+    x, y, w, go = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in
+                   ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out)))
+    dense = [c.double() for c in plan.dense]
+    ref_out = tp_conv_fwd_ref(x, y, w, g.src, g.dst, n, plan.paths.tolist(), dense, plan.dim_out)
+    ref_gx, ref_gy, ref_gw = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
+    xs, ys, ws, gos = (t.to(dtype).contiguous() for t in (x, y, w, go))
+    cg = plan.cg_val.to(dtype)
+    nan = float("nan")
+    out = torch.full((n, plan.dim_out), nan, dtype=dtype)
+    gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
+    for e0 in range(0, e, step):
+        e1 = min(e, e0 + step)
+        cg_graph = chunk_graph(g, e0, e1)
+        lib.fwd(xs, ys[e0:e1], ws[e0:e1], cg_graph, cg, out, accumulate=e0 > 0)
+        work = torch.full((e1 - e0, plan.dim_in1), nan, dtype=dtype)
+        lib.bwd(gos, xs, ys[e0:e1], ws[e0:e1], cg_graph, cg, gx, gy[e0:e1], gw[e0:e1], work, accumulate=e0 > 0)
+    for what, a, b in (("out", out, ref_out), ("grad_x", gx, ref_gx), ("grad_y", gy, ref_gy), ("grad_w", gw, ref_gw)):
+        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
+
+
+def test_accumulate_leaves_rows_without_edges_untouched():
+    plan, lib = plan_and_library()
+    n = 5
+    g = build_graph(torch.tensor([4, 0]), torch.tensor([1, 1]), n)  # only node 1 receives, 0 and 4 send
+    gen = torch.Generator().manual_seed(0)
+    x, y, w, go = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in
+                   ((n, plan.dim_in1), (2, plan.dim_in2), (2, plan.weight_numel), (n, plan.dim_out)))
+    out = torch.full((n, plan.dim_out), 7.0, dtype=torch.float64)
+    lib.fwd(x, y, w, chunk_graph(g, 0, 2), plan.cg_val, out, accumulate=True)
+    dense = [c.double() for c in plan.dense]
+    ref = tp_conv_fwd_ref(x, y, w, g.src, g.dst, n, plan.paths.tolist(), dense, plan.dim_out)
+    assert torch.equal(out[[0, 2, 3, 4]], torch.full((4, plan.dim_out), 7.0, dtype=torch.float64))
+    assert rel_err(out[1] - 7.0, ref[1]) <= 1e-13
+    gx = torch.full_like(x, 5.0)
+    gy, gw, work = torch.empty_like(y), torch.empty_like(w), torch.empty(2, plan.dim_in1, dtype=torch.float64)
+    lib.bwd(go, x, y, w, chunk_graph(g, 0, 2), plan.cg_val, gx, gy, gw, work, accumulate=True)
+    ref_gx = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)[0]
+    assert torch.equal(gx[[1, 2, 3]], torch.full((3, plan.dim_in1), 5.0, dtype=torch.float64))
+    assert rel_err(gx[[0, 4]] - 5.0, ref_gx[[0, 4]]) <= 1e-13
