@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-GEN_VERSION = 4  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 5  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -304,12 +304,12 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}T* __restrict__ out, const int64_t* __restrict__ src,
     const int64_t* __restrict__ dst_ptr, const T* __restrict__ cg_val, TPDims d) {{
+  const int64_t n = blockIdx.x;
+  const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
+  if (d.accumulate && e_begin == e_end) return;  // the whole block, before any barrier: nothing to add
   __shared__ T s_cg[kNnz];
 {smem}  for (int q = threadIdx.x; q < kNnz; q += kThreads) s_cg[q] = cg_val[q];
   __syncthreads();
-  const int64_t n = blockIdx.x;
-  const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
-  if (d.accumulate && e_begin == e_end) return;  // the whole block: nothing to add
   T* orow = out + n * d.out;
 {body}  if (!d.accumulate)
     for (int q = threadIdx.x; q < d.out; q += kThreads)
@@ -542,11 +542,12 @@ __global__ void __launch_bounds__(kThreads) {name}(const T* __restrict__ x, cons
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
     const T* __restrict__ cg_val, TPDims d) {{
+  const int64_t n = blockIdx.x;
+  const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
+  if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
   __shared__ T s_cg[kNnz];
 {red}  for (int q = threadIdx.x; q < kNnz; q += kThreads) s_cg[q] = cg_val[q];
   __syncthreads();
-  const int64_t n = blockIdx.x;
-  const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
   const T* grow = g + n * d.out;
 {"".join(bodies)}}}
 """
