@@ -332,10 +332,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
 }  // namespace
 
 // --- edge chunks (tp_conv_chunked.h) -----------------------------------------------------------------
-// One launch of the specialised kernels on edges [e0, e0 + chunk.num_edges) of the graph behind
-// (x, y) (the caller makes the per-chunk graph: receiver offsets relative to e0, its own
-// by-sender order); y, w_c, gy_c, gw_c, work_c are the chunk's rows. Returns false where no
-// specialised kernels serve the plan and dtype (the caller then runs the op unchunked).
+// Whether specialised kernels serve the plan and dtype of x (else the chunked driver runs the op
+// unchunked).
 bool tp_conv_spec_available(const Tensor& x, const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx) {
   if (!g_specs.enabled() || !x.is_cuda()) return false;
   const PlanEntry pe = plan_entry(paths, cg_ptr, cg_idx, x.device().index());
@@ -344,6 +342,26 @@ bool tp_conv_spec_available(const Tensor& x, const Tensor& paths, const Tensor& 
                                         : (pe.spec->fwd_f32 && pe.spec->bwd_f32);
 }
 
+namespace {
+template <typename T>
+void chunk_launch(TPSpecFwdFn<T> fwd, TPSpecBwdFn<T> bwd, bool backward, const Tensor& x, const Tensor& y_c,
+                  const Tensor& w_c, const Tensor& g, const TPGraph& chunk, const Tensor& cg_val, const TPDims& d,
+                  const Tensor& out_or_gx, const Tensor& gy_c, const Tensor& gw_c, const Tensor& work_c) {
+  const Tensor none;
+  auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+  const T* cg = cg_val.data_ptr<T>();
+  if (backward)
+    check_launch(bwd(tensors<T>(x, y_c, w_c, g, none, none, none, none, out_or_gx, gy_c, gw_c), chunk, cg, d,
+                     work_c.data_ptr<T>(), stream));
+  else
+    check_launch(fwd(tensors<T>(x, y_c, w_c, none, none, none, none, out_or_gx, none, none, none), chunk, cg, d,
+                     stream));
+}
+}  // namespace
+
+// One launch of the specialised kernels on edges [e0, e0 + chunk.num_edges) of the graph behind
+// (x, y) (the caller makes the per-chunk graph: receiver offsets relative to e0, its own
+// by-sender order); y_c, w_c, gy_c, gw_c, work_c are the chunk's rows.
 void tp_conv_chunk_launch(bool backward, const Tensor& x, const Tensor& y_c, const Tensor& w_c, const Tensor& g,
                           const TPGraph& chunk, const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx,
                           const Tensor& cg_val, int64_t dim_out, bool accumulate, const Tensor& out_or_gx,
@@ -351,25 +369,12 @@ void tp_conv_chunk_launch(bool backward, const Tensor& x, const Tensor& y_c, con
   const PlanEntry pe = plan_entry(paths, cg_ptr, cg_idx, x.device().index());
   TORCH_CHECK(pe.spec != nullptr, "md_accel tp_conv: no specialised kernels for this plan");
   const TPDims d{int(x.size(1)), int(y_c.size(1)), int(w_c.size(1)), int(dim_out), accumulate ? 1 : 0};
-  const Tensor none;
-  auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  if (x.scalar_type() == at::kDouble) {
-    const double* cg = cg_val.data_ptr<double>();
-    if (backward)
-      check_launch(pe.spec->bwd_f64(tensors<double>(x, y_c, w_c, g, none, none, none, none, out_or_gx, gy_c, gw_c),
-                                    chunk, cg, d, work_c.data_ptr<double>(), stream));
-    else
-      check_launch(pe.spec->fwd_f64(tensors<double>(x, y_c, w_c, none, none, none, none, out_or_gx, none, none, none),
-                                    chunk, cg, d, stream));
-  } else {
-    const float* cg = cg_val.data_ptr<float>();
-    if (backward)
-      check_launch(pe.spec->bwd_f32(tensors<float>(x, y_c, w_c, g, none, none, none, none, out_or_gx, gy_c, gw_c),
-                                    chunk, cg, d, work_c.data_ptr<float>(), stream));
-    else
-      check_launch(pe.spec->fwd_f32(tensors<float>(x, y_c, w_c, none, none, none, none, out_or_gx, none, none, none),
-                                    chunk, cg, d, stream));
-  }
+  if (x.scalar_type() == at::kDouble)
+    chunk_launch<double>(pe.spec->fwd_f64, pe.spec->bwd_f64, backward, x, y_c, w_c, g, chunk, cg_val, d, out_or_gx,
+                         gy_c, gw_c, work_c);
+  else
+    chunk_launch<float>(pe.spec->fwd_f32, pe.spec->bwd_f32, backward, x, y_c, w_c, g, chunk, cg_val, d, out_or_gx,
+                        gy_c, gw_c, work_c);
 }
 
 }  // namespace md_accel
