@@ -27,8 +27,8 @@ namespace {
 
 using at::Tensor;
 
-// Throws unless a @ b (b^T when transpose_b) is a valid call. Returns nothing: an exception
-// thrown from a helper that returned a std::pair crashed the process (SIGSEGV, H100 machine,
+// Throws unless a @ b (b^T when transpose_b) is a valid call. Returns nothing: when this helper
+// returned a std::pair, its failing checks were seen to crash the process (SIGSEGV, H100 machine,
 // 2026-11-25) instead of raising; callers read K and N from the operands.
 void check_shapes(const Tensor& a, const Tensor& b, bool transpose_b) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "md_accel gemm_3xtf32: a and b must be 2-D, got ", a.sizes(), " and ",

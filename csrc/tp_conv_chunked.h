@@ -10,20 +10,23 @@
 #include <tuple>
 
 #include "tp_conv.h"
+#include "tp_spec_abi.h"
 
 namespace md_accel {
 
-// tp_conv_cuda.cpp
-bool tp_conv_spec_available(const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr,
-                            const at::Tensor& cg_idx);
-void tp_conv_chunk_launch(bool backward, const at::Tensor& x, const at::Tensor& y_c, const at::Tensor& w_c,
-                          const at::Tensor& g, const TPGraph& chunk, const at::Tensor& paths,
-                          const at::Tensor& cg_ptr, const at::Tensor& cg_idx, const at::Tensor& cg_val,
+// tp_conv_cuda.cpp: the specialised kernels serving x's plan with a forward and a backward in x's
+// dtype, or null (the chunked driver then runs the op unchunked).
+const TPSpec* tp_conv_spec_for(const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr,
+                               const at::Tensor& cg_idx);
+// One launch of spec's forward (backward = false: into out_or_gx = out) or backward (out_or_gx =
+// grad_x, gy_c, gw_c, work_c) on one chunk's graph; y_c, w_c, gy_c, gw_c, work_c are its rows.
+void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const at::Tensor& x, const at::Tensor& y_c,
+                          const at::Tensor& w_c, const at::Tensor& g, const TPGraph& chunk, const at::Tensor& cg_val,
                           int64_t dim_out, bool accumulate, const at::Tensor& out_or_gx, const at::Tensor& gy_c,
                           const at::Tensor& gw_c, const at::Tensor& work_c);
 
 // tp_conv_chunked_cuda.cpp. Operands as prepared by tp_conv_fused_cuda.cpp (contiguous, on the
-// device, cg_val in the features' dtype). chunk_edges <= 0: the default chunk (MD_ACCEL_WEIGHT_CHUNK_MIB).
+// device, cg_val in the features' dtype); chunks of MD_ACCEL_WEIGHT_CHUNK_MIB MiB of weights.
 at::Tensor tp_conv_chunked_fwd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& h, const at::Tensor& W,
                                const at::Tensor& src, const at::Tensor& dst, const at::Tensor& dst_ptr,
                                const at::Tensor& src_perm, const at::Tensor& src_ptr, const at::Tensor& paths,

@@ -44,13 +44,12 @@ int64_t chunk_edges(int64_t weights, int64_t elem) {
 }
 
 struct Chunk {
-  int64_t e0, e1;
-  Tensor dst_ptr, src_perm, src_ptr;  // this chunk's (device)
+  Tensor dst_ptr, src_perm, src_ptr;  // this chunk's (device); they back graph's pointers
   TPGraph graph;
 };
 
 Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0, int64_t e1, bool sender_order) {
-  Chunk c{e0, e1};
+  Chunk c;
   const int64_t N = dst_ptr.numel() - 1, Ec = e1 - e0;
   c.dst_ptr = dst_ptr.sub(e0).clamp_(0, Ec);
   if (sender_order) {
@@ -78,7 +77,8 @@ Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, C
   using FwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
   const int64_t N = dst_ptr.numel() - 1, E = src.numel();
   const int64_t step = chunk_edges(W.size(1), x.element_size());
-  if (E <= step || !tp_conv_spec_available(x, paths, cg_ptr, cg_idx)) {
+  const TPSpec* spec = E > step ? tp_conv_spec_for(x, paths, cg_ptr, cg_idx) : nullptr;
+  if (spec == nullptr) {
     static const auto fwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_fwd", "").typed<FwdSig>();
     return fwd.call(x, y, linear(h, W), src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out);
   }
@@ -87,8 +87,8 @@ Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, C
     const int64_t e1 = std::min(E, e0 + step);
     const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, false);
     const Tensor w_c = linear(h.narrow(0, e0, e1 - e0), W);
-    tp_conv_chunk_launch(false, x, y.narrow(0, e0, e1 - e0), w_c, Tensor(), c.graph, paths, cg_ptr, cg_idx, cg_val,
-                         dim_out, e0 > 0, out, Tensor(), Tensor(), Tensor());
+    tp_conv_chunk_launch(spec, false, x, y.narrow(0, e0, e1 - e0), w_c, Tensor(), c.graph, cg_val, dim_out, e0 > 0,
+                         out, Tensor(), Tensor(), Tensor());
   }
   return out;
 }
@@ -101,7 +101,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
   const int64_t step = chunk_edges(W.size(1), x.element_size());
   const Tensor Wt = W.t().contiguous();
   const Tensor no_W = at::empty({0, W.size(1)}, W.options());
-  if (E <= step || !tp_conv_spec_available(x, paths, cg_ptr, cg_idx)) {
+  const TPSpec* spec = E > step ? tp_conv_spec_for(x, paths, cg_ptr, cg_idx) : nullptr;
+  if (spec == nullptr) {
     static const auto bwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_bwd", "").typed<BwdSig>();
     auto r = bwd.call(g, x, y, linear(h, W), src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val);
     const Tensor& gw = std::get<2>(r);
@@ -116,8 +117,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
     const Tensor w_c = linear(h_c, W);  // recomputed: the forward kept only hidden
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
-    tp_conv_chunk_launch(true, x, y.narrow(0, e0, Ec), w_c, g, c.graph, paths, cg_ptr, cg_idx, cg_val, g.size(1),
-                         e0 > 0, gx, gy.narrow(0, e0, Ec), gw_c, work_c);
+    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, c.graph, cg_val, g.size(1), e0 > 0, gx,
+                         gy.narrow(0, e0, Ec), gw_c, work_c);
     gh.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
     if (need_W) gW.addmm_(h_c.t(), gw_c);
   }

@@ -332,14 +332,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
 }  // namespace
 
 // --- edge chunks (tp_conv_chunked.h) -----------------------------------------------------------------
-// Whether specialised kernels serve the plan and dtype of x (else the chunked driver runs the op
-// unchunked).
-bool tp_conv_spec_available(const Tensor& x, const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx) {
-  if (!g_specs.enabled() || !x.is_cuda()) return false;
-  const PlanEntry pe = plan_entry(paths, cg_ptr, cg_idx, x.device().index());
-  if (pe.spec == nullptr) return false;
-  return x.scalar_type() == at::kDouble ? (pe.spec->fwd_f64 && pe.spec->bwd_f64)
-                                        : (pe.spec->fwd_f32 && pe.spec->bwd_f32);
+const TPSpec* tp_conv_spec_for(const Tensor& x, const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx) {
+  if (!g_specs.enabled() || !x.is_cuda()) return nullptr;
+  const TPSpec* s = plan_entry(paths, cg_ptr, cg_idx, x.device().index()).spec;
+  if (s == nullptr) return nullptr;
+  const bool f64 = x.scalar_type() == at::kDouble;
+  return (f64 ? (s->fwd_f64 && s->bwd_f64) : (s->fwd_f32 && s->bwd_f32)) ? s : nullptr;
 }
 
 namespace {
@@ -359,22 +357,17 @@ void chunk_launch(TPSpecFwdFn<T> fwd, TPSpecBwdFn<T> bwd, bool backward, const T
 }
 }  // namespace
 
-// One launch of the specialised kernels on edges [e0, e0 + chunk.num_edges) of the graph behind
-// (x, y) (the caller makes the per-chunk graph: receiver offsets relative to e0, its own
-// by-sender order); y_c, w_c, gy_c, gw_c, work_c are the chunk's rows.
-void tp_conv_chunk_launch(bool backward, const Tensor& x, const Tensor& y_c, const Tensor& w_c, const Tensor& g,
-                          const TPGraph& chunk, const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx,
-                          const Tensor& cg_val, int64_t dim_out, bool accumulate, const Tensor& out_or_gx,
-                          const Tensor& gy_c, const Tensor& gw_c, const Tensor& work_c) {
-  const PlanEntry pe = plan_entry(paths, cg_ptr, cg_idx, x.device().index());
-  TORCH_CHECK(pe.spec != nullptr, "md_accel tp_conv: no specialised kernels for this plan");
+void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const Tensor& x, const Tensor& y_c, const Tensor& w_c,
+                          const Tensor& g, const TPGraph& chunk, const Tensor& cg_val, int64_t dim_out,
+                          bool accumulate, const Tensor& out_or_gx, const Tensor& gy_c, const Tensor& gw_c,
+                          const Tensor& work_c) {
   const TPDims d{int(x.size(1)), int(y_c.size(1)), int(w_c.size(1)), int(dim_out), accumulate ? 1 : 0};
   if (x.scalar_type() == at::kDouble)
-    chunk_launch<double>(pe.spec->fwd_f64, pe.spec->bwd_f64, backward, x, y_c, w_c, g, chunk, cg_val, d, out_or_gx,
-                         gy_c, gw_c, work_c);
+    chunk_launch<double>(spec->fwd_f64, spec->bwd_f64, backward, x, y_c, w_c, g, chunk, cg_val, d, out_or_gx, gy_c,
+                         gw_c, work_c);
   else
-    chunk_launch<float>(pe.spec->fwd_f32, pe.spec->bwd_f32, backward, x, y_c, w_c, g, chunk, cg_val, d, out_or_gx,
-                        gy_c, gw_c, work_c);
+    chunk_launch<float>(spec->fwd_f32, spec->bwd_f32, backward, x, y_c, w_c, g, chunk, cg_val, d, out_or_gx, gy_c,
+                        gw_c, work_c);
 }
 
 }  // namespace md_accel
