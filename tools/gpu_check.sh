@@ -3,6 +3,9 @@
 # .gpu/build, run the GPU tests, then each benchmark script given as an argument.
 # Usage: tools/gpu_check.sh ["benchmarks/kernels.py --args" ...]   (env GPU_TESTS: test paths, or none;
 #        GPU_FUSED=1 also tests the opt-in fused-radial CUDA-core kernels, minutes of nvcc on a fresh machine)
+# Build cache across fresh machines: with $OUT set, the built op library and the generated kernel
+# libraries are packed into $OUT/gpu_cache.tar.xz; a carried .gpu/gpu_cache.tar.xz is unpacked first,
+# and its library is used when it was built from this very source tree and torch (else: JIT build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,6 +21,13 @@ summary=()
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+
+CACHE=.gpu/gpu_cache.tar.xz
+[[ -f $CACHE ]] && tar xJf "$CACHE" -C .gpu && echo "unpacked $CACHE"
+TAG=$("$PYTHON" -c "from md_accel.ops import _cuda; print(_cuda.jit_tag())")
+if [[ -f .gpu/prebuilt/$TAG.so ]]; then
+  export MD_ACCEL_OPS_LIBRARY=$ROOT/.gpu/prebuilt/$TAG.so
+fi
 
 t0=$SECONDS
 if "$PYTHON" - <<'PY' 2>&1 | tee "$LOGS/build.log"; then
@@ -50,6 +60,13 @@ for bench in "$@"; do  # each argument: a script and its arguments, e.g. "benchm
   "$PYTHON" "${words[@]}" 2>&1 | tee "$log"
   summary+=("$bench: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s), log $log")
 done
+
+if [[ -n ${OUT:-} ]]; then  # the build cache, for the next fresh machine
+  mkdir -p .gpu/prebuilt
+  [[ -f $MD_ACCEL_BUILD_DIR/$TAG/md_accel_ops.so ]] && cp "$MD_ACCEL_BUILD_DIR/$TAG/md_accel_ops.so" ".gpu/prebuilt/$TAG.so"
+  (cd .gpu && tar cJf "$OUT/gpu_cache.tar.xz" "prebuilt/$TAG.so" $(cd .. && ls -d .gpu/build/*_specs 2>/dev/null | sed 's|^.gpu/||')) \
+    && summary+=("build cache: $(du -h "$OUT/gpu_cache.tar.xz" | cut -f1) in \$OUT/gpu_cache.tar.xz")
+fi
 
 printf '%s\n' "--- summary ---" "${summary[@]}" | tee "$LOGS/summary.txt"
 exit $rc
