@@ -4,8 +4,9 @@
 # Usage: tools/gpu_check.sh ["benchmarks/kernels.py --args" ...]   (env GPU_TESTS: test paths, or none;
 #        GPU_FUSED=1 also tests the opt-in fused-radial CUDA-core kernels, minutes of nvcc on a fresh machine)
 # Build cache across fresh machines: with $OUT set, the built op library and the generated kernel
-# libraries are packed into $OUT/gpu_cache.tar.xz; a carried .gpu/gpu_cache.tar.xz is unpacked first,
-# and its library is used when it was built from this very source tree and torch (else: JIT build).
+# libraries are packed into $OUT/gpu_lib.tar.xz and $OUT/gpu_specs.tar.xz; carried .gpu/gpu_*.tar.xz
+# are unpacked first, and the library is used when it was built from this very source tree and
+# torch (else: JIT build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -22,8 +23,9 @@ summary=()
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
-CACHE=.gpu/gpu_cache.tar.xz
-[[ -f $CACHE ]] && tar xJf "$CACHE" -C .gpu && echo "unpacked $CACHE"
+for cache in .gpu/gpu_*.tar.xz; do
+  [[ -f $cache ]] && tar xJf "$cache" -C .gpu && echo "unpacked $cache"
+done
 TAG=$("$PYTHON" -c "from md_accel.ops import _cuda; print(_cuda.jit_tag())")
 if [[ -f .gpu/prebuilt/$TAG.so ]]; then
   export MD_ACCEL_OPS_LIBRARY=$ROOT/.gpu/prebuilt/$TAG.so
@@ -64,8 +66,8 @@ done
 if [[ -n ${OUT:-} ]]; then  # the build cache, for the next fresh machine
   mkdir -p .gpu/prebuilt
   [[ -f $MD_ACCEL_BUILD_DIR/$TAG/md_accel_ops.so ]] && cp "$MD_ACCEL_BUILD_DIR/$TAG/md_accel_ops.so" ".gpu/prebuilt/$TAG.so"
-  (cd .gpu && tar cJf "$OUT/gpu_cache.tar.xz" "prebuilt/$TAG.so" $(cd .. && ls -d .gpu/build/*_specs 2>/dev/null | sed 's|^.gpu/||')) \
-    && summary+=("build cache: $(du -h "$OUT/gpu_cache.tar.xz" | cut -f1) in \$OUT/gpu_cache.tar.xz")
+  (cd .gpu && tar cJf "$OUT/gpu_lib.tar.xz" "prebuilt/$TAG.so" && tar cJf "$OUT/gpu_specs.tar.xz" build/*_specs) \
+    && summary+=("build cache: $(du -ch "$OUT"/gpu_*.tar.xz | tail -1 | cut -f1) in \$OUT/gpu_{lib,specs}.tar.xz")
 fi
 
 printf '%s\n' "--- summary ---" "${summary[@]}" | tee "$LOGS/summary.txt"

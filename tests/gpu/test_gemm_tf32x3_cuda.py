@@ -138,25 +138,28 @@ def test_zero_k():
     assert c.shape == (17, 16) and torch.equal(c, torch.zeros_like(c))
 
 
-def test_errors():
-    """Bad shapes and dtypes raise a RuntimeError naming the problem. Run in a subprocess: a
-    crash on the error path (seen once on an H100: SIGSEGV) fails this test, not the session."""
-    code = textwrap.dedent("""
+@pytest.mark.parametrize("device,n,dtype,text", [("cuda", 12, "float32", "multiples of 8"),
+                                                  ("cuda", 16, "float64", "float32"),
+                                                  ("cpu", 12, "float32", "multiples of 8")])
+def test_errors(device, n, dtype, text):
+    """Bad shapes and dtypes raise a RuntimeError naming the problem. Each case runs in its own
+    subprocess with faulthandler: a crash on the error path (seen on an H100: SIGSEGV) fails this
+    case with the Python stack of the crash, not the session."""
+    code = textwrap.dedent(f"""
         import torch, md_accel.ops
-        op = torch.ops.md_accel.gemm_3xtf32
-        a = torch.randn(10, 64, device="cuda")
-        for args, text in (((a, torch.randn(64, 12, device="cuda"), False), "multiples of 8"),
-                           ((a.double(), torch.randn(64, 16, device="cuda", dtype=torch.float64), False), "float32")):
-            try:
-                op(*args)
-            except RuntimeError as e:
-                assert text in str(e), str(e)
-            else:
-                raise AssertionError("no error for " + text)
-        print("ok")
+        a = torch.randn(10, 64, device="{device}", dtype=torch.{dtype})
+        b = torch.randn(64, {n}, device="{device}", dtype=torch.{dtype})
+        try:
+            torch.ops.md_accel.gemm_3xtf32(a, b, False)
+        except RuntimeError as e:
+            assert "{text}" in str(e), str(e)
+            print("ok")
+        else:
+            raise AssertionError("no error")
     """)
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-2000:])
+    run = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-3000:])
 
 
 def test_cuda_graph():
