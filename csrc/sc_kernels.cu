@@ -8,7 +8,7 @@ template <typename T>
 const char* sc_generic_launch(int mode, const SCArgs<T>* args, cudaStream_t stream) {
   if (args->num_in > kSCGenericMaxIn || args->num_out > kSCGenericMaxOut || args->term_width - 2 > kSCGenericMaxNu)
     return "term list too large for the generic kernels";
-  return sc::launch(mode, *args, sc::GenericBody{}, stream);
+  return sc::launch(mode, *args, sc::main_launches<sc::GenericBody, T>(), stream);
 }
 
 template const char* sc_generic_launch<float>(int, const SCArgs<float>*, cudaStream_t);

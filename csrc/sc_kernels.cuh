@@ -213,9 +213,21 @@ __global__ void reduce_kernel(const SCArgs<T> a) {
   }
 }
 
+// One main kernel's launch: <MODE, WG> is <0, false> (fwd), <1, false> (bwd), <1, true> (bwd with
+// the weight gradient) or <2, true> (dbwd). Generated libraries compile each in its own
+// translation unit (in parallel: the large term lists take minutes of nvcc each).
+template <typename T>
+using MainLaunch = const char* (*)(const SCArgs<T>& a, int64_t rows, unsigned bc, unsigned by, size_t smem,
+                                   cudaStream_t stream);
+
+template <typename T>
+struct MainLaunches {
+  MainLaunch<T> fwd, bwd, bwd_wg, dbwd;
+};
+
 template <class Body, typename T, int MODE, bool WG>
-const char* launch_main(const SCArgs<T>& a, const Body& body, int64_t rows, unsigned bc, unsigned by,
-                        size_t smem, cudaStream_t stream) {
+const char* launch_main(const SCArgs<T>& a, int64_t rows, unsigned bc, unsigned by, size_t smem,
+                        cudaStream_t stream) {
   auto* kernel = &main_kernel<Body, T, MODE, WG>;
 #ifndef MD_ACCEL_SC_HOST
   if (smem > 48 * 1024) {
@@ -226,12 +238,18 @@ const char* launch_main(const SCArgs<T>& a, const Body& body, int64_t rows, unsi
   if ((rows + by - 1) / by > 0x7fffffffLL) return "too many nodes";
   const dim3 grid(unsigned((rows + by - 1) / by), unsigned((a.C + bc - 1) / bc));
   const dim3 block(bc, by);
-  SC_LAUNCH(kernel, grid, block, smem, stream, a, body);
+  SC_LAUNCH(kernel, grid, block, smem, stream, a, Body{});
   return last_error();
 }
 
 template <class Body, typename T>
-const char* launch(int mode, const SCArgs<T>& a, const Body& body, cudaStream_t stream) {
+MainLaunches<T> main_launches() {
+  return {&launch_main<Body, T, 0, false>, &launch_main<Body, T, 1, false>, &launch_main<Body, T, 1, true>,
+          &launch_main<Body, T, 2, true>};
+}
+
+template <typename T>
+const char* launch(int mode, const SCArgs<T>& a, const MainLaunches<T>& k, cudaStream_t stream) {
   if (mode < 0 || mode > 2) return "unknown mode";
   if ((a.C + kThreads - 1) / kThreads > 65535) return "too many channels";
   unsigned bc = unsigned(std::min<int64_t>((a.C + 31) / 32 * 32, kThreads));
@@ -240,8 +258,7 @@ const char* launch(int mode, const SCArgs<T>& a, const Body& body, cudaStream_t 
   if (!wg) {
     if (a.N == 0 || a.C == 0) return nullptr;
     const unsigned by = kThreads / bc;
-    if (mode == 0) return launch_main<Body, T, 0, false>(a, body, a.N, bc, by, 0, stream);
-    return launch_main<Body, T, 1, false>(a, body, a.N, bc, by, 0, stream);
+    return (mode == 0 ? k.fwd : k.bwd)(a, a.N, bc, by, 0, stream);
   }
   // per-thread weight-gradient accumulators in shared memory: keep a block within 48 KB if possible
   const size_t per_thread = size_t(a.K) * sizeof(T);
@@ -252,9 +269,7 @@ const char* launch(int mode, const SCArgs<T>& a, const Body& body, cudaStream_t 
   SC_LAUNCH(chunks, dim3(1), dim3(1), 0, stream, a.sorted_species, a.N, a.E, a.nb, a.bucket_off, a.chunk_off);
   if (const char* err = last_error()) return err;
   if (a.N > 0 && a.C > 0) {
-    const char* err = mode == 1 ? launch_main<Body, T, 1, true>(a, body, a.num_chunks, bc, 1, smem, stream)
-                                : launch_main<Body, T, 2, true>(a, body, a.num_chunks, bc, 1, smem, stream);
-    if (err) return err;
+    if (const char* err = (mode == 1 ? k.bwd_wg : k.dbwd)(a, a.num_chunks, bc, 1, smem, stream)) return err;
   }
   const int64_t total = a.E * a.K * a.C;
   if (total == 0) return nullptr;

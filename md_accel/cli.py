@@ -240,6 +240,15 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def cmd_prebuild(args) -> int:
+    from md_accel.io import load
+    from md_accel.ops.prebuild import prebuild
+
+    models = [load(path, device="cpu") for path in args.models]
+    prebuild(models, arch=args.arch, workers=args.jobs)
+    return 0
+
+
 def cmd_lammps_plugin_path(args) -> int:
     from . import lammps
 
@@ -309,6 +318,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-O", "--option", type=_option, action="append", default=[], metavar="KEY=VALUE",
                    help="extra converter option (VALUE parsed as JSON when it can be)")
     p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("prebuild", help="compile the generated CUDA kernels of models ahead of their first use "
+                       "(needs nvcc, no GPU; cache: $MD_ACCEL_BUILD_DIR)")
+    p.add_argument("models", nargs="+", help="model files (.mdx)")
+    p.add_argument("--arch", default="sm_90", help="GPU architecture, e.g. sm_90 (H100/H200), sm_80 (A100)")
+    p.add_argument("--jobs", type=int, default=4, help="libraries built at once")
+    p.set_defaults(func=cmd_prebuild)
 
     p = sub.add_parser("lammps-plugin-path", help="print the path of the LAMMPS plugin library")
     p.set_defaults(func=cmd_lammps_plugin_path)

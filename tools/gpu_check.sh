@@ -2,7 +2,7 @@
 # On the GPU machine (repo copied there, no install): JIT-build md_accel's CUDA library into
 # .gpu/build, run the GPU tests, then each benchmark script given as an argument.
 # Usage: tools/gpu_check.sh ["benchmarks/kernels.py --args" ...]   (env GPU_TESTS: test paths, or none;
-#        GPU_FUSED=1 also tests the opt-in fused-radial CUDA-core kernels, minutes of nvcc on a fresh machine)
+#        GPU_TEST_LIMIT: seconds for the tests; GPU_FUSED=1 also tests the opt-in fused-radial CUDA-core kernels, minutes of nvcc on a fresh machine)
 # Build cache across fresh machines: with $OUT set, the built op library and the generated kernel
 # libraries are packed into $OUT/gpu_lib.tar.xz and $OUT/gpu_specs.tar.xz; carried .gpu/gpu_*.tar.xz
 # are unpacked first, and the library is used when it was built from this very source tree and
@@ -50,7 +50,9 @@ rc=0
 if [[ ${GPU_TESTS:-} != none ]]; then  # GPU_TESTS=none: benchmarks only
   [[ ${GPU_FUSED:-0} == 1 ]] || export MD_ACCEL_SKIP_FUSED_KERNEL_TESTS=1
   t0=$SECONDS
-  "$PYTHON" -m pytest ${GPU_TESTS:-tests/gpu} --maxfail=20 -q -rs 2>&1 | tee "$LOGS/pytest.log"
+  # GPU_TEST_LIMIT (s): stop the tests in time for the benchmarks and the build cache to follow
+  timeout "${GPU_TEST_LIMIT:-0}" "$PYTHON" -m pytest ${GPU_TESTS:-tests/gpu} --maxfail=20 -v -rs --durations=15 \
+    2>&1 | tee "$LOGS/pytest.log"
   rc=${PIPESTATUS[0]}
   summary+=("pytest tests/gpu: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$LOGS/pytest.log")")
 fi

@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 from md_accel.ops import _cuda, _sc_codegen  # noqa: E402
 from md_accel.ops.sc_reference import sc_bwd_ref, sc_dbwd_ref, sc_fwd_ref  # noqa: E402
 from md_accel.ops.symmetric_contraction import SymmetricContraction  # noqa: E402
-from sc_testing import random_coupling, random_weights, rel_err  # noqa: E402
+from sc_testing import CONFIGS, random_weights, rel_err  # noqa: E402
 
 if not _cuda.load(verbose=True):
     pytest.fail(f"md_accel CUDA library did not load: {_cuda.load_error()}", pytrace=False)
@@ -24,43 +24,15 @@ DEV = torch.device("cuda")
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 
-def _random(in_dims, out_dims, num_params, nnz, channels, num_elements, seed=0):
-    u = random_coupling(in_dims, out_dims, num_params, nnz, seed)
-    return SymmetricContraction.from_tensors(in_dims, u, random_weights(u, num_elements, channels, seed + 1))
-
-
-def _mace_mp0():
-    """MACE-MP-0 medium's layer-1 contraction with mace's own coupling tensors (mace-torch)."""
-    mace_sc = pytest.importorskip("mace.modules.symmetric_contraction")
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)  # mace's coupling tensors in float64
-    try:
-        ref = mace_sc.SymmetricContraction("128x0e+128x1o+128x2e+128x3o", "128x0e+128x1o", 3, num_elements=4,
-                                           use_reduced_cg=False)
-    finally:
-        torch.set_default_dtype(old)
-    u = [[getattr(c, f"U_matrix_{nu}") for nu in range(1, c.correlation + 1)] for c in ref.contractions]
-    return SymmetricContraction.from_tensors([1, 3, 5, 7], u, random_weights(u, 4, 128, 3))
-
-
-CONFIGS = {
-    # MACE-MP-0 medium's layer-1 shape: I = 16 (0e+1o+2e+3o), outputs 0e+1o, correlation 3,
-    # U sparsity as mace's (random positions)
-    "mp0_like": lambda: _random([1, 3, 5, 7], [1, 3], [[1, 4, 23], [1, 6, 51]], [[1, 16, 353], [3, 70, 2846]], 128, 5),
-    "mp0_mace": _mace_mp0,
-    # L = 2 outputs, correlation 2
-    "l2_corr2": lambda: _random([1, 3, 5], [1, 3, 5], [[1, 3], [1, 4], [1, 4]], [[1, 9], [3, 28], [5, 46]], 64, 3),
-    # 5 channels (partial warps), mixed correlations
-    "small": lambda: _random([1, 3], [1, 3, 1], [[2, 3, 4], [2], [1, 2]], [[2, 10, 40], [4], [1, 6]], 5, 4),
-    # 254 weight columns: the float64 weight-gradient accumulators need > 48 KB of shared memory
-    "many_weights": lambda: _random([1, 3], [1], [[4, 100, 150]], [[4, 200, 600]], 40, 2),
-}
 _MODULES = {}
 
 
 def module(name) -> SymmetricContraction:
     if name not in _MODULES:
-        _MODULES[name] = CONFIGS[name]()
+        try:
+            _MODULES[name] = CONFIGS[name]()
+        except ImportError as e:  # mace-torch for the config with mace's own coupling tensors
+            pytest.skip(f"{name}: {e}")
     return _MODULES[name]
 
 

@@ -1,0 +1,88 @@
+"""Compile here (nvcc, no GPU) the generated kernels the GPU tests and benchmarks would otherwise
+compile on the GPU machine at first use, and pack them for `run`'s carry: the largest (MACE's
+correlation-3 symmetric contractions) take minutes of nvcc each, device time better spent on runs.
+
+    .venv-mace/bin/python tools/prebuild_gpu_kernels.py sc-tests mace   # mace-torch needed
+    .venv/bin/python tools/prebuild_gpu_kernels.py sevenn               # sevenn needed
+
+Builds into .gpu/build (tp_specs/, sc_specs/) and packs them into .gpu/gpu_prebuilt.tar.xz, which
+tools/gpu_check.sh unpacks (carry ".gpu/gpu_prebuilt.tar.xz").
+"""
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+
+import torch
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(REPO, ".gpu", "build")
+os.environ.setdefault("MD_ACCEL_BUILD_DIR", BUILD)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from md_accel.ops.prebuild import prebuild  # noqa: E402
+
+
+def sc_tests():
+    """The symmetric contractions of tests/gpu/test_symmetric_contraction_cuda.py."""
+    from sc_testing import CONFIGS
+
+    out = []
+    for name, make in CONFIGS.items():
+        try:
+            out.append(make())
+        except ImportError as e:
+            print(f"skipping {name}: {e}")
+    return out
+
+
+def _mace_shape(size: str, dtype: torch.dtype):
+    from md_accel.convert.mace import convert_mace
+
+    spec = importlib.util.spec_from_file_location("build_mace_shape",
+                                                  os.path.join(REPO, "models", "build_mace_mp0_medium_shape.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        source = mod.build(size, seed=0)
+    finally:
+        torch.set_default_dtype(default)
+    return convert_mace(source.to(dtype), dtype=dtype)
+
+
+def mace():
+    """mace_small (tests/gpu/test_model_cuda.py, float64) and the MP-0-medium shape (benchmarks,
+    float32 and float64: the contraction's baked term values follow the model's dtype)."""
+    return [_mace_shape("small", torch.float64), _mace_shape("medium", torch.float32),
+            _mace_shape("medium", torch.float64)]
+
+
+def sevenn():
+    from md_accel.convert.sevenn import convert_sevenn
+
+    return [convert_sevenn("sevennet-l3i5", dtype=dtype) for dtype in (torch.float32, torch.float64)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", nargs="+", choices=["sc-tests", "mace", "sevenn"])
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    makers = {"sc-tests": sc_tests, "mace": mace, "sevenn": sevenn}
+    modules = [m for what in args.what for m in makers[what]()]
+    prebuild(modules, arch=args.arch, workers=args.jobs)
+    dirs = [d for d in ("build/tp_specs", "build/sc_specs") if os.path.isdir(os.path.join(REPO, ".gpu", d))]
+    # only the finished libraries (no temporary build directories of interrupted runs)
+    files = [os.path.join(d, f) for d in dirs for f in sorted(os.listdir(os.path.join(REPO, ".gpu", d)))
+             if f.endswith(".so")]
+    subprocess.run(["tar", "cJf", "gpu_prebuilt.tar.xz", *files], cwd=os.path.join(REPO, ".gpu"), check=True)
+    size = os.path.getsize(os.path.join(REPO, ".gpu", "gpu_prebuilt.tar.xz")) / 2 ** 20
+    print(f"packed {len(files)} libraries into .gpu/gpu_prebuilt.tar.xz ({size:.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
