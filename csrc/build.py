@@ -60,6 +60,14 @@ def source_hash(cuda: bool = True) -> str:
     return h.hexdigest()[:16]
 
 
+def jit_tag() -> str:
+    """Name of the JIT build of the installed torch, its CUDA and these sources (the build
+    directory's name; tools/gpu_check.sh names carried builds by it)."""
+    import torch
+
+    return f"torch{torch.__version__}-cuda{torch.version.cuda}-{source_hash()}".replace("+", "_")
+
+
 def extension(name: str = "md_accel._C", cuda: bool = True):
     """setuptools extension for setup.py: ``ext_modules=[extension()]`` with torch's BuildExtension.
 

@@ -14,6 +14,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <string>
 
 namespace md_accel {
 
@@ -27,30 +28,31 @@ namespace {
 
 using at::Tensor;
 
-// Throws unless a @ b (b^T when transpose_b) is a valid call. Returns nothing: when this helper
-// returned a std::pair, its failing checks were seen to crash the process (SIGSEGV, H100 machine,
-// 2026-11-25) instead of raising; callers read K and N from the operands.
-void check_shapes(const Tensor& a, const Tensor& b, bool transpose_b) {
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2, "md_accel gemm_3xtf32: a and b must be 2-D, got ", a.sizes(), " and ",
-              b.sizes());
+// Why a @ b (b^T when transpose_b) is not a valid call, or "" when it is; the callers raise.
+// (Raising from a helper here crashed the process on the GPU machine, H100, torch 2.11,
+// 2026-11-25, for CPU and CUDA tensors alike, while the callers' own checks raised cleanly.)
+std::string shape_error(const Tensor& a, const Tensor& b, bool transpose_b) {
+  if (a.dim() != 2 || b.dim() != 2) return c10::str("a and b must be 2-D, got ", a.sizes(), " and ", b.sizes());
   const int64_t K = a.size(1), N = transpose_b ? b.size(0) : b.size(1);
-  TORCH_CHECK((transpose_b ? b.size(1) : b.size(0)) == K, "md_accel gemm_3xtf32: shapes ", a.sizes(), " and ",
-              b.sizes(), (transpose_b ? " (b transposed)" : ""), " do not match");
-  TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "md_accel gemm_3xtf32: K (", K, ") and N (", N,
-              ") must be multiples of 8");
-  TORCH_CHECK(a.device() == b.device(), "md_accel gemm_3xtf32: a and b must be on the same device");
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "md_accel gemm_3xtf32: a and b must have the same dtype");
+  if ((transpose_b ? b.size(1) : b.size(0)) != K)
+    return c10::str("shapes ", a.sizes(), " and ", b.sizes(), (transpose_b ? " (b transposed)" : ""), " do not match");
+  if (K % 8 != 0 || N % 8 != 0) return c10::str("K (", K, ") and N (", N, ") must be multiples of 8");
+  if (a.device() != b.device()) return "a and b must be on the same device";
+  if (a.scalar_type() != b.scalar_type()) return "a and b must have the same dtype";
+  return "";
 }
 
 Tensor gemm_3xtf32_cpu(const Tensor& a, const Tensor& b, bool transpose_b) {
-  check_shapes(a, b, transpose_b);
+  const std::string err = shape_error(a, b, transpose_b);
+  TORCH_CHECK(err.empty(), "md_accel gemm_3xtf32: ", err);
   TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble,
               "md_accel gemm_3xtf32: float32 or float64 on the CPU, got ", a.scalar_type());
   return a.mm(transpose_b ? b.t() : b).contiguous();
 }
 
 Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
-  check_shapes(a_, b_, transpose_b);
+  const std::string shapes = shape_error(a_, b_, transpose_b);
+  TORCH_CHECK(shapes.empty(), "md_accel gemm_3xtf32: ", shapes);
   const int64_t K = a_.size(1), N = transpose_b ? b_.size(0) : b_.size(1);
   TORCH_CHECK(a_.scalar_type() == at::kFloat, "md_accel gemm_3xtf32: float32 only on CUDA, got ", a_.scalar_type());
   TORCH_CHECK(a_.is_cuda(), "md_accel gemm_3xtf32: CUDA tensors expected");

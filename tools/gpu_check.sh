@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 for cache in .gpu/gpu_*.tar.xz; do
   [[ -f $cache ]] && tar xJf "$cache" -C .gpu && echo "unpacked $cache"
 done
-TAG=$("$PYTHON" -c "from md_accel.ops import _cuda; print(_cuda.jit_tag())")
+TAG=$("$PYTHON" -c "import runpy; print(runpy.run_path('csrc/build.py')['jit_tag']())")  # no md_accel import: that builds
 if [[ -f .gpu/prebuilt/$TAG.so ]]; then
   export MD_ACCEL_OPS_LIBRARY=$ROOT/.gpu/prebuilt/$TAG.so
 fi

@@ -45,17 +45,11 @@ def _prebuilt() -> Optional[str]:
     return found[0] if found else None
 
 
-def jit_tag() -> str:
-    """Name of the JIT build of this torch, CUDA and source tree (its build directory's name)."""
-    b = _build_module()
-    return f"torch{torch.__version__}-cuda{torch.version.cuda}-{b.source_hash()}".replace("+", "_")
-
-
 def _jit_build(verbose: bool) -> str:
     from torch.utils import cpp_extension
 
     b = _build_module()
-    tag = jit_tag()
+    tag = b.jit_tag()
     base = os.environ.get("MD_ACCEL_BUILD_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "md_accel")
     build_dir = os.path.join(base, tag)
     os.makedirs(build_dir, exist_ok=True)

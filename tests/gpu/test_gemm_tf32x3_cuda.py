@@ -138,17 +138,18 @@ def test_zero_k():
     assert c.shape == (17, 16) and torch.equal(c, torch.zeros_like(c))
 
 
-@pytest.mark.parametrize("device,n,dtype,text", [("cuda", 12, "float32", "multiples of 8"),
-                                                  ("cuda", 16, "float64", "float32"),
-                                                  ("cpu", 12, "float32", "multiples of 8")])
-def test_errors(device, n, dtype, text):
+@pytest.mark.parametrize("device,k,n,dtype,text", [("cuda", 64, 12, "float32", "multiples of 8"),
+                                                    ("cuda", 32, 16, "float32", "do not match"),
+                                                    ("cuda", 64, 16, "float64", "float32"),
+                                                    ("cpu", 64, 12, "float32", "multiples of 8")])
+def test_errors(device, k, n, dtype, text):
     """Bad shapes and dtypes raise a RuntimeError naming the problem. Each case runs in its own
     subprocess with faulthandler: a crash on the error path (seen on an H100: SIGSEGV) fails this
     case with the Python stack of the crash, not the session."""
     code = textwrap.dedent(f"""
         import torch, md_accel.ops
         a = torch.randn(10, 64, device="{device}", dtype=torch.{dtype})
-        b = torch.randn(64, {n}, device="{device}", dtype=torch.{dtype})
+        b = torch.randn({k}, {n}, device="{device}", dtype=torch.{dtype})
         try:
             torch.ops.md_accel.gemm_3xtf32(a, b, False)
         except RuntimeError as e:
