@@ -28,15 +28,24 @@ namespace {
 
 using at::Tensor;
 
-// Why a @ b (b^T when transpose_b) is not a valid call, or "" when it is; the callers raise.
-// (Raising from a helper here crashed the process on the GPU machine, H100, torch 2.11,
-// 2026-11-25, for CPU and CUDA tensors alike, while the callers' own checks raised cleanly.)
+// "[d0, d1, ...]". The messages below format integers with std::to_string, not c10::str's
+// std::ostringstream: raising a message with ostream-formatted integers from this library crashed
+// the process on the GPU machine (H100, torch 2.11, 2026-11-25; CPU and CUDA tensors alike), while
+// messages without integers (the dtype checks) raised cleanly.
+std::string dims(const Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+// Why a @ b (b^T when transpose_b) is not a valid call, or "" when it is.
 std::string shape_error(const Tensor& a, const Tensor& b, bool transpose_b) {
-  if (a.dim() != 2 || b.dim() != 2) return c10::str("a and b must be 2-D, got ", a.sizes(), " and ", b.sizes());
+  if (a.dim() != 2 || b.dim() != 2) return "a and b must be 2-D, got " + dims(a) + " and " + dims(b);
   const int64_t K = a.size(1), N = transpose_b ? b.size(0) : b.size(1);
   if ((transpose_b ? b.size(1) : b.size(0)) != K)
-    return c10::str("shapes ", a.sizes(), " and ", b.sizes(), (transpose_b ? " (b transposed)" : ""), " do not match");
-  if (K % 8 != 0 || N % 8 != 0) return c10::str("K (", K, ") and N (", N, ") must be multiples of 8");
+    return "shapes " + dims(a) + " and " + dims(b) + (transpose_b ? " (b transposed)" : "") + " do not match";
+  if (K % 8 != 0 || N % 8 != 0)
+    return "K (" + std::to_string(K) + ") and N (" + std::to_string(N) + ") must be multiples of 8";
   if (a.device() != b.device()) return "a and b must be on the same device";
   if (a.scalar_type() != b.scalar_type()) return "a and b must have the same dtype";
   return "";

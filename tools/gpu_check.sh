@@ -4,7 +4,9 @@
 # Usage: tools/gpu_check.sh ["benchmarks/kernels.py --args" ...]   (env GPU_TESTS: test paths, or none;
 #        GPU_TEST_LIMIT: seconds for the tests; GPU_FUSED=1 also tests the opt-in fused-radial CUDA-core kernels, minutes of nvcc on a fresh machine)
 # Build cache across fresh machines: with $OUT set, the built op library and the generated kernel
-# libraries are packed into $OUT/gpu_lib.tar.xz and $OUT/gpu_specs.tar.xz; carried .gpu/gpu_*.tar.xz
+# libraries are packed into $OUT/gpu_lib.tar.xz and (GPU_PACK_SPECS=1) $OUT/gpu_specs.tar.xz (each
+# file that comes back must stay under 16 MiB; tools/prebuild_gpu_kernels.py builds specs here);
+# carried .gpu/gpu_*.tar.xz
 # are unpacked first, and the library is used when it was built from this very source tree and
 # torch (else: JIT build).
 set -uo pipefail
@@ -57,10 +59,12 @@ if [[ ${GPU_TESTS:-} != none ]]; then  # GPU_TESTS=none: benchmarks only
   summary+=("pytest tests/gpu: rc=$rc ($((SECONDS - t0)) s): $(tail -1 "$LOGS/pytest.log")")
 fi
 
+i=0
 for bench in "$@"; do  # each argument: a script and its arguments, e.g. "benchmarks/x.py --out DIR"
   t0=$SECONDS
+  i=$((i + 1))
   read -ra words <<<"$bench"
-  log="$LOGS/$(basename "${words[0]}" .py).log"
+  log="$LOGS/$i-$(basename "${words[0]}" .py).log"
   "$PYTHON" "${words[@]}" 2>&1 | tee "$log"
   summary+=("$bench: rc=${PIPESTATUS[0]} ($((SECONDS - t0)) s), log $log")
 done
@@ -68,7 +72,8 @@ done
 if [[ -n ${OUT:-} ]]; then  # the build cache, for the next fresh machine
   mkdir -p .gpu/prebuilt
   [[ -f $MD_ACCEL_BUILD_DIR/$TAG/md_accel_ops.so ]] && cp "$MD_ACCEL_BUILD_DIR/$TAG/md_accel_ops.so" ".gpu/prebuilt/$TAG.so"
-  (cd .gpu && tar cJf "$OUT/gpu_lib.tar.xz" "prebuilt/$TAG.so" && tar cJf "$OUT/gpu_specs.tar.xz" build/*_specs) \
+  (cd .gpu && tar cJf "$OUT/gpu_lib.tar.xz" "prebuilt/$TAG.so" \
+     && if [[ ${GPU_PACK_SPECS:-0} == 1 ]]; then tar cJf "$OUT/gpu_specs.tar.xz" build/*_specs; fi) \
     && summary+=("build cache: $(du -ch "$OUT"/gpu_*.tar.xz | tail -1 | cut -f1) in \$OUT/gpu_{lib,specs}.tar.xz")
 fi
 
