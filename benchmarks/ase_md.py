@@ -7,7 +7,7 @@ A run = ``--steps`` velocity-Verlet steps (1 fs, fcc Cu at 300 K) after ``--warm
 reported: ms/step (wall clock), atom-steps/s, ns/day and peak GPU memory. Every calculator runs
 in try/except; a failure or OOM is recorded and the run goes on.
 
-    python benchmarks/ase_md.py [--calcs md_accel:sevennet-l3i5,sevenn:oeq,...] [--sizes 864,4000]
+    python benchmarks/ase_md.py [--calcs md_accel:sevennet-l3i5,sevenn:oeq,md_accel:mace,mace:cueq,...] [--sizes 864,4000]
         [--mdx FILE.mdx ...] [--mace-model FILE.model] [--nequip-model FILE.ckpt] [--steps 20]
         [--budget S] [--out DIR]
 
@@ -52,8 +52,12 @@ def _make_calc(name: str, args) -> Callable[[], object]:
         if variant.endswith(".mdx"):
             return lambda: md_accel.Calculator(variant, device="cuda")
         os.makedirs(args.out, exist_ok=True)
-        source = args.nequip_model if variant == "nequip" else variant
-        stem = nequip_peer.model_name(source) if variant == "nequip" else variant
+        files = {"nequip": args.nequip_model, "mace": args.mace_model}  # md_accel:nequip / md_accel:mace
+        source = files.get(variant) or variant
+        if variant == "nequip":
+            stem = nequip_peer.model_name(source)
+        else:
+            stem = os.path.splitext(os.path.basename(source))[0]
         path = os.path.join(args.out, f"{stem}-{args.dtype}.mdx")
         if not os.path.exists(path):
             md_accel.convert(source, path, dtype=args.dtype)
