@@ -104,3 +104,10 @@ def test_lammps_plugin_path(monkeypatch, capsys):
     monkeypatch.setattr(plugin, "plugin_path", lambda: "/opt/md_accel_lammps_plugin.so")
     assert main(["lammps-plugin-path"]) == 0
     assert capsys.readouterr().out.strip() == "/opt/md_accel_lammps_plugin.so"
+
+
+def test_prebuild_of_a_model_without_generated_kernels(lj_file, capsys):
+    """The command loads the model on the CPU and lists its generated kernel libraries (none for the
+    Lennard-Jones test potential; the builds themselves: tests/test_prebuild.py)."""
+    assert main(["prebuild", str(lj_file), "--arch", "sm_80"]) == 0
+    assert "0 generated kernel libraries for sm_80" in capsys.readouterr().out

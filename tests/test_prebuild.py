@@ -1,0 +1,50 @@
+"""``md_accel.ops.prebuild`` (``md-accel prebuild``): one job per distinct generated kernel library,
+and, where nvcc is installed (CI has it; no GPU needed), real libraries built through the same
+build functions the GPU path uses: the symmetric contraction's nine parallel translation units
+linked into one library exporting the spec symbol, and a tensor-product conv library."""
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from md_accel.ops import _codegen, _sc_codegen
+from md_accel.ops.prebuild import kernel_jobs, prebuild
+from md_accel.ops.tp_conv import TensorProductConv
+from sc_testing import CONFIGS
+
+
+def _conv(mul=3):
+    ins = [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (1, 0, 2, "uvu", True), (1, 1, 3, "uvu", True)]
+    return TensorProductConv(f"{mul}x0e+2x1o", "0e+1o", f"{mul}x0e+{mul}x1o+2x1o+2x0e", ins)
+
+
+def test_one_job_per_distinct_library():
+    sc_a, sc_b = CONFIGS["small"](), CONFIGS["small"]()  # same term list: one library
+    model = torch.nn.ModuleList([_conv(), _conv(), sc_a, torch.nn.Sequential(sc_b, _conv(mul=4))])
+    labels = [label for label, _ in kernel_jobs([model], "sm_90")]
+    assert len(labels) == 3, labels  # conv mul 3, conv mul 4, the contraction
+    assert sum(label.startswith("symmetric contraction") for label in labels) == 1
+
+
+def _exported(path):
+    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),
+                    reason="needs nvcc")
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils)")
+def test_builds_loadable_libraries(tmp_path, monkeypatch):
+    monkeypatch.setenv("MD_ACCEL_BUILD_DIR", str(tmp_path))
+    sc, conv = CONFIGS["small"](), _conv()
+    messages = []
+    paths = prebuild([torch.nn.ModuleList([sc, conv])], arch="sm_90", workers=2, progress=messages.append)
+    assert len(paths) == 2 and all(os.path.isfile(p) for p in paths), (paths, messages)
+    sc_path = _sc_codegen.build(_sc_codegen.structure(sc.in_dims, sc.out_dims, sc.num_k, sc.sc_terms,
+                                                      sc.sc_values), "sm_90")  # cached: no rebuild
+    tp_path = _codegen.build(_codegen.plan_structure(conv), "sm_90")
+    assert sorted(paths) == sorted([sc_path, tp_path])
+    assert "md_accel_sc_spec_v1" in _exported(sc_path) and "md_accel_tp_spec_v1" in _exported(tp_path)
+    assert not [p for p in os.listdir(os.path.dirname(sc_path)) if p.startswith("tmp")]  # no leftovers
