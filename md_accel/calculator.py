@@ -19,6 +19,7 @@ from ase.stress import full_3x3_to_voigt_6_stress
 from md_accel import io as _io
 from md_accel.model import Potential, energy_forces_virial
 from md_accel.neighbors import Edges, VerletNeighborList
+from md_accel.ops.prebuild import prebuild_for
 from md_accel.step import GraphedStep
 
 
@@ -69,6 +70,7 @@ class Calculator(_AseCalculator):
             raise TypeError(f"model must be a path to an .mdx file or an md_accel Potential, got {type(model)}")
         if dtype is not None:
             model = model.to(_io.as_dtype(dtype))
+        prebuild_for([model], self.device)
         self.model = model.to(self.device).eval()
         for p in self.model.parameters():
             p.requires_grad_(False)

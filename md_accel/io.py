@@ -21,6 +21,7 @@ import torch
 
 import md_accel
 from md_accel.model import Potential, build
+from md_accel.ops.prebuild import prebuild_for
 
 FORMAT = "md_accel"
 FORMAT_VERSION = 1
@@ -177,6 +178,7 @@ def load(
     if dtype is not None:
         potential = potential.to(as_dtype(dtype))
     if device is not None:
+        prebuild_for([potential], device)
         potential = potential.to(device)
     return potential.eval()
 

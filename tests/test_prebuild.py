@@ -48,3 +48,26 @@ def test_builds_loadable_libraries(tmp_path, monkeypatch):
     assert sorted(paths) == sorted([sc_path, tp_path])
     assert "md_accel_sc_spec_v1" in _exported(sc_path) and "md_accel_tp_spec_v1" in _exported(tp_path)
     assert not [p for p in os.listdir(os.path.dirname(sc_path)) if p.startswith("tmp")]  # no leftovers
+
+
+def test_prebuild_for_builds_for_the_cuda_device_only(monkeypatch):
+    """``prebuild_for`` (called by md_accel.io.load and the Calculator before the move to the GPU)
+    builds for the device's architecture, does nothing for the CPU, and leaves a failed build to
+    the move (which warns and runs the generic kernels)."""
+    from md_accel.ops import _cuda, prebuild as pb
+
+    calls = []
+    monkeypatch.setattr(pb, "prebuild", lambda modules, arch, workers, progress: calls.append(arch))
+    monkeypatch.setattr(_cuda, "available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    model = torch.nn.ModuleList([_conv()])
+    pb.prebuild_for([model], "cpu")
+    assert calls == []
+    pb.prebuild_for([model], "cuda:0")
+    assert calls == ["sm_90"]
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("nvcc failed")
+
+    monkeypatch.setattr(pb, "prebuild", failing)
+    pb.prebuild_for([model], "cuda")  # no exception

@@ -8,6 +8,7 @@ a login node can fill the cache that the GPU nodes read (same ``MD_ACCEL_BUILD_D
 """
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
@@ -74,3 +75,20 @@ def prebuild(modules: Iterable[torch.nn.Module], arch: str = "sm_90", workers: i
             if path:
                 paths.append(path)
     return paths
+
+
+def prebuild_for(modules: Iterable[torch.nn.Module], device) -> None:
+    """Call before moving ``modules`` to ``device``: on a CUDA device, build their missing
+    generated kernels in parallel (the move itself builds them one layer at a time, so a model's
+    first load would wait for each in turn). Does nothing off CUDA or without the op library; a
+    failed build is left to the move, which warns once and runs the generic kernels."""
+    from . import _cuda
+
+    dev = torch.device(device)
+    if dev.type != "cuda" or not _cuda.available():
+        return
+    major, minor = torch.cuda.get_device_capability(dev)
+    try:
+        prebuild(modules, arch=f"sm_{major}{minor}", workers=min(8, os.cpu_count() or 1), progress=None)
+    except Exception:  # noqa: BLE001  (reported by the per-layer build during the move)
+        pass
