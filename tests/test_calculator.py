@@ -11,6 +11,7 @@ from ase.md.verlet import VelocityVerlet
 from ase.neighborlist import neighbor_list as ase_neighbor_list
 
 from lj_potential import LJ
+from nve_testing import nve_energy_excursion
 from md_accel.calculator import Calculator
 from md_accel.io import ModelFileError
 from md_accel.neighbors import VerletNeighborList, neighbor_list
@@ -139,21 +140,6 @@ def test_hessian_matches_finite_differences_of_forces():
 
 
 # -- dynamics -------------------------------------------------------------------------------------
-def _nve_energy_excursion(lj_potential, timestep_fs, steps):
-    atoms = _cu(3, rattle=0.0)
-    atoms.set_momenta(np.random.default_rng(7).normal(size=(len(atoms), 3)) * np.sqrt(
-        atoms.get_masses()[:, None] * units.kB * 600))  # ~600 K, thermalises to ~300 K
-    atoms.set_momenta(atoms.get_momenta() - atoms.get_momenta().mean(0))
-    atoms.calc = Calculator(lj_potential, device="cpu", skin=0.5)
-    dyn = VelocityVerlet(atoms, timestep_fs * units.fs)
-    energy = []
-    dyn.attach(lambda: energy.append(atoms.get_total_energy() / len(atoms)))
-    dyn.run(steps)
-    energy = np.array(energy)
-    slope = np.polyfit(np.arange(len(energy)) * timestep_fs * 1e-3, energy, 1)[0]  # eV/atom/ps
-    return np.abs(energy - energy[0]).max(), slope
-
-
 def test_nve_conserves_energy(lj_potential):
     """Velocity Verlet conserves a shadow Hamiltonian: with exact conservative forces the total
     energy only fluctuates, by an amount ~ dt^2 (measured 3.3e-4 eV/atom at 2 fs, 1.3e-3 at
@@ -161,8 +147,8 @@ def test_nve_conserves_energy(lj_potential):
     a peer library) heat the system at a rate that does not shrink as dt^2. So we require the
     excursion to stay below 1e-3 eV/atom at 2 fs (about 8 K of kinetic energy), to grow ~4x when
     dt doubles, and the fitted drift to be below 2e-4 eV/atom/ps."""
-    exc2, slope2 = _nve_energy_excursion(lj_potential, 2.0, 150)
-    exc4, slope4 = _nve_energy_excursion(lj_potential, 4.0, 75)
+    exc2, slope2 = nve_energy_excursion(lj_potential, 2.0, 150)
+    exc4, slope4 = nve_energy_excursion(lj_potential, 4.0, 75)
     assert exc2 < 1e-3
     assert 3.0 < exc4 / exc2 < 5.5
     assert abs(slope2) < 2e-4 and abs(slope4) < 8e-4

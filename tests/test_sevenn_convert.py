@@ -16,6 +16,7 @@ from md_accel.convert.structures import (  # noqa: E402
     bulk_fcc, isolated_atom, rocksalt, slab, standard_structures, triclinic)
 from md_accel.convert.verify import evaluate_potential, neighbor_graph  # noqa: E402
 from md_accel.model import build, energy_forces_virial  # noqa: E402
+from nve_testing import nve_energy_excursion  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -161,27 +162,6 @@ def test_standard_structures_are_deterministic_and_varied():
             assert min(atoms.get_all_distances(mic=atoms.pbc.any())[np.triu_indices(len(atoms), 1)]) > 1.0
 
 
-def _nve_excursion(potential, timestep_fs: float, steps: int) -> float:
-    """Largest |E_total - E_total(0)| per atom over velocity-Verlet NVE of a 4-atom Cu cell
-    started at 600 K, through md_accel's ASE calculator."""
-    from ase import units
-    from ase.build import bulk
-    from ase.md.verlet import VelocityVerlet
-
-    from md_accel.calculator import Calculator
-
-    atoms = bulk("Cu", "fcc", a=3.61, cubic=True)
-    rng = np.random.default_rng(7)
-    atoms.set_momenta(rng.normal(size=(4, 3)) * np.sqrt(atoms.get_masses()[:, None] * units.kB * 600))
-    atoms.set_momenta(atoms.get_momenta() - atoms.get_momenta().mean(0))
-    atoms.calc = Calculator(potential, device="cpu", skin=0.5)
-    energy = []
-    dyn = VelocityVerlet(atoms, timestep_fs * units.fs)
-    dyn.attach(lambda: energy.append(atoms.get_total_energy() / len(atoms)))
-    dyn.run(steps)
-    return float(np.abs(np.array(energy) - energy[0]).max())
-
-
 def test_nve_with_converted_sevennet0_conserves_energy():
     """The converted SevenNet-0's forces are the exact gradient of its energy, seen in dynamics:
     velocity Verlet then conserves a shadow Hamiltonian and the total energy only fluctuates, by
@@ -190,8 +170,8 @@ def test_nve_with_converted_sevennet0_conserves_energy():
     not shrink as dt^2. Bounds: 1e-4 eV/atom at 2 fs (4x the measured excursion, about 1 K of
     kinetic energy) and a 4 fs / 2 fs ratio in (3, 5.5)."""
     potential = convert_sevenn("sevennet-0", dtype=torch.float64)
-    exc2 = _nve_excursion(potential, 2.0, 60)
-    exc4 = _nve_excursion(potential, 4.0, 30)
+    exc2, _ = nve_energy_excursion(potential, 2.0, 60, cells=1)  # 4 atoms
+    exc4, _ = nve_energy_excursion(potential, 4.0, 30, cells=1)
     assert exc2 < 1e-4, exc2
     assert 3.0 < exc4 / exc2 < 5.5, (exc2, exc4)
 
