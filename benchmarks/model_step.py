@@ -10,6 +10,10 @@ backward giving forces, timed by wall clock with a device synchronisation (host 
 and syncs included), median of ``--repeats``; peak memory from torch's allocator. Sizes grow
 until a backend runs out of memory (recorded, larger sizes skipped for it). Every backend runs
 inside try/except; at the smallest size energies and forces are cross-checked within each model.
+md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, like the peers);
+``md_accel:WHAT+graph`` is the Calculator's step: replayed from a CUDA graph up to
+``GraphedStep.AUTO_MAX_EDGES`` edges, uncaptured above (padding would cost more than launches);
+``md_accel:WHAT+whole`` keeps the whole per-edge weights for the backward at every size.
 
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
         [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
@@ -60,6 +64,7 @@ class Backend:
 
     name = model = ""
     cutoff = 5.0
+    keeps_pool = False  # memory held between steps (a CUDA graph's pool): peak taken from the first call on
 
     def load(self, dtype, device) -> None:
         raise NotImplementedError
@@ -93,12 +98,16 @@ class MdAccel(Backend):
 
     def __init__(self, what: str, args):
         # WHAT+whole: keep the whole per-edge weights for the backward at any size (the default
-        # recomputes them chunk by chunk above MD_ACCEL_SAVE_WEIGHTS_MIB, see md_accel/ops/tp_conv.py)
+        # recomputes them chunk by chunk above MD_ACCEL_SAVE_WEIGHTS_MIB, see md_accel/ops/tp_conv.py).
+        # WHAT+graph: the Calculator's step (md_accel.step.GraphedStep: a CUDA graph up to
+        # AUTO_MAX_EDGES edges; the stress is computed too)
         what, _, option = what.partition("+")
-        if option not in ("", "whole"):
-            raise ValueError(f"unknown md_accel option +{option} (known: +whole)")
-        self.what, self.args, self.whole = what, args, option == "whole"
-        self.name = f"md_accel:{os.path.basename(what)}" + ("+whole" if self.whole else "")
+        if option not in ("", "whole", "graph"):
+            raise ValueError(f"unknown md_accel option +{option} (known: +whole, +graph)")
+        self.what, self.args = what, args
+        self.whole, self.graph = option == "whole", option == "graph"
+        self.keeps_pool = self.graph
+        self.name = f"md_accel:{os.path.basename(what)}" + (f"+{option}" if option else "")
         if what.endswith(".mdx"):
             self.model = os.path.basename(what)
         elif what == "mace":
@@ -148,8 +157,16 @@ class MdAccel(Backend):
         t = _tensors(g, self.dtype, self.device)
         species = torch.full((t["n"],), list(self.pot.elements).index("Cu"), dtype=torch.int64, device=self.device)
 
+        if self.graph:
+            from md_accel.step import GraphedStep
+
+            step = GraphedStep(self.pot, mode="graph", dtype=self.dtype, max_edges=GraphedStep.AUTO_MAX_EDGES)
+        else:
+            def step(*inputs):
+                return energy_forces_virial(self.pot, *inputs)
+
         def run():
-            out = energy_forces_virial(self.pot, species, t["vec"], t["src"], t["dst"])
+            out = step(species, t["vec"], t["src"], t["dst"])
             return out["energy"], out["forces"]
 
         return run
@@ -350,6 +367,8 @@ def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, budget, device
                     f"({time.perf_counter() - t1:.1f} s)")
             g = graphs[key]
             rec["edges"] = int(len(g["src"]))
+            if b.keeps_pool and device.type == "cuda":  # the CUDA graph's pool is made in the first call
+                torch.cuda.reset_peak_memory_stats(device)
             fn = b.step(g)
             t1 = time.perf_counter()
             energy, forces = fn()
@@ -370,7 +389,8 @@ def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, budget, device
             if not budget.allows(per_call * (repeats + args.warmup) + 2):
                 raise TimeoutError(f"skipped: time budget (second call {per_call:.1f} s)")
             rec.update(common.time_wall(fn, device, args.warmup, repeats))
-            rec["peak_bytes"] = common.peak_memory(fn, device)
+            lifetime = torch.cuda.max_memory_allocated(device) if b.keeps_pool and device.type == "cuda" else 0
+            rec["peak_bytes"] = max(common.peak_memory(fn, device) or 0, lifetime) or None
             rec["status"] = "ok"
         except Exception as e:  # noqa: BLE001
             rec["status"] = "budget" if isinstance(e, TimeoutError) else common.failure(e)

@@ -174,3 +174,21 @@ def test_allegro_is_refused_by_name(tmp_path):
     with pytest.raises(UnsupportedNequIPModel, match="Allegro"):
         convert(dst, tmp_path / "x.mdx")
     assert not (tmp_path / "x.mdx").exists()
+
+
+def test_benchmark_shape_builds_and_converts(tmp_path):
+    """models/build_nequip_shape.py (the benchmarks' NequIP model): nequip loads what it writes,
+    with the requested shape, and the conversion's check passes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_nequip_shape", "models/build_nequip_shape.py")
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    ckpt = tmp_path / "bench.ckpt"
+    cfg = builder.build(str(ckpt), "benchmark", seed=3)
+    assert {k: cfg[k] for k in builder.SHAPES["benchmark"]} == builder.SHAPES["benchmark"]
+    calc = nequip_calculator(str(ckpt))
+    pot = convert_nequip(source_from_calculator(calc, str(ckpt)))
+    rows = compare_to_reference(calc, pot, {"bulk_Cu": structures()["bulk_Cu"]}, verbose=False)
+    assert all(r["rel_err"] <= 1e-9 for r in rows)
+    assert pot.cutoff == pytest.approx(5.0)
