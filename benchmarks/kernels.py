@@ -454,6 +454,17 @@ def main(argv=None):
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",") if d]
     impls = [i for i in args.impls.split(",") if i]
     records, checks = [], []
+
+    def save():  # after every workload and dtype: a run stopped by its time limit keeps what it measured
+        result = {"env": env, "copy_bandwidth_gbs": bw, "args": vars(args),
+                  "graph": {"name": gnp["name"], "num_nodes": g.num_nodes, "num_edges": g.num_edges,
+                            "check_nodes": gc.num_nodes, "check_edges": gc.num_edges},
+                  "workloads": {wl.name: {**wl._asdict(), "paths": len(wl.instructions),
+                                          "weight_numel": wl.weight_numel, "dims": wl.dims} for wl in workloads},
+                  "results": records, "checks": checks}
+        common.write_json(os.path.join(out, f"{args.tag}.json"), result)
+        return result
+
     for wl in workloads:
         for dtype in dtypes:
             log(f"[kernels] {wl.name} {str(dtype).removeprefix('torch.')}: {wl.irreps_in1} x {wl.irreps_in2} -> "
@@ -465,14 +476,8 @@ def main(argv=None):
             r, c = bench_workload(wl, dtype, impls, g, gc, device, args, budget, bw, log)
             records += r
             checks += c
-
-    result = {"env": env, "copy_bandwidth_gbs": bw, "args": vars(args),
-              "graph": {"name": gnp["name"], "num_nodes": g.num_nodes, "num_edges": g.num_edges,
-                        "check_nodes": gc.num_nodes, "check_edges": gc.num_edges},
-              "workloads": {wl.name: {**wl._asdict(), "paths": len(wl.instructions), "weight_numel": wl.weight_numel,
-                                      "dims": wl.dims} for wl in workloads},
-              "results": records, "checks": checks}
-    common.write_json(os.path.join(out, f"{args.tag}.json"), result)
+            save()
+    result = save()
 
     dnames = [str(d).removeprefix("torch.") for d in dtypes]
     md = [f"{gnp['name']} ({g.num_nodes} nodes, {g.num_edges} edges), {env['device']}, "

@@ -86,6 +86,8 @@ WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
           "MACE-MP-0 medium, interaction 2 (hidden 128x0e+128x1o, max_ell 3; target = sh x 128 channels)"),
     _make("sevennet_l3i5", "128x0e+64x1e+32x2e+32x3e", SH3_SO3, "128x0e+64x1e+32x2e+32x3e",
           "SevenNet-l3i5 convolutions 1-3 (lmax 3, no parity)"),
+    _make("mace_large", "128x0e+128x1o+128x2e", SH3_O3, "128x0e+128x1o+128x2e+128x3o",
+          "MACE large shape (hidden 128x0e+128x1o+128x2e, L = 2, max_ell 3)"),
     _make("mace_first", "128x0e", SH3_O3, "128x0e+128x1o+128x2e+128x3o",
           "MACE first interaction (node embedding 128x0e)"),
     _make("sevennet_0", "128x0e+64x1e+32x2e", SH2_SO3, "128x0e+64x1e+32x2e",
