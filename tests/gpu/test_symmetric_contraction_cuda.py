@@ -73,7 +73,8 @@ def ref_tables(m):
     return (m.ref_mono, m.ref_coeff.double(), m.ref_group_k, m.ref_group_sel.double())
 
 
-def random_inputs(m, n, dtype, seed, num_elements=None):
+def random_inputs(m, n, seed, num_elements=None):
+    """Float64 on the CPU (the reference's inputs; each test casts them to the dtype it runs)."""
     gen = torch.Generator().manual_seed(seed)
     e = m.contractions[0].orders[0].w.shape[0] if num_elements is None else num_elements
     x = torch.randn(n, m.channels * sum(m.in_dims), generator=gen, dtype=torch.float64)
@@ -86,12 +87,25 @@ def random_inputs(m, n, dtype, seed, num_elements=None):
     return x, species, w, g, hx, hw
 
 
+_REFERENCES = {}
+
+
+def reference(m, n, seed, num_elements=None):
+    """Float64 inputs and the reference's outputs, computed once per case: the float32 and float64
+    runs and both kernel variants compare with the same float64 reference (minutes for 3000 nodes)."""
+    key = (id(m), n, seed, num_elements)
+    if key not in _REFERENCES:
+        x, species, w, g, hx, hw = inputs = random_inputs(m, n, seed, num_elements)
+        t = ref_tables(m)
+        _REFERENCES[key] = inputs, (
+            sc_fwd_ref(x, species, w, *t, m.in_dims, m.out_dims),
+            sc_bwd_ref(g, x, species, w, *t, m.in_dims, m.out_dims, True),
+            sc_dbwd_ref(hx, hw, g, x, species, w, *t, m.in_dims, m.out_dims))
+    return _REFERENCES[key]
+
+
 def run_all(m, n, dtype, seed, num_elements=None):
-    x, species, w, g, hx, hw = random_inputs(m, n, dtype, seed, num_elements)
-    t = ref_tables(m)
-    want_fwd = sc_fwd_ref(x, species, w, *t, m.in_dims, m.out_dims)
-    want_bwd = sc_bwd_ref(g, x, species, w, *t, m.in_dims, m.out_dims, True)
-    want_dbwd = sc_dbwd_ref(hx, hw, g, x, species, w, *t, m.in_dims, m.out_dims)
+    (x, species, w, g, hx, hw), (want_fwd, want_bwd, want_dbwd) = reference(m, n, seed, num_elements)
     X, S, W, G, HX, HW = (v.to(DEV, dtype) if v.is_floating_point() else v.to(DEV) for v in (x, species, w, g, hx, hw))
     args = op_args(m)
     tol = TOL[dtype]
@@ -147,7 +161,7 @@ def test_node_counts(dtype, kernels):
 
 def test_species_out_of_range_gives_nan(kernels):
     m = module("small")
-    x, species, w, g, _, _ = random_inputs(m, 20, torch.float64, seed=5)
+    x, species, w, g, _, _ = random_inputs(m, 20, seed=5)
     species[3], species[7] = -1, 4
     out = OPS.symmetric_contraction_fwd(x.to(DEV), species.to(DEV), w.to(DEV), *op_args(m)).cpu()
     assert torch.isnan(out[[3, 7]]).all()
@@ -162,7 +176,7 @@ def test_species_out_of_range_gives_nan(kernels):
 def test_bitwise_deterministic(op, kernels):
     m = module("mp0_like")
     x, species, w, g, hx, hw = (v.to(DEV, torch.float32) if v.is_floating_point() else v.to(DEV)
-                                for v in random_inputs(m, 4000, torch.float32, seed=6))
+                                for v in random_inputs(m, 4000, seed=6))
     args = op_args(m)
     calls = {
         "fwd": lambda: (OPS.symmetric_contraction_fwd(x, species, w, *args),),
@@ -178,7 +192,7 @@ def test_bitwise_deterministic(op, kernels):
 
 def test_gradcheck(kernels):
     m = module("small")
-    x, species, w, _, _, _ = random_inputs(m, 4, torch.float64, seed=7)
+    x, species, w, _, _, _ = random_inputs(m, 4, seed=7)
     x, w = x.to(DEV).requires_grad_(True), w.to(DEV).requires_grad_(True)
     species = species.to(DEV)
     args = op_args(m)
@@ -198,7 +212,7 @@ def test_module_on_cuda_matches_cpu(dtype, specs):
     gpu = SymmetricContraction.from_tensors(
         [1, 3, 5], [[o.u for o in reversed(list(c.orders))] for c in cpu.contractions],
         [[o.w.detach() for o in reversed(list(c.orders))] for c in cpu.contractions]).to(DEV, dtype)
-    x, species, _, g, v, _ = random_inputs(cpu, 40, torch.float64, seed=8)
+    x, species, _, g, v, _ = random_inputs(cpu, 40, seed=8)
     xc = x.clone().requires_grad_(True)
     out = cpu(xc, species)
     gx_c, = torch.autograd.grad(out, xc, g, create_graph=True)
