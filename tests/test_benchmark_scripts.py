@@ -1,0 +1,52 @@
+"""The benchmark harness on the CPU: the scripts run, and the rows they compare compute the same
+physics (md_accel's converted NequIP model against nequip's own model, in one model_step run)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(REPO, "benchmarks")
+
+
+def run_script(name, *args):
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, name), *args], capture_output=True, text=True,
+                          timeout=900, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_model_step_rows_agree_with_nequip(tmp_path):
+    pytest.importorskip("nequip")
+    run_script("model_step.py", "--backends", "nequip:e3nn,md_accel:nequip,md_accel:nequip+graph", "--device", "cpu",
+               "--sizes", "32", "--dtype", "float64", "--repeats", "1", "--warmup", "0", "--out", str(tmp_path))
+    data = json.load(open(tmp_path / "model_step.json"))
+    assert {r["backend"] for r in data["results"] if r["status"] == "ok"} == {
+        "nequip:e3nn", "md_accel:nequip", "md_accel:nequip+graph"}
+    checks = {c["backend"]: c for c in data["cross_check"]}
+    assert set(checks) == {"md_accel:nequip", "md_accel:nequip+graph"}
+    for c in checks.values():
+        assert c["reference"] == "nequip:e3nn"
+        assert c["d_energy_per_atom"] < 1e-10 and c["max_d_force"] < 1e-9 * max(1.0, c["max_force_ref"])
+    assert (tmp_path / "model_step.png").exists() and "Model step" in (tmp_path / "tables.md").read_text()
+
+
+def test_roofline_counts():
+    sys.path.insert(0, BENCH)
+    try:
+        from roofline import flops_per_edge
+        from workloads import WORKLOADS, _make
+    finally:
+        sys.path.remove(BENCH)
+    # one scalar path (u = 1, one CG coefficient, d3 = 1): forward 1 + (2 + 2), backward 1 + (1 + 6 + 2)
+    assert flops_per_edge(_make("scalar", "1x0e", "1x0e", "1x0e", "")) == {"fwd": 5.0, "fwd_bwd": 15.0}
+    # four paths (0e0e0e, 0e1o1o, 1o0e1o, 1o1o0e) with 1 + 3 + 3 + 3 CG non-zeros and output
+    # dimensions 1, 3, 3, 1: 10 shared products plus per channel 2 * 10 + 2 * 8
+    one = flops_per_edge(_make("m1", "1x0e+1x1o", "1x0e+1x1o", "1x0e+1x1o", ""))
+    many = flops_per_edge(_make("m8", "8x0e+8x1o", "1x0e+1x1o", "8x0e+8x1o", ""))
+    assert one["fwd"] == 10 + 36 and many["fwd"] == 10 + 8 * 36
+    out = run_script("roofline.py", "--workloads", "mace_first", "--graph", "cu:32:4.0")
+    assert "| mace_first | float32 | fwd |" in out and list(WORKLOADS)
