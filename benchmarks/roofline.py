@@ -50,29 +50,27 @@ def flops_per_edge(wl: Workload) -> Dict[str, float]:
 
 
 def bytes_per_edge(wl: Workload, num_nodes: int, num_edges: int, itemsize: int) -> Dict[str, float]:
-    """``kernels.byte_floor`` per edge (graph sizes from a result file, no device needed)."""
+    """``kernels.byte_floor`` per edge."""
     from kernels import byte_floor
 
-    class Sizes:  # the two fields byte_floor reads
-        pass
-
-    g = Sizes()
-    g.num_nodes, g.num_edges = num_nodes, num_edges
-    return {k: v / num_edges for k, v in byte_floor(wl, g, itemsize).items()}
+    return {k: v / num_edges for k, v in byte_floor(wl, num_nodes, num_edges, itemsize).items()}
 
 
 def rows_from_result(path: str) -> List[List]:
     data = json.load(open(path))
     bw = data.get("copy_bandwidth_gbs")
     n, e = data["graph"]["num_nodes"], data["graph"]["num_edges"]
+    flops = {}  # workload -> FLOPs per edge (builds the CG tables: once per workload)
     rows = []
     for r in data["results"]:
         if r.get("status") != "ok" or r["pass"] not in PASSES or r["workload"] not in WORKLOADS:
             continue
         wl = WORKLOADS[r["workload"]]
+        if wl.name not in flops:
+            flops[wl.name] = flops_per_edge(wl)
         itemsize = 8 if r["dtype"] == "float64" else 4
         b = bytes_per_edge(wl, n, e, itemsize)[r["pass"]] * e
-        f = flops_per_edge(wl)[r["pass"]] * e
+        f = flops[wl.name][r["pass"]] * e
         s = r["median_ms"] * 1e-3
         rows.append([r["workload"], r["dtype"], r["pass"], r["impl"], common.fmt_ms(r["median_ms"]),
                      f"{b / s / 1e9:.0f}", f"{100 * b / s / 1e9 / bw:.0f} %" if bw else "",
