@@ -8,7 +8,7 @@ the model with its own initialisation, and writes a ``.ckpt`` that nequip's
 ``ModelFromCheckpoint`` / ``NequIPCalculator`` and md_accel's converter load like any other.
 
 Default shape (``--shape benchmark``): ``NequIPGNNModel``, l_max 2 with parity, 4 conv layers,
-64 channels, radial MLP 2 x 64, 8 trainable Bessel roots, p = 6, r_max 5 A (about 54 neighbours
+64 channels, radial MLP 2 x 64, 8 trainable Bessel roots, p = 6, r_max 5 A (about 43 neighbours
 per atom in fcc copper), float64 weights. ``--shape l3``: the same with l_max 3 and 32 channels.
 Weights are random: for timing and conversion tests, not physics.
 
