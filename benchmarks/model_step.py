@@ -114,6 +114,8 @@ class MdAccel(Backend):
             self.model, self.cutoff = "mace_medium", MACE_CUTOFF
         elif what == "nequip":
             self.model = nequip_peer.model_name(args.nequip_model)
+        elif what == "sevenn":  # the --sevenn-checkpoint model, as the sevenn:* backends name it
+            self.model = args.sevenn_checkpoint.replace("-", "_").lower()
         else:
             self.model = what.replace("-", "_").lower()
 

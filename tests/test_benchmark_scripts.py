@@ -50,3 +50,31 @@ def test_roofline_counts():
     assert one["fwd"] == 10 + 36 and many["fwd"] == 10 + 8 * 36
     out = run_script("roofline.py", "--workloads", "mace_first", "--graph", "cu:32:4.0")
     assert "| mace_first | float32 | fwd |" in out and list(WORKLOADS)
+
+
+def test_model_step_sevenn_float64_rows_agree(tmp_path):
+    """sevenn's own model runs in float64 (its float32 one-hot cast), and md_accel's conversion of the
+    same checkpoint is cross-checked against it in the same run."""
+    pytest.importorskip("sevenn")
+    run_script("model_step.py", "--backends", "sevenn:e3nn,md_accel:sevenn", "--sevenn-checkpoint", "SevenNet_0__11Jul2024",
+               "--device", "cpu", "--sizes", "32", "--dtype", "float64", "--repeats", "1", "--warmup", "0",
+               "--out", str(tmp_path))
+    data = json.load(open(tmp_path / "model_step.json"))
+    assert {r["backend"] for r in data["results"] if r["status"] == "ok"} == {"sevenn:e3nn", "md_accel:sevenn"}
+    (check,) = data["cross_check"]
+    assert check["backend"] == "md_accel:sevenn" and check["reference"] == "sevenn:e3nn"
+    # sevenn keeps its Clebsch-Gordan buffers float32-rounded: agreement to ~1e-9, not 1e-15
+    assert check["d_energy_per_atom"] < 1e-8 and check["max_d_force"] < 1e-7 * max(1.0, check["max_force_ref"])
+
+
+def test_lammps_scaling_plot(tmp_path):
+    report = {"meta": {"model": "m.mdx", "gpu": "GPU"}, "rows": [
+        {"case": "weak-layer", "gpus": g, "status": "ok", "atoms": 32000 * g, "ms_per_step": 500.0 + 50 * g,
+         "atom_steps_per_s": 32000 * g / (0.5 + 0.05 * g)} for g in (1, 2, 4)] + [
+        {"case": "big-layer", "gpus": 4, "status": "failed: out of memory"}]}
+    path = tmp_path / "scaling.json"
+    path.write_text(json.dumps(report))
+    pytest.importorskip("matplotlib")
+    out = run_script("lammps_scaling_plot.py", str(path))
+    png = tmp_path / "scaling.png"
+    assert "wrote" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

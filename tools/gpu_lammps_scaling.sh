@@ -5,7 +5,7 @@
 #   strong: STRONG_CELLS^3 x 4 atoms in all (131,072), comm layer with recomputed layers
 #   big:    BIG_CELLS^3 x 4 atoms (1,000,188) on the largest GPU count, comm layer, recompute
 # WARMUP then STEPS timed steps each (the "Loop time" of the second run). Prints a table and
-# writes OUTDIR/scaling.json, OUTDIR/log_*.txt (LAMMPS output) and OUTDIR/gpu_mem_*.csv.
+# writes OUTDIR/scaling.json, OUTDIR/scaling.png, OUTDIR/log_*.txt (LAMMPS output) and OUTDIR/gpu_mem_*.csv.
 # A case that fails (out of memory, RUN_TIMEOUT) is recorded as failed; the others still run.
 #
 # Usage: tools/gpu_lammps_scaling.sh LAMMPS_BUNDLE_DIR MODEL.mdx OUTDIR
@@ -189,4 +189,5 @@ for r in rows:
         print(f"weak, {r['gpus']} GPUs: comm layer {s['ms_per_step'] / r['ms_per_step']:.2f}x faster than comm shell")
 print(f"wrote {os.path.join(out, 'scaling.json')}")
 PY
+python benchmarks/lammps_scaling_plot.py "$out/scaling.json"
 echo "[scaling] total $((SECONDS - t_start)) s"
