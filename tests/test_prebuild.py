@@ -71,3 +71,22 @@ def test_prebuild_for_builds_for_the_cuda_device_only(monkeypatch):
 
     monkeypatch.setattr(pb, "prebuild", failing)
     pb.prebuild_for([model], "cuda")  # no exception
+
+
+def test_tuning_overrides_name_their_own_build(monkeypatch):
+    """MD_ACCEL_TP_TUNING (tuning experiments) changes the generated source and the cache name; without
+    it the source is the default one; a bad item is refused with the known keys."""
+    struct = _codegen.plan_structure(_conv())
+    monkeypatch.delenv(_codegen.TUNING_ENV, raising=False)
+    default = _codegen.generate(struct, _codegen.tuning())
+    assert _codegen.tuning().suffix() == "" and "__launch_bounds__(kThreads)" in default
+    monkeypatch.setenv(_codegen.TUNING_ENV, "min_warps32=32, bwd_g32=8")
+    tuned = _codegen.tuning()
+    assert (tuned.min_warps32, tuned.bwd_g32, tuned.bwd_g64) == (32, 8, _codegen.BWD_G_BUDGET[1])
+    assert tuned.suffix().startswith("-t") and tuned.suffix() != _codegen.Tuning(min_warps32=32).suffix()
+    src = _codegen.generate(struct, tuned)
+    # 32 warps of 32-thread blocks: at least 32 resident blocks in float32, no minimum in float64
+    assert "__launch_bounds__(kThreads, sizeof(T) == 4 ? 32 : 1)" in src and src != default
+    monkeypatch.setenv(_codegen.TUNING_ENV, "bwd_g32=lots")
+    with pytest.raises(ValueError, match="fwd_acc"):
+        _codegen.tuning()

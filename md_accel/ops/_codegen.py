@@ -23,6 +23,11 @@ serves every normalisation of the same structure. Mapping (see .notes/kernels.md
 
 Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`` (default base
 ``~/.cache/md_accel``).
+
+Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32"`` overrides the register
+budgets below and asks the compiler for a minimum of resident warps per SM (``__launch_bounds__``);
+such builds are cached under a name of their own (``...-v<GEN_VERSION>-t<hash>.so``). Without it
+the generated source is the measured default.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 GEN_VERSION = 5  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
@@ -46,6 +51,38 @@ GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one b
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
 MAX_NNZ = 2048        # shared-memory staging of the CG values, and compile time
 MAX_THREADS = 1024
+TUNING_ENV = "MD_ACCEL_TP_TUNING"
+
+
+class Tuning(NamedTuple):
+    """Code-generation parameters: register budgets (components per channel) and the minimum
+    resident warps per SM requested from the compiler (0: the compiler's choice), per dtype."""
+    fwd_acc: int = FWD_ACC_BUDGET
+    dbwd_acc: int = DBWD_ACC_BUDGET
+    bwd_g32: int = BWD_G_BUDGET[0]
+    bwd_g64: int = BWD_G_BUDGET[1]
+    dbwd_g32: int = DBWD_G_BUDGET[0]
+    dbwd_g64: int = DBWD_G_BUDGET[1]
+    min_warps32: int = 0
+    min_warps64: int = 0
+
+    def suffix(self) -> str:
+        """'' for the defaults, else '-t<hash>' naming the variant's cache entry."""
+        return "" if self == Tuning() else "-t" + hashlib.sha256(repr(tuple(self)).encode()).hexdigest()[:8]
+
+
+def tuning() -> Tuning:
+    """The defaults, with the overrides of ``$MD_ACCEL_TP_TUNING`` ("key=value,...")."""
+    text = os.environ.get(TUNING_ENV, "").strip()
+    if not text:
+        return Tuning()
+    values = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if key.strip() not in Tuning._fields or not value.strip().isdigit():
+            raise ValueError(f"{TUNING_ENV}: bad item {item!r} (keys: {', '.join(Tuning._fields)}; integer values)")
+        values[key.strip()] = int(value)
+    return Tuning(**values)
 
 
 class Unsupported(ValueError):
@@ -284,8 +321,8 @@ def _fwd_passes(live: List[_Path], budget: int) -> List[List[_Path]]:
     return [g for _, ps in _by_mul(live) for g in _out_groups(ps, budget)]
 
 
-def _gen_fwd(live: List[_Path], dbwd: bool, threads: int) -> str:
-    groups = _fwd_passes(live, DBWD_ACC_BUDGET if dbwd else FWD_ACC_BUDGET)
+def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
+    groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc)
     body = "".join(_fwd_group(gi, g, "  ", dbwd, threads) for gi, g in enumerate(groups))
     red = 0
     for g in groups:
@@ -301,7 +338,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int) -> str:
     return f"""
 // {what}: block n = receiver; {len(groups)} pass(es) over its edges.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) {name}(const T* __restrict__ x, const T* __restrict__ y,
+__global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}T* __restrict__ out, const int64_t* __restrict__ src,
     const int64_t* __restrict__ dst_ptr, const T* __restrict__ cg_val, TPDims d) {{
   const int64_t n = blockIdx.x;
@@ -512,7 +549,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     return "".join(s), tables
 
 
-def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str) -> Optional[str]:
+def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str, tune: Tuning) -> Optional[str]:
     """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
     edge grad_w, grad_y and the edge's grad_x contribution (work row e; summed by sender later)."""
     groups = _bwd_groups(live, budget)
@@ -538,7 +575,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str)
     return "".join(tables) + f"""
 // {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: block n = receiver; {len(groups)} pass(es) over its edges.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) {name}(const T* __restrict__ x, const T* __restrict__ y,
+__global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
     const T* __restrict__ cg_val, TPDims d) {{
@@ -696,23 +733,32 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, co
 """
 
 
-def _bwd_variants(live: List[_Path], threads: int, dbwd: bool) -> Optional[Tuple[str, str, str]]:
+def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> Optional[Tuple[str, str, str]]:
     """(source, f32 kernel tag, f64 kernel tag); one kernel when both budgets give the same passes."""
-    b32, b64 = (DBWD_G_BUDGET if dbwd else BWD_G_BUDGET)
+    b32, b64 = (tune.dbwd_g32, tune.dbwd_g64) if dbwd else (tune.bwd_g32, tune.bwd_g64)
     pre = "d" if dbwd else "b"
-    src32 = _gen_bwd(live, threads, b32, dbwd, pre + "s")
+    src32 = _gen_bwd(live, threads, b32, dbwd, pre + "s", tune)
     if src32 is None:
         return None
     if _bwd_groups(live, b32) == _bwd_groups(live, b64):
         return src32, pre + "s", pre + "s"
-    src64 = _gen_bwd(live, threads, b64, dbwd, pre + "d")
+    src64 = _gen_bwd(live, threads, b64, dbwd, pre + "d", tune)
     if src64 is None:
         return None
     return src32 + src64, pre + "s", pre + "d"
 
 
-def generate(struct) -> str:
+def _bounds(tune: Tuning, threads: int) -> str:
+    """The kernels' __launch_bounds__: block size, and with min_warps a minimum of resident blocks."""
+    if not (tune.min_warps32 or tune.min_warps64):
+        return "__launch_bounds__(kThreads)"
+    b32, b64 = (max(1, w * 32 // threads) for w in (tune.min_warps32, tune.min_warps64))
+    return f"__launch_bounds__(kThreads, sizeof(T) == 4 ? {b32} : {b64})"
+
+
+def generate(struct, tune: Optional[Tuning] = None) -> str:
     """CUDA source of the specialised library for one plan structure (raises Unsupported)."""
+    tune = tune or Tuning()
     ps, live, threads, nnz = _analyse(struct)
     paths, cg_ptr, cg_idx = struct
     covered = _covered_fn("out_covered", [p.out_off + q for p in live for q in range(p.mul * p.d3)])
@@ -720,9 +766,9 @@ def generate(struct) -> str:
         gen=GEN_VERSION, key=structure_key(struct), num_paths=len(paths), nnz=nnz, threads=threads,
         paths=", ".join(str(v) for r in paths for v in r), cg_ptr=", ".join(str(v) for v in cg_ptr),
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), covered=covered)
-    src += _gen_fwd(live, dbwd=False, threads=threads)
-    bwd = _bwd_variants(live, threads, dbwd=False)
-    dbwd = _bwd_variants(live, threads, dbwd=True) if bwd is not None else None
+    src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
+    bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
+    dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
     launch = ""
     if bwd is not None:
         src += _covered_fn("in1_covered", [p.in1_off + q for p in live for q in range(p.mul * p.d1)])
@@ -731,7 +777,7 @@ def generate(struct) -> str:
         launch = _BWD_LAUNCH.replace("bwd_kernel_BS", f"bwd_kernel_{bwd[1]}").replace(
             "bwd_kernel_BD", f"bwd_kernel_{bwd[2]}")
         if dbwd is not None:
-            src += _gen_fwd(live, dbwd=True, threads=threads) + dbwd[0]
+            src += _gen_fwd(live, dbwd=True, threads=threads, tune=tune) + dbwd[0]
             launch = launch.replace("dbwd_kernel_DS", f"dbwd_kernel_{dbwd[1]}").replace(
                 "dbwd_kernel_DD", f"dbwd_kernel_{dbwd[2]}")
         else:
@@ -767,10 +813,11 @@ def build(struct, arch: str) -> str:
     key = structure_key(struct)
     d = _cache_dir()
     d.mkdir(parents=True, exist_ok=True)
-    so = d / f"{key}-{arch}-v{GEN_VERSION}.so"
+    tune = tuning()
+    so = d / f"{key}-{arch}-v{GEN_VERSION}{tune.suffix()}.so"
     if so.exists():
         return str(so)
-    src = generate(struct)
+    src = generate(struct, tune)
     with tempfile.TemporaryDirectory(dir=d) as tmp:
         cu = os.path.join(tmp, f"tp_spec_{key}.cu")
         Path(cu).write_text(src)
