@@ -28,14 +28,21 @@ TOL = {torch.float64: 1e-13, torch.float32: 2e-6}
 _LIB = {}
 
 
-def plan_and_library():
-    if "narrow" not in _LIB:
+# the default kernels, and a tuning variant (MD_ACCEL_TP_TUNING) with the L2 prefetch of the next
+# edge's weights and budgets small enough to split every pass
+TUNINGS = {"default": _codegen.Tuning(),
+           "prefetch_split": _codegen.Tuning(prefetch=1, fwd_acc=4, bwd_g32=4, bwd_g64=4)}
+
+
+def plan_and_library(tuning="default"):
+    if tuning not in _LIB:
         problem = TPProblem.create("8x0e+8x1o", "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
                                    [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (1, 1, 2, "uvu", True),
                                     (1, 2, 3, "uvu", True), (1, 0, 4, "uvu", True)])
         plan = problem.lower()
-        _LIB["narrow"] = (plan, emulate.SpecLibrary(_codegen.generate(_codegen.plan_structure(plan))))
-    return _LIB["narrow"]
+        src = _codegen.generate(_codegen.plan_structure(plan), TUNINGS[tuning])
+        _LIB[tuning] = (plan, emulate.SpecLibrary(src))
+    return _LIB[tuning]
 
 
 def chunk_graph(g, e0: int, e1: int):
@@ -55,10 +62,11 @@ def rel_err(a, b):
     return (a.double() - b).abs().max().item() / max(b.abs().max().item(), 1e-300)
 
 
+@pytest.mark.parametrize("tuning", list(TUNINGS))
 @pytest.mark.parametrize("step", [13, 40, 1000])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_chunks_match_reference(step, dtype):
-    plan, lib = plan_and_library()
+def test_chunks_match_reference(step, dtype, tuning):
+    plan, lib = plan_and_library(tuning)
     gen = torch.Generator().manual_seed(step)
     n = 30  # nodes 24..29 neither send nor receive; node 3 receives 60 edges (cut by small chunks)
     src = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.randint(0, 24, (60,), generator=gen)])

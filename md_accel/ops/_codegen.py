@@ -65,6 +65,7 @@ class Tuning(NamedTuple):
     dbwd_g64: int = DBWD_G_BUDGET[1]
     min_warps32: int = 0
     min_warps64: int = 0
+    prefetch: int = 0  # 1: each thread asks L2 for its next edge's weights before this edge's work
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry."""
@@ -226,7 +227,15 @@ def _fwd_slots(mul: int, comps: int, threads: int) -> Tuple[int, int]:
     return M, S
 
 
-def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int) -> str:
+def _prefetch_next(I: str, group: List[_Path], nxt: str, e_end: str, dbwd: bool) -> str:
+    """Device code asking L2 for the weight rows (and ggw rows) of edge ``nxt`` of this thread when it
+    exists: they are then an L2 hit, not a DRAM access, when that edge is processed."""
+    rows = [("w", p) for p in group] + ([("ggw", p) for p in group] if dbwd else [])
+    body = " ".join(f"prefetch_l2({t} + ({nxt}) * d.w + {p.w_off} + u * {p.w_stride});" for t, p in rows)
+    return f"{I}if ({nxt} < {e_end}) {{ {body} }}\n"
+
+
+def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int, prefetch: bool = False) -> str:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
@@ -249,6 +258,8 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int) ->
     s.append(f"{I2}if (slot < {S} && u < {mul})\n")
     s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     I3 = I2 + "  "
+    if prefetch:
+        s.append(_prefetch_next(I3, group, f"e + {S}", "e_end", dbwd))
     s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I3}const T* xr = x + sidx * d.in1;\n")
     s.append(f"{I3}const T* yr = y + e * d.in2;\n")
@@ -323,7 +334,7 @@ def _fwd_passes(live: List[_Path], budget: int) -> List[List[_Path]]:
 
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc)
-    body = "".join(_fwd_group(gi, g, "  ", dbwd, threads) for gi, g in enumerate(groups))
+    body = "".join(_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch)) for gi, g in enumerate(groups))
     red = 0
     for g in groups:
         comps = sum(k[2] for k in {p.out_key for p in g})
@@ -375,7 +386,8 @@ def _bwd_groups(live: List[_Path], budget: int) -> List[List[_Path]]:
     return groups
 
 
-def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str) -> Tuple[str, str]:
+def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
+               prefetch: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass, and its constant tables. Thread (slot, u): channel u of
     the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul rounded up to a warp)."""
     mul = group[0].mul
@@ -437,6 +449,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     if dbwd:
         s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
         s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
+    if prefetch:
+        s.append(_prefetch_next(I4, group, f"e + {S}", "e_end", dbwd))
     key = group[0].in1_key
     xk, hk, gxk = _bname('x', key), _bname('h', key), _bname('gx', key)
     used = sorted({i for p in group for (_, i, _, _) in p.nz})
@@ -559,7 +573,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str,
     first: dict = {}
     bodies, tables = [], []
     for gi, g in enumerate(groups):
-        b, t = _bwd_group(gi, g, threads, first, dbwd, tag)
+        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, bool(tune.prefetch))
         bodies.append(b)
         tables.append(t)
     vmax = 1
@@ -669,6 +683,16 @@ __global__ void __launch_bounds__(256) gx_sum_kernel(const T* __restrict__ work,
 }}
 """
 
+_PREFETCH = r"""
+// A hint to the L2 cache: no register is held and nothing waits for it (a no-op in the host emulation).
+template <typename T>
+__device__ __forceinline__ void prefetch_l2(const T* p) {
+#ifdef __CUDA_ARCH__
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+"""
+
 _LAUNCHERS = r"""
 const char* last_error() {{
   const cudaError_t err = cudaGetLastError();
@@ -766,6 +790,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         gen=GEN_VERSION, key=structure_key(struct), num_paths=len(paths), nnz=nnz, threads=threads,
         paths=", ".join(str(v) for r in paths for v in r), cg_ptr=", ".join(str(v) for v in cg_ptr),
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), covered=covered)
+    if tune.prefetch:
+        src += _PREFETCH
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
