@@ -227,19 +227,44 @@ def _fwd_slots(mul: int, comps: int, threads: int) -> Tuple[int, int]:
     return M, S
 
 
-def _prefetch_next(I: str, group: List[_Path], nxt: str, e_end: str, dbwd: bool) -> str:
-    """Device code asking L2 for the weight rows (and ggw rows) of edge ``nxt`` of this thread when it
-    exists: they are then an L2 hit, not a DRAM access, when that edge is processed."""
-    rows = [("w", p) for p in group] + ([("ggw", p) for p in group] if dbwd else [])
-    body = " ".join(f"prefetch_l2({t} + ({nxt}) * d.w + {p.w_off} + u * {p.w_stride});" for t, p in rows)
-    return f"{I}if ({nxt} < {e_end}) {{ {body} }}\n"
+def _prefetch_lines(group: List[_Path], elem: int) -> List[int]:
+    """Offsets (elements) within a weight row touching every 128-byte line that holds weights of the
+    group's paths: each contiguous run from its first element every 128 bytes, plus its last."""
+    pts: List[int] = []
+    for a, b in _intervals(p.w_off + u * p.w_stride for p in group for u in range(p.mul)):
+        run = list(range(a, b, 128 // elem))
+        pts += run + ([b - 1] if run[-1] != b - 1 else [])
+    return pts
 
 
-def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int, prefetch: bool = False) -> str:
+def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool) -> Tuple[str, str]:
+    """(tables, device code): where ``cond`` holds, the threads of a slot ask L2 for the lines of the
+    group's weights (and ggw) in the rows of edge ``nxt``, one line each, so that they are L2 hits
+    rather than DRAM accesses when that edge is processed; thread u of the slot takes lines u, u + mul,
+    ... Emitted first in the edge iteration, where nothing else is live yet."""
+    tables, n = "", {}
+    for elem in (4, 8):
+        lines = _prefetch_lines(group, elem)
+        n[elem] = len(lines)
+        tables += f"__device__ const int {name}_{elem}[{len(lines)}] = {{{', '.join(map(str, lines))}}};\n"
+    mul = group[0].mul
+    rows = ["w"] + (["ggw"] if dbwd else [])
+    code = (f"{I}if ({cond}) {{  // the next edge's weight lines into L2\n"
+            f"{I}  const int* pf = sizeof(T) == 4 ? {name}_4 : {name}_8;\n"
+            f"{I}  for (int t = u; t < (sizeof(T) == 4 ? {n[4]} : {n[8]}); t += {mul}) {{\n"
+            f"{I}    const int off = __ldg(pf + t);\n"
+            + "".join(f"{I}    prefetch_l2({r} + ({nxt}) * d.w + off);\n" for r in rows)
+            + f"{I}  }}\n{I}}}\n")
+    return tables, code
+
+
+def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
+               prefetch: bool = False) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
-    w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward)."""
+    w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward).
+    Returns (device code, constant tables)."""
     mul = group[0].mul
     out_keys = []
     for p in group:
@@ -258,8 +283,11 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int, pr
     s.append(f"{I2}if (slot < {S} && u < {mul})\n")
     s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     I3 = I2 + "  "
+    tables = ""
     if prefetch:
-        s.append(_prefetch_next(I3, group, f"e + {S}", "e_end", dbwd))
+        tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
+                                      dbwd)
+        s.append(code)
     s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I3}const T* xr = x + sidx * d.in1;\n")
     s.append(f"{I3}const T* yr = y + e * d.in2;\n")
@@ -324,7 +352,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int, pr
             s.append(f"{I2}  {o} = d.accumulate ? {o} + {_bname('acc', key)}_{k} : {_bname('acc', key)}_{k};\n")
     s.append(f"{I2}}}\n")
     s.append(f"{I}}}\n")
-    return "".join(s)
+    return "".join(s), tables
 
 
 def _fwd_passes(live: List[_Path], budget: int) -> List[List[_Path]]:
@@ -334,7 +362,8 @@ def _fwd_passes(live: List[_Path], budget: int) -> List[List[_Path]]:
 
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc)
-    body = "".join(_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch)) for gi, g in enumerate(groups))
+    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch)) for gi, g in enumerate(groups)]
+    body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
     for g in groups:
         comps = sum(k[2] for k in {p.out_key for p in g})
@@ -346,7 +375,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
     what = "g_grad_out of the double backward" if dbwd else "Forward"
-    return f"""
+    return tables + f"""
 // {what}: block n = receiver; {len(groups)} pass(es) over its edges.
 template <typename T>
 __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
@@ -430,6 +459,10 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     I2 = I1 + "  "
     s.append(f"{I2}const int64_t e = e0 + slot;\n")
     s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
+    if prefetch:
+        pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}", f"act && u < {mul} && e + {S} < e_end", dbwd)
+        tables += pf_tables
+        s.append(code)
     s.append(f"{I2}T gy[{V}];  // this channel's grad_y partials, slot = used y column\n")
     s.append(f"{I2}#pragma unroll\n{I2}for (int v = 0; v < {V}; ++v) gy[v] = T(0);\n")
     s.append(f"{I2}if (act) {{\n")
@@ -449,8 +482,6 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     if dbwd:
         s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
         s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
-    if prefetch:
-        s.append(_prefetch_next(I4, group, f"e + {S}", "e_end", dbwd))
     key = group[0].in1_key
     xk, hk, gxk = _bname('x', key), _bname('h', key), _bname('gx', key)
     used = sorted({i for p in group for (_, i, _, _) in p.nz})
