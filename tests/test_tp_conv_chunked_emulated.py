@@ -28,10 +28,11 @@ TOL = {torch.float64: 1e-13, torch.float32: 2e-6}
 _LIB = {}
 
 
-# the default kernels, and a tuning variant (MD_ACCEL_TP_TUNING) with the L2 prefetch of the next
-# edge's weights and budgets small enough to split every pass
+# the default kernels and tuning variants (MD_ACCEL_TP_TUNING): the L2 prefetch of the next edge's
+# weights with budgets small enough to split every pass, and backward passes merged over both in1 blocks
 TUNINGS = {"default": _codegen.Tuning(),
-           "prefetch_split": _codegen.Tuning(prefetch=1, fwd_acc=4, bwd_g32=4, bwd_g64=4)}
+           "prefetch_split": _codegen.Tuning(prefetch=1, fwd_acc=4, bwd_g32=4, bwd_g64=4),
+           "merged": _codegen.Tuning(merge_in1=1)}
 
 
 def plan_and_library(tuning="default"):

@@ -24,10 +24,12 @@ serves every normalisation of the same structure. Mapping (see .notes/kernels.md
 Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`` (default base
 ``~/.cache/md_accel``).
 
-Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32"`` overrides the register
-budgets below and asks the compiler for a minimum of resident warps per SM (``__launch_bounds__``);
-such builds are cached under a name of their own (``...-v<GEN_VERSION>-t<hash>.so``). Without it
-the generated source is the measured default.
+Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=1,merge_in1=1"``
+overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
+(``__launch_bounds__``), prefetches each thread's next edge weights into L2, merges backward passes
+over in1 blocks of one multiplicity (fields of ``Tuning``); such builds are cached under a name of
+their own (``...-v<GEN_VERSION>-t<hash>.so``). Without it the generated source is the measured
+default.
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ class Tuning(NamedTuple):
     min_warps32: int = 0
     min_warps64: int = 0
     prefetch: int = 0  # 1: each thread asks L2 for its next edge's weights before this edge's work
+    merge_in1: int = 0  # 1: backward passes over several whole in1 blocks of one multiplicity
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry."""
@@ -395,15 +398,22 @@ __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T
 """
 
 
-def _bwd_groups(live: List[_Path], budget: int) -> List[List[_Path]]:
+def _out_width(paths: List[_Path]) -> int:
+    return sum(k[2] for k in {p.out_key for p in paths})
+
+
+def _bwd_groups(live: List[_Path], budget: int, merge: bool = False) -> List[List[_Path]]:
     """Backward passes: the paths of one in1 block per pass (x, grad_x and w of the block are then
     touched by one pass only); a block whose grad_out components exceed ``budget`` per channel is
-    split over its output blocks into near-equal parts (its grad_x rows are then accumulated)."""
+    split over its output blocks into near-equal parts (its grad_x rows are then accumulated).
+    ``merge``: consecutive whole blocks of one multiplicity share a pass while their grad_out
+    components fit the budget (one y load and one grad_y reduction per edge for all of them)."""
     in1_order: List[Tuple[int, int, int]] = []
     for p in live:
         if p.in1_key not in in1_order:
             in1_order.append(p.in1_key)
     groups: List[List[_Path]] = []
+    whole: List[bool] = []
     for key in in1_order:
         ps = [p for p in live if p.in1_key == key]
         outs: List[Tuple[int, int, int]] = []
@@ -411,7 +421,14 @@ def _bwd_groups(live: List[_Path], budget: int) -> List[List[_Path]]:
             if p.out_key not in outs:
                 outs.append(p.out_key)
         parts = _parts(outs, budget)
-        groups += [[p for p in ps if p.out_key in part] for part in parts]
+        for part in parts:
+            gp = [p for p in ps if p.out_key in part]
+            if (merge and len(parts) == 1 and groups and whole[-1] and groups[-1][0].mul == gp[0].mul
+                    and _out_width(groups[-1] + gp) <= budget):
+                groups[-1] = groups[-1] + gp
+            else:
+                groups.append(gp)
+                whole.append(len(parts) == 1)
     return groups
 
 
@@ -482,14 +499,14 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     if dbwd:
         s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
         s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
-    key = group[0].in1_key
-    xk, hk, gxk = _bname('x', key), _bname('h', key), _bname('gx', key)
-    used = sorted({i for p in group for (_, i, _, _) in p.nz})
-    for i in used:
-        s.append(f"{I4}const T {xk}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
-        if dbwd:
-            s.append(f"{I4}const T {hk}_{i} = __ldg(hr + {key[0]} + u * {key[2]} + {i});\n")
-    s.append(f"{I4}T " + ", ".join(f"{gxk}_{i} = T(0)" for i in range(key[2])) + ";\n")
+    in1_keys = list(dict.fromkeys(p.in1_key for p in group))
+    for key in in1_keys:
+        xk, hk, gxk = _bname('x', key), _bname('h', key), _bname('gx', key)
+        for i in sorted({i for p in group if p.in1_key == key for (_, i, _, _) in p.nz}):
+            s.append(f"{I4}const T {xk}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
+            if dbwd:
+                s.append(f"{I4}const T {hk}_{i} = __ldg(hr + {key[0]} + u * {key[2]} + {i});\n")
+        s.append(f"{I4}T " + ", ".join(f"{gxk}_{i} = T(0)" for i in range(key[2])) + ";\n")
     w_keys = []
     for p in group:
         if p.w_key not in w_keys:
@@ -511,6 +528,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
             s.append(f"{I5}T " + ", ".join(f"qx{i} = T(0)" for i in iset) + ";\n")
         s.append(f"{I5}T sw = T(0);\n")
         gk = _bname('g', p.out_key)
+        xk, hk, gxk = _bname('x', p.in1_key), _bname('h', p.in1_key), _bname('gx', p.in1_key)
         for (q, i, j, k) in p.nz:
             c = p.in2_off + j
             if not dbwd:
@@ -538,9 +556,10 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     for wk in w_keys:
         op = "=" if first.setdefault(("w", wk), gi) == gi else "+="
         s.append(f"{I4}gw[e * d.w + {wk[0]} + u * {wk[2]}] {op} sw{wk[0]};\n")
-    op = "=" if first.setdefault(("in1", key), gi) == gi else "+="
-    for i in range(key[2]):
-        s.append(f"{I4}work[e * d.in1 + {key[0]} + u * {key[2]} + {i}] {op} {gxk}_{i};\n")
+    for key in in1_keys:
+        op = "=" if first.setdefault(("in1", key), gi) == gi else "+="
+        for i in range(key[2]):
+            s.append(f"{I4}work[e * d.in1 + {key[0]} + u * {key[2]} + {i}] {op} {_bname('gx', key)}_{i};\n")
     s.append(f"{I3}}}\n")
     if gi == 0:
         s.append(f"""{I3}for (int q = u; q < d.w; q += {M})
@@ -597,7 +616,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
 def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str, tune: Tuning) -> Optional[str]:
     """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
     edge grad_w, grad_y and the edge's grad_x contribution (work row e; summed by sender later)."""
-    groups = _bwd_groups(live, budget)
+    groups = _bwd_groups(live, budget, bool(tune.merge_in1))
     for g in groups:
         if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
             return None
@@ -795,7 +814,7 @@ def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> 
     src32 = _gen_bwd(live, threads, b32, dbwd, pre + "s", tune)
     if src32 is None:
         return None
-    if _bwd_groups(live, b32) == _bwd_groups(live, b64):
+    if _bwd_groups(live, b32, bool(tune.merge_in1)) == _bwd_groups(live, b64, bool(tune.merge_in1)):
         return src32, pre + "s", pre + "s"
     src64 = _gen_bwd(live, threads, b64, dbwd, pre + "d", tune)
     if src64 is None:
