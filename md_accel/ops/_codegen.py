@@ -57,8 +57,8 @@ TUNING_ENV = "MD_ACCEL_TP_TUNING"
 
 
 class Tuning(NamedTuple):
-    """Code-generation parameters: register budgets (components per channel) and the minimum
-    resident warps per SM requested from the compiler (0: the compiler's choice), per dtype."""
+    """Code-generation parameters: register budgets (components per channel), the minimum resident
+    warps per SM requested from the compiler (0: the compiler's choice) per dtype, and two switches."""
     fwd_acc: int = FWD_ACC_BUDGET
     dbwd_acc: int = DBWD_ACC_BUDGET
     bwd_g32: int = BWD_G_BUDGET[0]
@@ -230,6 +230,11 @@ def _fwd_slots(mul: int, comps: int, threads: int) -> Tuple[int, int]:
     return M, S
 
 
+def _out_width(paths: List[_Path]) -> int:
+    """grad_out / output components per channel of the paths' distinct output blocks."""
+    return sum(k[2] for k in {p.out_key for p in paths})
+
+
 def _prefetch_lines(group: List[_Path], elem: int) -> List[int]:
     """Offsets (elements) within a weight row touching every 128-byte line that holds weights of the
     group's paths: each contiguous run from its first element every 128 bytes, plus its last."""
@@ -369,7 +374,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
     for g in groups:
-        comps = sum(k[2] for k in {p.out_key for p in g})
+        comps = _out_width(g)
         M, S = _fwd_slots(g[0].mul, comps, threads)
         if S > 1:
             red = max(red, (S - 1) * comps * M)
@@ -396,10 +401,6 @@ __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T
       if (!out_covered(q)) orow[q] = T(0);
 }}
 """
-
-
-def _out_width(paths: List[_Path]) -> int:
-    return sum(k[2] for k in {p.out_key for p in paths})
 
 
 def _bwd_groups(live: List[_Path], budget: int, merge: bool = False) -> List[List[_Path]]:
