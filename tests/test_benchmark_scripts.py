@@ -78,3 +78,22 @@ def test_lammps_scaling_plot(tmp_path):
     out = run_script("lammps_scaling_plot.py", str(path))
     png = tmp_path / "scaling.png"
     assert "wrote" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tuning_table_ratios_and_wrong_variants(tmp_path):
+    def write(label, ms, err):
+        (tmp_path / label).mkdir()
+        results = [{"workload": "w", "dtype": "float32", "impl": "md_accel", "pass": p, "status": "ok", "median_ms": t}
+                   for p, t in zip(("fwd", "fwd_bwd"), ms)]
+        checks = [{"workload": "w", "dtype": "float32", "impl": "md_accel", "status": "ok", "fwd": err, "bwd": err,
+                   "dbwd": err}]
+        (tmp_path / label / "kernels.json").write_text(json.dumps({"results": results, "checks": checks}))
+
+    write("default", (1.0, 4.0), 2e-7)
+    write("faster", (0.5, 4.0), 3e-7)
+    write("broken", (0.1, 0.1), 0.5)
+    out = run_script("tuning_table.py", str(tmp_path))
+    rows = {line.split("|")[3].strip(): line for line in out.splitlines()[2:]}
+    assert "| default | broken | faster |" in out.splitlines()[0]
+    assert "0.5 ms (2.00x)" in rows["fwd"] and "4 ms (1.00x)" in rows["fwd_bwd"]
+    assert "WRONG (5.0e-01)" in rows["fwd"] and "0.1 ms" not in out
