@@ -199,18 +199,10 @@ class SevenNet(Backend):
             cp = load_checkpoint(sevenn_checkpoint(self.args.sevenn_checkpoint))
             model = cp.build_model(**flags)
         model.set_is_batch_data(False)
-        if dtype != torch.float32:  # sevenn's species one-hot is hard-coded float32 (.float())
-            from sevenn.nn.node_embedding import OnehotEmbedding
+        if dtype != torch.float32:  # sevenn's species one-hot is hard-coded float32
+            from md_accel.convert.sevenn import cast_species_onehot
 
-            def cast_onehot(module, inputs, data):
-                for key in (module.key_output, module.key_additional_output):
-                    if key is not None and key in data:
-                        data[key] = data[key].to(dtype)
-                return data
-
-            for module in model.modules():
-                if isinstance(module, OnehotEmbedding):
-                    module.register_forward_hook(cast_onehot)
+            cast_species_onehot(model, dtype)
         self.net = model.to(device=device, dtype=dtype).eval()
         self.cutoff = float(cp.config["cutoff"])
         self.dtype, self.device = dtype, device
@@ -354,16 +346,17 @@ def make_backend(spec: str, args) -> Backend:
 
 
 # --- the run ------------------------------------------------------------------------------------
-def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, budget, device, log) -> List[Dict]:
-    """``budget``: a callable giving this backend's time budget once it is loaded (a slow load,
-    e.g. a conversion or a kernel build, is not charged to its steps)."""
+def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, make_budget: Callable[[], "common.Budget"],
+                device, log) -> List[Dict]:
+    """``make_budget()`` gives this backend's time budget once it is loaded (a slow load, e.g. a
+    conversion or a kernel build, is not charged to its steps)."""
     recs = []
     base = {"backend": b.name, "model": b.model}
     t0 = time.perf_counter()
     try:
         b.load(args.dtype_t, device)
         log(f"[model_step] {b.name}: loaded in {time.perf_counter() - t0:.1f} s (cutoff {b.cutoff:g})")
-        budget = budget()
+        budget = make_budget()
     except Exception as e:  # noqa: BLE001
         reason = common.failure(e)
         log(f"[model_step] {b.name}: load failed: {reason}")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: md_accel's conv kernels under code-generation variants (MD_ACCEL_TP_TUNING, see
-# md_accel/ops/_codegen.py), one benchmarks/kernels.py run per variant on the same graph, one after
-# another, then a side-by-side table (benchmarks/tuning_table.py; a variant whose results leave the
-# tolerance on the check subgraph is marked WRONG). ase and vesin come from a peers bundle.
+# md_accel/ops/_codegen.py), one benchmarks/kernels.py run per variant through tools/gpu_check.sh on
+# the same graph, one after another, then a side-by-side table (benchmarks/tuning_table.py; a variant
+# whose results leave the tolerance on the check subgraph is marked WRONG). ase and vesin come from a
+# peers bundle.
 # Usage: tools/gpu_tuning.sh PEERS_DIR OUTDIR "" "prefetch=1" "merge_in1=1" ...   ("" = the default)
 # Env: WORKLOADS (mace_mp0_medium,sevennet_l3i5,nequip_l3), DTYPES (float32,float64), REPEATS (10),
 #      VARIANT_TIMEOUT (150 s). Carry .gpu/gpu_lib.tar.xz (and the variants' libraries prebuilt with
@@ -14,17 +15,12 @@ shift 2
 # shellcheck disable=SC1091
 source "$peers/setup-on-gpu.sh"
 mkdir -p "$out"
-OUT=$out GPU_TESTS=none bash tools/gpu_check.sh >"$out/check.log" 2>&1 || { tail -5 "$out/check.log"; exit 1; }
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} MD_ACCEL_BUILD_DIR=$PWD/.gpu/build PYTHONUNBUFFERED=1
-TAG=$(python -c "import runpy; print(runpy.run_path('csrc/build.py')['jit_tag']())")
-[[ -f .gpu/prebuilt/$TAG.so ]] && export MD_ACCEL_OPS_LIBRARY=$PWD/.gpu/prebuilt/$TAG.so
 for variant in "$@"; do
   label=${variant:-default}
   label=${label//[=,]/_}
   echo "[tuning] $label"
-  MD_ACCEL_TP_TUNING=$variant timeout "${VARIANT_TIMEOUT:-150}" python benchmarks/kernels.py --impls md_accel \
-    --workloads "${WORKLOADS:-mace_mp0_medium,sevennet_l3i5,nequip_l3}" --dtypes "${DTYPES:-float32,float64}" \
-    --repeats "${REPEATS:-10}" --warmup 2 --out "$out/$label" >"$out/$label.log" 2>&1 \
-    || echo "[tuning] $label: rc=$? (log $out/$label.log)"
+  MD_ACCEL_TP_TUNING=$variant GPU_TESTS=none timeout "${VARIANT_TIMEOUT:-150}" bash tools/gpu_check.sh \
+    "benchmarks/kernels.py --impls md_accel --workloads ${WORKLOADS:-mace_mp0_medium,sevennet_l3i5,nequip_l3} --dtypes ${DTYPES:-float32,float64} --repeats ${REPEATS:-10} --warmup 2 --out $out/$label" \
+    >"$out/$label.log" 2>&1 || echo "[tuning] $label: rc=$? (log $out/$label.log)"
 done
 python benchmarks/tuning_table.py "$out" | tee "$out/tuning.md"

@@ -391,6 +391,23 @@ def _per_species(values: torch.Tensor, n: int) -> torch.Tensor:
     return values.expand(n).clone() if values.numel() == 1 else values
 
 
+def cast_species_onehot(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """``model`` with forward hooks casting the output of sevenn's species one-hot embedding
+    (hard-coded float32 by ``.float()``) to ``dtype``; returns ``model``."""
+    from sevenn.nn.node_embedding import OnehotEmbedding
+
+    def cast(module, inputs, data):
+        for key in (module.key_output, module.key_additional_output):
+            if key is not None and key in data:
+                data[key] = data[key].to(dtype)
+        return data
+
+    for module in model.modules():
+        if isinstance(module, OnehotEmbedding):
+            module.register_forward_hook(cast)
+    return model
+
+
 def sevenn_calculator(name_or_path, modal: Optional[str] = None, dtype: torch.dtype = torch.float64):
     """sevenn's own ``SevenNetCalculator`` (CPU) running its model in ``dtype`` (the dtype of
     ``name_or_path`` if that is a loaded ``SevenNetSource``).
@@ -404,7 +421,6 @@ def sevenn_calculator(name_or_path, modal: Optional[str] = None, dtype: torch.dt
     from ase.calculators.calculator import Calculator, all_changes
     from sevenn.atom_graph_data import AtomGraphData
     from sevenn.calculator import SevenNetCalculator
-    from sevenn.nn.node_embedding import OnehotEmbedding
     from sevenn.train.dataload import unlabeled_atoms_to_graph
     from sevenn.util import dtype_correct
 
@@ -420,18 +436,9 @@ def sevenn_calculator(name_or_path, modal: Optional[str] = None, dtype: torch.dt
                 data["data_modality"] = self.modal
             self.results = self.output_to_results(self.model(data))
 
-    def cast_onehot(module, inputs, data):
-        for key in (module.key_output, module.key_additional_output):
-            if key is not None and key in data:
-                data[key] = data[key].to(dtype)
-        return data
-
     # a model of its own for the hooks (not a deepcopy: e3nn modules may hold ScriptFunctions,
     # which cannot be copied once another library, e.g. nequip, switched e3nn to scripting)
-    model = load_sevenn(src.path, dtype).model
-    for module in model.modules():
-        if isinstance(module, OnehotEmbedding):
-            module.register_forward_hook(cast_onehot)
+    model = cast_species_onehot(load_sevenn(src.path, dtype).model, dtype)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return _Calc(model=model, file_type="model_instance", modal=modal, device="cpu")
