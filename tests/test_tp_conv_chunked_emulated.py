@@ -28,11 +28,13 @@ TOL = {torch.float64: 1e-13, torch.float32: 2e-6}
 _LIB = {}
 
 
-# the default kernels and tuning variants (MD_ACCEL_TP_TUNING): the L2 prefetch of the next edge's
-# weights with budgets small enough to split every pass, and backward passes merged over both in1 blocks
+# the default kernels (L2 prefetch of the next edge's weights in the forward, the float32 backward and
+# the double backward; backward passes merged over both in1 blocks) and tuning variants
+# (MD_ACCEL_TP_TUNING): prefetch in every kernel with budgets small enough to split every pass, and
+# neither prefetch nor merged passes
 TUNINGS = {"default": _codegen.Tuning(),
-           "prefetch_split": _codegen.Tuning(prefetch=1, fwd_acc=4, bwd_g32=4, bwd_g64=4),
-           "merged": _codegen.Tuning(merge_in1=1)}
+           "prefetch_all_split": _codegen.Tuning(prefetch=15, fwd_acc=4, bwd_g32=4, bwd_g64=4),
+           "plain": _codegen.Tuning(prefetch=0, merge_in1=0)}
 
 
 def plan_and_library(tuning="default"):

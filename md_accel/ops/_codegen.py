@@ -24,12 +24,12 @@ serves every normalisation of the same structure. Mapping (see .notes/kernels.md
 Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`` (default base
 ``~/.cache/md_accel``).
 
-Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=1,merge_in1=1"``
+Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,merge_in1=0"``
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
-(``__launch_bounds__``), prefetches each thread's next edge weights into L2, merges backward passes
-over in1 blocks of one multiplicity (fields of ``Tuning``); such builds are cached under a name of
-their own (``...-v<GEN_VERSION>-t<hash>.so``). Without it the generated source is the measured
-default.
+(``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
+(``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity (fields of
+``Tuning``); such builds are cached under a name of their own (``...-v<GEN_VERSION>-t<hash>.so``).
+Without it the generated source is the measured default.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 5  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 6  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -54,6 +54,12 @@ MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
 MAX_NNZ = 2048        # shared-memory staging of the CG values, and compile time
 MAX_THREADS = 1024
 TUNING_ENV = "MD_ACCEL_TP_TUNING"
+# Tuning.prefetch bits: the kernels whose edge loops prefetch the next edge's weight lines into L2.
+PF_FWD, PF_BWD32, PF_BWD64, PF_DBWD = 1, 2, 4, 8  # fwd and dfwd; bwd float32; bwd float64; dbwd part 1
+# Session 8 (H100, tools/gpu_tuning.sh): the prefetch made the forward up to 1.3x faster and the fp32
+# MACE backward 1.07x, but the fp64 SevenNet-l3i5 backward ~20 % slower (182 instead of 168 registers:
+# one resident block less per SM); so the fp64 backward does not prefetch.
+PF_DEFAULT = PF_FWD | PF_BWD32 | PF_DBWD
 
 
 class Tuning(NamedTuple):
@@ -67,8 +73,8 @@ class Tuning(NamedTuple):
     dbwd_g64: int = DBWD_G_BUDGET[1]
     min_warps32: int = 0
     min_warps64: int = 0
-    prefetch: int = 0  # 1: each thread asks L2 for its next edge's weights before this edge's work
-    merge_in1: int = 0  # 1: backward passes over several whole in1 blocks of one multiplicity
+    prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks L2 for its next edge's weights first
+    merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry."""
@@ -370,7 +376,7 @@ def _fwd_passes(live: List[_Path], budget: int) -> List[List[_Path]]:
 
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc)
-    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch)) for gi, g in enumerate(groups)]
+    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD)) for gi, g in enumerate(groups)]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
     for g in groups:
@@ -434,9 +440,11 @@ def _bwd_groups(live: List[_Path], budget: int, merge: bool = False) -> List[Lis
 
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
-               prefetch: bool = False) -> Tuple[str, str]:
+               prefetch: Optional[str] = None) -> Tuple[str, str]:
     """Device code of one backward pass, and its constant tables. Thread (slot, u): channel u of
-    the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul rounded up to a warp)."""
+    the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul rounded up to a warp).
+    ``prefetch``: None, or the compile-time condition (on T) under which the next edge's weights
+    are prefetched."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -478,7 +486,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I2}const int64_t e = e0 + slot;\n")
     s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
     if prefetch:
-        pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}", f"act && u < {mul} && e + {S} < e_end", dbwd)
+        pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}",
+                                         f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd)
         tables += pf_tables
         s.append(code)
     s.append(f"{I2}T gy[{V}];  // this channel's grad_y partials, slot = used y column\n")
@@ -614,6 +623,14 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     return "".join(s), tables
 
 
+def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
+    """The compile-time condition under which a backward kernel prefetches (None: never)."""
+    if dbwd:
+        return "true" if tune.prefetch & PF_DBWD else None
+    f32, f64 = bool(tune.prefetch & PF_BWD32), bool(tune.prefetch & PF_BWD64)
+    return "true" if f32 and f64 else "sizeof(T) == 4" if f32 else "sizeof(T) == 8" if f64 else None
+
+
 def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str, tune: Tuning) -> Optional[str]:
     """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
     edge grad_w, grad_y and the edge's grad_x contribution (work row e; summed by sender later)."""
@@ -624,7 +641,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str,
     first: dict = {}
     bodies, tables = [], []
     for gi, g in enumerate(groups):
-        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, bool(tune.prefetch))
+        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd))
         bodies.append(b)
         tables.append(t)
     vmax = 1
