@@ -3,13 +3,8 @@
 //
 //   C[M, N] = A[M, K] @ B[K, N]    (B given as [K, N] or, transposed, as [N, K]; float32, row-major)
 //
-// Every operand x is split as x_hi = tf32(x) (cvt.rna.tf32.f32), x_lo = tf32(x - x_hi), and
-// C += A_lo*B_hi + A_hi*B_lo + A_hi*B_hi with mma.sync.m16n8k8 (tf32 in, float32 accumulate).
-// The dropped A_lo*B_lo term and the two roundings leave ~2^-22 relative error per product,
-// the level of a float32 FMA chain. The tensor cores add into their accumulator with truncation
-// (round toward zero), which over a long K chain (K = 1760: 660 accumulating mma) would bias the
-// result by ~1e-5 relative; so the three mma of each k8 step start from zero and their sum is
-// added to the result with a round-to-nearest float add (also saves 64 partial-sum registers).
+// The 3xTF32 split and the mma fragment layouts: tf32_mma.cuh (C += A_lo*B_hi + A_hi*B_lo +
+// A_hi*B_hi per k8 step, the three mma started from zero: no truncation bias over K = 1760).
 //
 // Made for skinny shapes (radial MLP's last layer and its input gradient): K = 64 with
 // N = 512..1760, and K = 512..1760 with N = 64; any M (64-bit row offsets), K and N multiples
@@ -26,19 +21,15 @@
 // Out-of-range rows, columns and k are zero-filled by cp.async (src-size 0) and not stored.
 // 1-D grid: block = m_tile * n_tiles + n_tile (consecutive blocks share their A rows in L2).
 //
-// Fragment layouts of mma.m16n8k8 .tf32 (PTX ISA, "Matrix Fragments for mma.m16n8k8"):
-// groupID g = lane >> 2, threadID_in_group t = lane & 3;
-//   A (16x8, row): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)      (row, k)
-//   B (8x8, col):  b0 (t, g), b1 (t+4, g)                                   (k, col)
-//   C (16x8):      c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)   (row, col)
-//
 // The device primitives (cvt, mma, cp.async) are small functions so that tests can compile the
 // kernel for the host with their own versions of them (tests/test_gemm_tf32x3.py, through
-// tests/cuda_emu; define MD_ACCEL_GEMM_HOST_EMU there).
+// tests/cuda_emu, which replaces tf32_mma.cuh's and defines MD_ACCEL_MMA_HOST_EMU).
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+
+#include "tf32_mma.cuh"
 
 namespace md_accel {
 namespace {
@@ -61,31 +52,7 @@ static_assert(kThreads / 32 * kWarpRows == kBM, "warps must cover the block rows
 static_assert((kBM * kBK / 4) % kThreads == 0 && (kBK * 2 * kBN / 4) % kThreads == 0, "tile loads");
 static_assert(kLdA % 4 == 0 && kLdB % 4 == 0, "16-byte aligned shared rows");
 
-#ifndef MD_ACCEL_GEMM_HOST_EMU
-// round to tf32 (nearest, ties away from zero), as the mma operand
-// (sm_80+ instructions; on older architectures the kernels trap, and gemm_3xtf32_supported()
-// keeps them from being launched there)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#define MD_ACCEL_SM80_ASM(...) __trap()
-#define MD_ACCEL_SM80_ASM_VOLATILE(...) __trap()
-#else
-#define MD_ACCEL_SM80_ASM(...) asm(__VA_ARGS__)
-#define MD_ACCEL_SM80_ASM_VOLATILE(...) asm volatile(__VA_ARGS__)
-#endif
-__device__ __forceinline__ uint32_t tf32_rna(float x) {
-  uint32_t r = 0;
-  MD_ACCEL_SM80_ASM("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
-
-// c += a @ b on one m16n8k8 tile (fragments as in the header comment)
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  MD_ACCEL_SM80_ASM("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
+#ifndef MD_ACCEL_MMA_HOST_EMU
 // 16 bytes global -> shared; src_bytes < 16 zero-fills the rest (0: no global read at all)
 __device__ __forceinline__ void cp_async16(float* smem, const float* gmem, int src_bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -99,14 +66,6 @@ __device__ __forceinline__ void cp_async_wait() {
   MD_ACCEL_SM80_ASM_VOLATILE("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 #endif
-
-// x = hi + lo + O(2^-22 |x|). hi is read back as a float32: its low 13 bits are cleared
-// explicitly (PTX leaves the tf32 container layout to the implementation; in practice it is a
-// float32 with those bits zero already). lo goes to the mma only, which ignores them.
-__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
-  hi = tf32_rna(x) & 0xffffe000u;
-  lo = tf32_rna(x - __uint_as_float(hi));
-}
 
 // out[k * N + n] = (hi, lo) of B[k, n]; B is b [K, N], or b [N, K] where trans (B = b^T)
 __global__ void __launch_bounds__(256) split_b_kernel(const float* __restrict__ b, float2* __restrict__ out, int K,
@@ -207,14 +166,7 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
         const uint32_t b_hi[2] = {__float_as_uint(b0.x), __float_as_uint(b1.x)};
         const uint32_t b_lo[2] = {__float_as_uint(b0.y), __float_as_uint(b1.y)};
 #pragma unroll
-        for (int i = 0; i < kMTiles; ++i) {
-          float d[4] = {0.f, 0.f, 0.f, 0.f};  // small terms first, then the big one
-          mma_tf32(d, a_lo[i], b_hi);
-          mma_tf32(d, a_hi[i], b_lo);
-          mma_tf32(d, a_hi[i], b_hi);
-#pragma unroll
-          for (int v = 0; v < 4; ++v) acc[i][j][v] += d[v];
-        }
+        for (int i = 0; i < kMTiles; ++i) mma_3xtf32(acc[i][j], a_hi[i], a_lo[i], b_hi, b_lo);
       }
     }
   }

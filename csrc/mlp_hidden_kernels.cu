@@ -17,13 +17,19 @@
 // at once, then v <- (v * factor_l) @ W_l^T layer by layer down to grad_x.
 //
 // Each output element is written by one thread with a fixed summation order: deterministic.
+//
+// float32 problems of the usual radial-MLP shape (input <= 8, 2 or 3 layers of width <= 64) run the
+// tensor-core kernels of mlp_hidden_mma.cuh instead on sm_80+ (MD_ACCEL_MLP_MMA=0: these kernels).
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "mlp_hidden.h"
+#include "mlp_hidden_mma.cuh"
 #include "vec16.cuh"
 
 namespace md_accel {
@@ -225,24 +231,60 @@ int max_smem_per_block() {
   return bytes;
 }
 
+// Grid of a persistent kernel: as many blocks as fit on the device at once, at most `blocks`.
+template <typename K>
+const char* persistent_grid(K kernel, int threads, size_t smem, int64_t blocks, int& grid) {
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || per_sm < 1)
+    return "md_accel mlp_hidden: the weights do not fit in shared memory";
+  grid = int(blocks < int64_t(per_sm) * sms ? blocks : int64_t(per_sm) * sms);
+  return nullptr;
+}
+
+// The tensor-core kernels serve p: float32, their shapes, sm_80+, not switched off.
+template <typename T>
+bool use_mma(const MLPHiddenProblem<T>& p) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return false;
+  } else {
+    const char* env = std::getenv("MD_ACCEL_MLP_MMA");
+    if ((env && std::strcmp(env, "0") == 0) || !mlp_mma::serves(p)) return false;
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    return major >= 8;
+  }
+}
+
+template <bool BWD>
+const char* launch_mma(const MLPHiddenProblem<float>& p, const float* grad_h, float* out, cudaStream_t stream) {
+  auto run = [&](auto kernel, size_t smem) -> const char* {
+    int grid = 0;
+    const int64_t blocks = ((p.num_edges + 15) / 16 + mlp_mma::kWarps - 1) / mlp_mma::kWarps;
+    if (const char* err = persistent_grid(kernel, mlp_mma::kThreads, smem, blocks, grid)) return err;
+    kernel<<<grid, mlp_mma::kThreads, smem, stream>>>(p, grad_h, out);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+  };
+  if (p.num_layers == 2) return run(mlp_mma::mlp_hidden_mma_kernel<2, BWD>, mlp_mma::smem_bytes<2>(BWD));
+  return run(mlp_mma::mlp_hidden_mma_kernel<3, BWD>, mlp_mma::smem_bytes<3>(BWD));
+}
+
 template <typename T, bool BWD>
 const char* launch(const MLPHiddenProblem<T>& p, const T* grad_h, T* out, cudaStream_t stream) {
   const char* err = "md_accel mlp_hidden: no fused kernel for these widths";
   if (p.num_edges == 0) return nullptr;
+  if constexpr (std::is_same_v<T, float>)
+    if (use_mma(p)) return launch_mma<BWD>(p, grad_h, out, stream);
   dispatch(p, [&](auto wd) {
     constexpr int K0P = decltype(wd)::K0P, HP = decltype(wd)::HP, NT = kThreads<T>;
     auto kernel = mlp_hidden_kernel<T, K0P, HP, BWD>;
     const size_t smem = smem_bytes<T, K0P, HP>(p.num_layers, BWD);
-    int dev = 0, sms = 0, per_sm = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, NT, smem) != cudaSuccess || per_sm < 1) {
-      err = "md_accel mlp_hidden: the weights do not fit in shared memory";
-      return;
-    }
-    const int64_t tiles = (p.num_edges + NT - 1) / NT;
-    const int grid = int(tiles < int64_t(per_sm) * sms ? tiles : int64_t(per_sm) * sms);
+    int grid = 0;
+    if ((err = persistent_grid(kernel, NT, smem, (p.num_edges + NT - 1) / NT, grid))) return;
     kernel<<<grid, NT, smem, stream>>>(p, grad_h, out);
     const cudaError_t e = cudaGetLastError();
     err = e == cudaSuccess ? nullptr : cudaGetErrorString(e);
@@ -254,6 +296,9 @@ const char* launch(const MLPHiddenProblem<T>& p, const T* grad_h, T* out, cudaSt
 
 template <typename T>
 bool mlp_hidden_has_kernel(const MLPHiddenProblem<T>& p, bool backward) {
+  if (use_mma(p))
+    return (p.num_layers == 2 ? mlp_mma::smem_bytes<2>(backward) : mlp_mma::smem_bytes<3>(backward)) <=
+           size_t(max_smem_per_block());
   bool fits = false;
   const bool known = dispatch(p, [&](auto wd) {
     constexpr int K0P = decltype(wd)::K0P, HP = decltype(wd)::HP;

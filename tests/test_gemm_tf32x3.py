@@ -1,8 +1,8 @@
 """md_accel::gemm_3xtf32 on the CPU: the op (C++ CPU kernel or the Python fallback) against
 torch.matmul, its argument checks and fake implementation; and the CUDA kernel
-(csrc/gemm_tf32x3_kernels.cu) compiled for the host with tests/cuda_emu, its mma / cvt /
-cp.async replaced by host versions written from the PTX ISA fragment layouts (the tensor cores'
-accumulation emulated as round-toward-zero): tiling, bounds and fragment mapping, no GPU needed.
+(csrc/gemm_tf32x3_kernels.cu) compiled for the host with tests/cuda_emu, its mma / cvt
+(tests/cuda_emu/tf32_mma_emu.h) and cp.async replaced by host versions written from the PTX ISA
+(the tensor cores' accumulation emulated as round-toward-zero): tiling, bounds and fragment mapping, no GPU needed.
 """
 from __future__ import annotations
 
@@ -77,62 +77,8 @@ def test_fake():
 # --- the CUDA kernel, emulated on the host ------------------------------------------------------
 
 _SHIM = r"""
-#define MD_ACCEL_GEMM_HOST_EMU 1
 #include "cuda_emu.h"
-#include <cmath>
-#include <cstdint>
 #include <cstring>
-
-struct alignas(8) float2 { float x, y; };
-inline float2 make_float2(float x, float y) { return {x, y}; }
-inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
-
-// cvt.rna.tf32.f32: nearest, ties away from zero (on the magnitude bits), low 13 bits zero
-inline uint32_t tf32_rna(float x) {
-  uint32_t u = __float_as_uint(x);
-  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
-  return u;
-}
-
-namespace gemm_emu {
-struct WarpRegs { uint32_t a[32][4]; uint32_t b[32][2]; };
-inline WarpRegs regs[32];
-// the mma reads tf32 operands: the low 13 bits are ignored
-inline double tf32v(uint32_t u) { return double(__uint_as_float(u & 0xffffe000u)); }
-inline float round_toward_zero(double s) {
-  float f = float(s);
-  if (std::fabs(double(f)) > std::fabs(s)) f = std::nextafter(f, 0.f);
-  return f;
-}
-}  // namespace gemm_emu
-
-// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, warp-collective, PTX ISA fragments:
-// g = lane >> 2, t = lane & 3; A: a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4);
-// B: b0 (k=t, n=g) b1 (k=t+4, n=g); C: c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1)
-inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  auto& w = emu::warp();
-  const int lane = int(threadIdx.x & 31);
-  auto& r = gemm_emu::regs[threadIdx.x / 32];
-  for (int i = 0; i < 4; ++i) r.a[lane][i] = a[i];
-  r.b[lane][0] = b[0];
-  r.b[lane][1] = b[1];
-  w.bar.arrive_and_wait();
-  const int g = lane >> 2, t = lane & 3;
-  float d[4];
-  for (int v = 0; v < 4; ++v) {
-    const int row = g + (v >= 2 ? 8 : 0), col = 2 * t + (v & 1);
-    double s = 0.0;
-    for (int k = 0; k < 8; ++k) {
-      const double av = gemm_emu::tf32v(r.a[(row % 8) * 4 + k % 4][(row >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]);
-      const double bv = gemm_emu::tf32v(r.b[col * 4 + k % 4][k >= 4 ? 1 : 0]);
-      s += av * bv;
-    }
-    d[v] = gemm_emu::round_toward_zero(double(c[v]) + s);
-  }
-  w.bar.arrive_and_wait();
-  for (int v = 0; v < 4; ++v) c[v] = d[v];
-}
 
 // cp.async.cg 16 bytes with src-size (zero fill), done at once; commit / wait are no-ops
 inline void cp_async16(float* smem, const float* gmem, int src_bytes) {

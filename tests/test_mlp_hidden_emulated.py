@@ -1,7 +1,9 @@
 """The fused CUDA kernels of md_accel::mlp_hidden_* (csrc/mlp_hidden_kernels.cu) run on the CPU
 through the host emulation of CUDA (tests/cuda_emu: a thread per CUDA thread, shared memory
 starting as NaN), against the plain-torch reference: both dtypes, the register and the
-chunked (shared-memory staged) layer paths, zero padding, and the same bits for any grid size.
+chunked (shared-memory staged) layer paths, the float32 tensor-core kernels (mlp_hidden_mma.cuh,
+their mma emulated from the PTX ISA fragment layouts), zero padding, and the same bits for any
+grid size.
 Needs g++; the GPU itself: tests/gpu/test_mlp_hidden_cuda.py."""
 from __future__ import annotations
 
@@ -95,10 +97,16 @@ WIDTHS = {
 }
 
 
+# float32 radial-MLP shapes run the tensor-core kernels (csrc/mlp_hidden_mma.cuh) unless switched off
+PATHS = {"f64": (torch.float64, "1"), "f32": (torch.float32, "1"), "f32_cuda_cores": (torch.float32, "0")}
+
+
 @pytest.mark.parametrize("e", [0, 1, 300])
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("name", list(WIDTHS))
-def test_matches_reference(name, dtype, e):
+def test_matches_reference(name, path, e, monkeypatch):
+    dtype, mma = PATHS[path]
+    monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
     x, ws, g = inputs(WIDTHS[name], e, dtype, seed=e)
     if name == "wide":
         with pytest.raises(AssertionError, match="no kernel"):
@@ -109,9 +117,11 @@ def test_matches_reference(name, dtype, e):
     assert rel_err(call(xd, wd, gd), mlp_hidden_bwd_ref(x, g, ws, CST)) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_grid_independence(dtype, monkeypatch):
+@pytest.mark.parametrize("path", list(PATHS))
+def test_grid_independence(path, monkeypatch):
     """Edges are spread over blocks by a grid-stride loop; every grid gives the same bits."""
+    dtype, mma = PATHS[path]
+    monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
     x, ws, g = (t.to(dtype) if isinstance(t, torch.Tensor) else [w.to(dtype) for w in t]
                 for t in inputs(WIDTHS["mace"], 700, dtype, seed=3))
     runs = []

@@ -28,8 +28,15 @@ using std::fma;
 #define __shared__ static  // blocks run one after another (launch below), so one copy serves them all
 #define __align__(n) alignas(n)
 
+#define MD_ACCEL_MMA_HOST_EMU 1  // csrc/tf32_mma.cuh takes its host versions from tf32_mma_emu.h
+
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
+struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 struct alignas(16) double2 { double x, y; };
 typedef int cudaError_t;
 typedef void* cudaStream_t;

@@ -24,9 +24,22 @@ def available() -> bool:
     return shutil.which("g++") is not None
 
 
+def _inline_cuh(src: str, seen: set) -> str:
+    """The csrc/*.cuh headers a source includes, pasted in (once each), so that the replacements
+    below reach the kernels they hold too."""
+    def paste(m):
+        name = m.group(1)
+        if name in seen:
+            return ""
+        seen.add(name)
+        return _inline_cuh((CSRC / name).read_text().replace("#pragma once\n", ""), seen)
+    return re.sub(r'^#include "(\w+\.cuh)"$', paste, src, flags=re.M)
+
+
 def host_source(src: str) -> str:
     """Generated CUDA -> host C++: the runtime header, named barriers, dynamic shared memory and
     the <<<grid, block, smem, stream>>> launches are replaced by cuda_emu.h equivalents."""
+    src = _inline_cuh(src, set())
     src = src.replace("#include <cuda_runtime.h>", '#include "cuda_emu.h"')
     src = src.replace('asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(threads) : "memory");',
                       "emu::named_sync(id, threads);")
@@ -46,7 +59,8 @@ def build(src: str, cache: Optional[Path] = None) -> str:
     host = host_source(src)
     d = Path(cache or os.environ.get("MD_ACCEL_EMU_CACHE") or Path(tempfile.gettempdir()) / "md_accel_emu")
     d.mkdir(parents=True, exist_ok=True)
-    so = d / f"{hashlib.sha256((host + (HERE / 'cuda_emu.h').read_text()).encode()).hexdigest()[:16]}.so"
+    headers = "".join(p.read_text() for p in sorted([*HERE.glob("*.h"), *CSRC.glob("*.h"), *CSRC.glob("*.cuh")]))
+    so = d / f"{hashlib.sha256((host + headers).encode()).hexdigest()[:16]}.so"
     if not so.exists():
         with tempfile.TemporaryDirectory(dir=d) as tmp:
             cpp = Path(tmp) / "lib.cpp"

@@ -78,32 +78,47 @@ def ref_ops(x, ws, g):
     return mlp_hidden_fwd_ref(x, ws, CST), mlp_hidden_bwd_ref(x, g, ws, CST)
 
 
+# float32 radial-MLP shapes run the tensor-core kernels (csrc/mlp_hidden_mma.cuh) unless switched off
+PATHS = {"f64": (torch.float64, "1"), "f32": (torch.float32, "1"), "f32_cuda_cores": (torch.float32, "0")}
+
+
 @pytest.mark.parametrize("e", EDGES)
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("name", list(WIDTHS))
-def test_matches_reference(name, dtype, e):
+def test_matches_reference(name, path, e, monkeypatch):
+    dtype, mma = PATHS[path]
+    monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
     x, ws, g = inputs(WIDTHS[name], e, dtype, seed=EDGES.index(e) + 10 * list(WIDTHS).index(name))
     for got, want, what in zip(cuda_ops(x, ws, g), ref_ops(x, ws, g), ("fwd", "bwd")):
         assert rel_err(got, want) <= TOL[dtype], what
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_fused_kernel_runs(dtype):
-    """The template shapes run the fused kernel (one launch per op), the others do not."""
+@pytest.mark.parametrize("path", list(PATHS))
+def test_fused_kernel_runs(path, monkeypatch):
+    """The template shapes run a fused kernel (one launch per op; the tensor-core one for float32
+    radial-MLP shapes unless switched off), the others do not."""
+    dtype, mma = PATHS[path]
+    monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
+
     def kernels(name):
         x, ws, g = inputs(WIDTHS[name], 5000, dtype, seed=1)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             cuda_ops(x, ws, g)
             torch.cuda.synchronize()
-        return [ev.name for ev in prof.events() if "mlp_hidden_kernel" in ev.name]
+        return [ev.name for ev in prof.events() if "mlp_hidden" in ev.name and "kernel" in ev.name]
 
-    assert len(kernels("mace")) == 2
+    mace = kernels("mace")
+    assert len(mace) == 2
+    assert all(("mma" in k) == (path == "f32") for k in mace), mace
+    assert all("mma" not in k for k in kernels("k0_16"))  # input wider than 8: the CUDA-core kernel
     assert len(kernels("aten")) == 0
     assert len(kernels("wide")) == 0
 
 
+@pytest.mark.parametrize("mma", ["1", "0"])
 @pytest.mark.parametrize("op", ["fwd", "bwd"])
-def test_bitwise_deterministic(op):
+def test_bitwise_deterministic(op, mma, monkeypatch):
+    monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
     x, ws, g = inputs(WIDTHS["mace"], 100003, torch.float32, seed=2)
     xd, gd, wd = x.to(DEV), g.to(DEV), [w.to(DEV) for w in ws]
     call = {"fwd": lambda: OPS.mlp_hidden_fwd(xd, wd, CST), "bwd": lambda: OPS.mlp_hidden_bwd(xd, gd, wd, CST)}[op]

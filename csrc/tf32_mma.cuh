@@ -1,0 +1,73 @@
+// The 3xTF32 tensor-core primitives shared by the float32 kernels that use mma.sync
+// (gemm_tf32x3_kernels.cu, mlp_hidden_mma.cuh).
+//
+// Every float32 operand x is split as x_hi = tf32(x) (cvt.rna.tf32.f32), x_lo = tf32(x - x_hi),
+// and a product is accumulated as A_lo*B_hi + A_hi*B_lo + A_hi*B_hi with mma.sync.m16n8k8 (tf32
+// in, float32 accumulate): the dropped A_lo*B_lo term and the roundings leave ~2^-22 relative
+// error per product, the level of a float32 FMA chain. The tensor cores add into their
+// accumulator with truncation (round toward zero), so callers start the three mma of a k8 step
+// from zero and add their sum to the result with a round-to-nearest float add (no bias over long
+// K chains).
+//
+// Fragment layouts of mma.m16n8k8 .tf32 (PTX ISA, "Matrix Fragments for mma.m16n8k8"):
+// groupID g = lane >> 2, threadID_in_group t = lane & 3;
+//   A (16x8, row): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)      (row, k)
+//   B (8x8, col):  b0 (t, g), b1 (t+4, g)                                   (k, col)
+//   C (16x8):      c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)   (row, col)
+//
+// Under tests/cuda_emu (MD_ACCEL_MMA_HOST_EMU, set by cuda_emu.h) tf32_rna and mma_tf32 are the
+// host versions of tests/cuda_emu/tf32_mma_emu.h, written from the same PTX ISA layouts.
+#pragma once
+#include <cstdint>
+
+#ifdef MD_ACCEL_MMA_HOST_EMU
+#include "tf32_mma_emu.h"
+#else
+// sm_80+ instructions; on older architectures the kernels trap (their launchers check the
+// compute capability first)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define MD_ACCEL_SM80_ASM(...) __trap()
+#define MD_ACCEL_SM80_ASM_VOLATILE(...) __trap()
+#else
+#define MD_ACCEL_SM80_ASM(...) asm(__VA_ARGS__)
+#define MD_ACCEL_SM80_ASM_VOLATILE(...) asm volatile(__VA_ARGS__)
+#endif
+
+namespace md_accel {
+// round to tf32 (nearest, ties away from zero), as the mma operand
+__device__ __forceinline__ uint32_t tf32_rna(float x) {
+  uint32_t r = 0;
+  MD_ACCEL_SM80_ASM("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// c += a @ b on one m16n8k8 tile (fragments as in the header comment)
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  MD_ACCEL_SM80_ASM("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+}  // namespace md_accel
+#endif
+
+namespace md_accel {
+// x = hi + lo + O(2^-22 |x|). hi is read back as a float32: its low 13 bits are cleared
+// explicitly (PTX leaves the tf32 container layout to the implementation; in practice it is a
+// float32 with those bits zero already). lo goes to the mma only, which ignores them.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = tf32_rna(x) & 0xffffe000u;
+  lo = tf32_rna(x - __uint_as_float(hi));
+}
+
+// d += a_lo b_hi + a_hi b_lo + a_hi b_hi, the three mma started from zero (see above)
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                           const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+  mma_tf32(c, a_lo, b_hi);
+  mma_tf32(c, a_hi, b_lo);
+  mma_tf32(c, a_hi, b_hi);
+#pragma unroll
+  for (int v = 0; v < 4; ++v) d[v] += c[v];
+}
+}  // namespace md_accel
