@@ -105,7 +105,7 @@ def main() -> None:
                          "fwd_bwd_ms": timed(step, args.reps), "rel_err_fwd": rel(fwd()[:n_check], ref_h),
                          "rel_err_bwd": rel(step()[:n_check], ref_gx)})
         os.environ.pop("MD_ACCEL_MLP_MMA", None)
-    print(f"radial MLP hidden layers, {args.edges} edges, float32, {out['env'].get('gpu', '')}")
+    print(f"radial MLP hidden layers, {args.edges} edges, float32, {out['env']['device']}")
     print(f"{'shape':16s} {'implementation':22s} {'fwd ms':>8s} {'fwd+bwd':>8s} {'vs torch':>9s} "
           f"{'err fwd':>9s} {'err bwd':>9s}")
     for r in rows:
