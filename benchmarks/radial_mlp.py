@@ -70,7 +70,8 @@ def main() -> None:
         sys.exit(f"needs a GPU and md_accel's CUDA library ({_cuda.load_error()})")
     torch.backends.cuda.matmul.allow_tf32 = False
     ops, dev = torch.ops.md_accel, torch.device("cuda")
-    rows, out = [], {"env": common.environment(dev), "edges": args.edges, "results": rows}
+    rows = []
+    out = {"env": common.environment(dev), "edges": args.edges, "results": rows}
     for name, widths in SHAPES.items():
         gen = torch.Generator().manual_seed(0)
         x64 = torch.randn(args.edges, widths[0], generator=gen, dtype=torch.float64)
