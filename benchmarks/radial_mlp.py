@@ -1,7 +1,7 @@
 """The radial MLP's hidden layers per edge (md_accel::mlp_hidden_{fwd,bwd}): md_accel's float32
 tensor-core kernels (csrc/mlp_hidden_mma.cuh) against its CUDA-core kernels (MD_ACCEL_MLP_MMA=0)
 and the plain-torch composition every peer runs (e3nn's FullyConnectedNet: matmul, SiLU, scale;
-its backward by autograd), on the MLP shapes of MACE-MP-0 (8 -> 64 -> 64 -> 64) and SevenNet /
+its backward by autograd), on the MLP shapes of MACE-MP-0 (10 Bessel functions -> 64 -> 64 -> 64) and SevenNet /
 NequIP (8 -> 64 -> 64), same inputs, same run.
 
 Columns: ms (median of CUDA-event timings) of the forward and of what an MD step runs (forward, then
@@ -30,7 +30,7 @@ import common  # noqa: E402
 from md_accel.ops import _cuda  # noqa: E402
 from md_accel.ops.mlp_reference import mlp_hidden_bwd_ref, mlp_hidden_fwd_ref  # noqa: E402
 
-SHAPES = {"mace_mp0": (8, 64, 64, 64), "sevennet_nequip": (8, 64, 64)}
+SHAPES = {"mace_mp0": (10, 64, 64, 64), "sevennet_nequip": (8, 64, 64)}
 CST = 1.6791767923989418  # e3nn's normalised SiLU constant
 
 

@@ -18,7 +18,7 @@
 //
 // Each output element is written by one thread with a fixed summation order: deterministic.
 //
-// float32 problems of the usual radial-MLP shape (input <= 8, 2 or 3 layers of width <= 64) run the
+// float32 problems of the usual radial-MLP shape (input <= 16, 2 or 3 layers of width <= 64) run the
 // tensor-core kernels of mlp_hidden_mma.cuh instead on sm_80+ (MD_ACCEL_MLP_MMA=0: these kernels).
 #include <cuda_runtime.h>
 
@@ -269,8 +269,12 @@ const char* launch_mma(const MLPHiddenProblem<float>& p, const float* grad_h, fl
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
   };
-  if (p.num_layers == 2) return run(mlp_mma::mlp_hidden_mma_kernel<2, BWD>, mlp_mma::smem_bytes<2>(BWD));
-  return run(mlp_mma::mlp_hidden_mma_kernel<3, BWD>, mlp_mma::smem_bytes<3>(BWD));
+  const int L = p.num_layers, k0s = mlp_mma::input_steps(p);
+  const size_t smem = mlp_mma::smem_bytes(L, k0s, BWD);
+  if (L == 2) return k0s == 1 ? run(mlp_mma::mlp_hidden_mma_kernel<2, 1, BWD>, smem)
+                              : run(mlp_mma::mlp_hidden_mma_kernel<2, 2, BWD>, smem);
+  return k0s == 1 ? run(mlp_mma::mlp_hidden_mma_kernel<3, 1, BWD>, smem)
+                  : run(mlp_mma::mlp_hidden_mma_kernel<3, 2, BWD>, smem);
 }
 
 template <typename T, bool BWD>
@@ -296,9 +300,8 @@ const char* launch(const MLPHiddenProblem<T>& p, const T* grad_h, T* out, cudaSt
 
 template <typename T>
 bool mlp_hidden_has_kernel(const MLPHiddenProblem<T>& p, bool backward) {
-  if (use_mma(p))
-    return (p.num_layers == 2 ? mlp_mma::smem_bytes<2>(backward) : mlp_mma::smem_bytes<3>(backward)) <=
-           size_t(max_smem_per_block());
+  if constexpr (std::is_same_v<T, float>)
+    if (use_mma(p)) return mlp_mma::smem_bytes(p.num_layers, mlp_mma::input_steps(p), backward) <= size_t(max_smem_per_block());
   bool fits = false;
   const bool known = dispatch(p, [&](auto wd) {
     constexpr int K0P = decltype(wd)::K0P, HP = decltype(wd)::HP;

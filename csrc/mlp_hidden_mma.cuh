@@ -1,6 +1,6 @@
 // Tensor-core kernels of md_accel::mlp_hidden_{fwd,bwd} for float32 (included by
 // mlp_hidden_kernels.cu, which chooses them): the radial MLPs of MACE, SevenNet and NequIP
-// (input width <= 8, L = 2 or 3 hidden layers of width <= 64) as chains of 16-edge x 64 products
+// (input width <= 16, L = 2 or 3 hidden layers of width <= 64) as chains of 16-edge x 64 products
 // with 3xTF32 mma (tf32_mma.cuh: float32 accuracy).
 //
 // A warp owns 16 edges at a time (one m16 tile). A layer's 64 outputs are 8 n8 tiles of the
@@ -13,7 +13,7 @@
 // The weights sit in shared memory as per-lane fragment tables, one float4 (b0 hi, b1 hi, b0 lo,
 // b1 lo) per (layer, k-step, n-tile, lane), built by each block from W once (the split is done
 // there, not per mma):
-//   forward  (B = W_l):    layer 0 (natural k order)  b0 = W_0[t][8j+g],      b1 = W_0[t+4][8j+g]
+//   forward  (B = W_l):    layer 0 (natural k order)  b0 = W_0[8s+t][8j+g],   b1 = W_0[8s+t+4][8j+g]
 //                          layers l >= 1 (permuted)    b0 = W_l[8s+2t][8j+g],  b1 = W_l[8s+2t+1][8j+g]
 //   backward (B = W_l^T):  every layer (permuted)      b0 = W_l[8j+g][8s+2t],  b1 = W_l[8j+g][8s+2t+1]
 // (s = k-step, j = n-tile; out-of-range rows and columns are zero, which is exact: silu(0) = 0).
@@ -37,21 +37,23 @@ constexpr int kThreads = 256;  // 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kH = 64;         // hidden width (padded)
 constexpr int kJ = kH / 8;     // n8 tiles (and k8 steps) of a hidden layer
-constexpr int kK0 = 8;         // input width (padded): one k8 step
+constexpr int kK0Max = 16;     // input width (padded to K0S = 1 or 2 k8 steps)
 
-// Fragment tables per direction: layer 0 has kJ entries (forward: 1 k-step x kJ n-tiles;
-// backward: kJ k-steps x 1 n-tile), every other layer kJ * kJ; an entry is 32 lanes' float4.
-__host__ __device__ constexpr int table_entries(int L) { return kJ + (L - 1) * kJ * kJ; }
-__host__ __device__ constexpr int layer_entry(int l) { return l == 0 ? 0 : kJ + (l - 1) * kJ * kJ; }
+// Fragment tables per direction: layer 0 has K0S * kJ entries (forward: K0S k-steps x kJ n-tiles;
+// backward: kJ k-steps x K0S n-tiles), every other layer kJ * kJ; an entry is 32 lanes' float4.
+__host__ __device__ constexpr int layer_entry(int l, int k0s) { return l == 0 ? 0 : k0s * kJ + (l - 1) * kJ * kJ; }
+__host__ __device__ constexpr int table_entries(int L, int k0s) { return layer_entry(L, k0s); }
 
-template <int L>
-__host__ size_t smem_bytes(bool backward) {
-  return size_t(table_entries(L)) * 32 * sizeof(float4) * (backward ? 2 : 1);
+__host__ inline size_t smem_bytes(int L, int k0s, bool backward) {
+  return size_t(table_entries(L, k0s)) * 32 * sizeof(float4) * (backward ? 2 : 1);
 }
+
+// k8 steps of the input (1 or 2)
+inline int input_steps(const MLPHiddenProblem<float>& p) { return p.width[0] > 8 ? 2 : 1; }
 
 // Which problems these kernels serve (the caller also needs compute capability >= 8).
 inline bool serves(const MLPHiddenProblem<float>& p) {
-  if (p.num_layers < 2 || p.num_layers > 3 || p.width[0] > kK0) return false;
+  if (p.num_layers < 2 || p.num_layers > 3 || p.width[0] > kK0Max) return false;
   for (int l = 1; l <= p.num_layers; ++l)
     if (p.width[l] > kH) return false;
   return true;
@@ -69,15 +71,16 @@ __device__ __forceinline__ float4 fragment(float b0, float b1) {
 }
 
 // The forward tables (and, with bwd, the backward ones) of every layer, as in the header comment.
-template <int L>
+template <int L, int K0S>
 __device__ void stage_tables(const MLPHiddenProblem<float>& p, float4* fwd, float4* bwd) {
-  for (int i = threadIdx.x; i < table_entries(L) * 32; i += kThreads) {
+  for (int i = threadIdx.x; i < table_entries(L, K0S) * 32; i += kThreads) {
     const int lane = i & 31, entry = i >> 5, g = lane >> 2, t = lane & 3;
-    const int l = entry < kJ ? 0 : 1 + (entry - kJ) / (kJ * kJ);
-    const int r = entry - layer_entry(l);
+    const int l = entry < K0S * kJ ? 0 : 1 + (entry - K0S * kJ) / (kJ * kJ);
+    const int r = entry - layer_entry(l, K0S);
     if (l == 0) {
-      fwd[i] = fragment(weight(p, 0, t, 8 * r + g), weight(p, 0, t + 4, 8 * r + g));
-      if (bwd) bwd[i] = fragment(weight(p, 0, g, 8 * r + 2 * t), weight(p, 0, g, 8 * r + 2 * t + 1));
+      const int fs = r / kJ, fj = r % kJ, bs = r / K0S, bj = r % K0S;  // forward / backward (k-step, n-tile)
+      fwd[i] = fragment(weight(p, 0, 8 * fs + t, 8 * fj + g), weight(p, 0, 8 * fs + t + 4, 8 * fj + g));
+      if (bwd) bwd[i] = fragment(weight(p, 0, 8 * bj + g, 8 * bs + 2 * t), weight(p, 0, 8 * bj + g, 8 * bs + 2 * t + 1));
     } else {
       const int s = r / kJ, j = r % kJ;
       fwd[i] = fragment(weight(p, l, 8 * s + 2 * t, 8 * j + g), weight(p, l, 8 * s + 2 * t + 1, 8 * j + g));
@@ -129,7 +132,7 @@ __device__ __forceinline__ float sigmoid_f(float z) { return 1.f / (1.f + expf(-
 
 // The forward of the tile at rows e0.. (16 edges): act = h_L in the accumulator layout; with
 // FAC, fac[l] = cst * silu'(z_l) for l < L - 1 and last = that of layer L - 1.
-template <int L, bool FAC>
+template <int L, int K0S, bool FAC>
 __device__ __forceinline__ void forward_tile(const MLPHiddenProblem<float>& p, const float4* tab, int64_t e0,
                                              float (&act)[kJ][4], float (&fac)[L - 1][kJ][4],
                                              float (&last)[kJ][4]) {
@@ -139,17 +142,17 @@ __device__ __forceinline__ void forward_tile(const MLPHiddenProblem<float>& p, c
   auto x_at = [&](int64_t row, int col) -> float {
     return row < p.num_edges && col < k0 ? p.x[row * k0 + col] : 0.f;
   };
-  product<1, kJ>(act, tab, [&](int, float (&a)[4]) {
-    a[0] = x_at(e0 + g, t);
-    a[1] = x_at(e0 + g + 8, t);
-    a[2] = x_at(e0 + g, t + 4);
-    a[3] = x_at(e0 + g + 8, t + 4);
+  product<K0S, kJ>(act, tab, [&](int s, float (&a)[4]) {
+    a[0] = x_at(e0 + g, 8 * s + t);
+    a[1] = x_at(e0 + g + 8, 8 * s + t);
+    a[2] = x_at(e0 + g, 8 * s + t + 4);
+    a[3] = x_at(e0 + g + 8, 8 * s + t + 4);
   });
 #pragma unroll
   for (int l = 0; l < L; ++l) {
     if (l > 0) {
       float z[kJ][4];
-      product<kJ, kJ>(z, tab + layer_entry(l) * 32, [&](int s, float (&a)[4]) { permuted(act, s, a); });
+      product<kJ, kJ>(z, tab + layer_entry(l, K0S) * 32, [&](int s, float (&a)[4]) { permuted(act, s, a); });
 #pragma unroll
       for (int j = 0; j < kJ; ++j)
 #pragma unroll
@@ -172,13 +175,13 @@ __device__ __forceinline__ void forward_tile(const MLPHiddenProblem<float>& p, c
   }
 }
 
-template <int L, bool BWD>
+template <int L, int K0S, bool BWD>
 __global__ void __launch_bounds__(kThreads, 1)
     mlp_hidden_mma_kernel(const MLPHiddenProblem<float> p, const float* __restrict__ grad_h, float* __restrict__ out) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float4* const fwd_tab = reinterpret_cast<float4*>(smem_raw);
-  float4* const bwd_tab = BWD ? fwd_tab + table_entries(L) * 32 : nullptr;
-  stage_tables<L>(p, fwd_tab, bwd_tab);
+  float4* const bwd_tab = BWD ? fwd_tab + table_entries(L, K0S) * 32 : nullptr;
+  stage_tables<L, K0S>(p, fwd_tab, bwd_tab);
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int k0 = p.width[0], hl = p.width[L];
   const int64_t tiles = (p.num_edges + 15) / 16;
@@ -186,7 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t e0 = tile * 16;
     const int64_t rows[2] = {e0 + g, e0 + g + 8};
     float act[kJ][4], fac[L - 1][kJ][4], last[kJ][4];
-    forward_tile<L, BWD>(p, fwd_tab + lane, e0, act, fac, last);
+    forward_tile<L, K0S, BWD>(p, fwd_tab + lane, e0, act, fac, last);
     if constexpr (!BWD) {
 #pragma unroll
       for (int j = 0; j < kJ; ++j)
@@ -209,20 +212,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int l = L - 1; l >= 1; --l) {
         float z[kJ][4];
-        product<kJ, kJ>(z, bwd_tab + layer_entry(l) * 32 + lane, [&](int s, float (&a)[4]) { permuted(gr, s, a); });
+        product<kJ, kJ>(z, bwd_tab + layer_entry(l, K0S) * 32 + lane,
+                        [&](int s, float (&a)[4]) { permuted(gr, s, a); });
 #pragma unroll
         for (int j = 0; j < kJ; ++j)
 #pragma unroll
           for (int v = 0; v < 4; ++v) gr[j][v] = z[j][v] * fac[l - 1][j][v];
       }
-      float gx[1][4];
-      product<kJ, 1>(gx, bwd_tab + lane, [&](int s, float (&a)[4]) { permuted(gr, s, a); });
+      float gx[K0S][4];
+      product<kJ, K0S>(gx, bwd_tab + lane, [&](int s, float (&a)[4]) { permuted(gr, s, a); });
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
-        const int64_t row = rows[v >> 1];
-        const int col = 2 * t + (v & 1);
-        if (row < p.num_edges && col < k0) out[row * k0 + col] = gx[0][v];
-      }
+      for (int j = 0; j < K0S; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const int64_t row = rows[v >> 1];
+          const int col = 8 * j + 2 * t + (v & 1);
+          if (row < p.num_edges && col < k0) out[row * k0 + col] = gx[j][v];
+        }
     }
   }
 }

@@ -89,6 +89,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 WIDTHS = {
     "mace": (8, 64, 64, 64),
+    "mace_mp0": (10, 64, 64, 64),  # MACE-MP-0's 10 Bessel functions: two input k8 steps
     "sevennet": (8, 64, 64),
     "padded": (5, 48, 30, 64),
     "k0_16": (12, 64, 64),

@@ -29,10 +29,12 @@ CST = 1.6791767923989418  # e3nn's SiLU constant (any value works)
 # zero-padded where smaller ("padded"); the others run the ATen composition ("aten").
 WIDTHS = {
     "mace": (8, 64, 64, 64),
+    "mace_mp0": (10, 64, 64, 64),  # MACE-MP-0's 10 Bessel functions: two input k8 steps
     "sevennet": (8, 64, 64),
     "wide": (8, 128),
     "padded": (5, 48, 30, 64),
     "k0_16": (12, 64, 64),
+    "padded4": (6, 64, 40, 64, 24),
     "aten": (20, 200, 64),
 }
 EDGES = [0, 1, 1000, 100003]
@@ -107,10 +109,11 @@ def test_fused_kernel_runs(path, monkeypatch):
             torch.cuda.synchronize()
         return [ev.name for ev in prof.events() if "mlp_hidden" in ev.name and "kernel" in ev.name]
 
-    mace = kernels("mace")
-    assert len(mace) == 2
-    assert all(("mma" in k) == (path == "f32") for k in mace), mace
-    assert all("mma" not in k for k in kernels("k0_16"))  # input wider than 8: the CUDA-core kernel
+    for name in ("mace", "mace_mp0", "k0_16"):
+        names = kernels(name)
+        assert len(names) == 2
+        assert all(("mma" in k) == (path == "f32") for k in names), (name, names)
+    assert all("mma" not in k for k in kernels("padded4"))  # four layers: the CUDA-core kernel
     assert len(kernels("aten")) == 0
     assert len(kernels("wide")) == 0
 
