@@ -6,8 +6,9 @@ torch.profiler on fcc copper.
 Per implementation and size: wall ms per step (synchronised, no profiler), kernels and
 launch calls (kernel/memcpy/memset launches and graph launches) per step, host
 synchronisations per step, GPU busy fraction (kernel + copy time / wall time) and the kernel
-time split by part: tp_conv fwd / bwd (md_accel's kernels; the peers' fused TP kernels too),
-gemm (linears, radial MLP), elementwise, reduction, sort/segment (graph build, segment sums),
+time split by part: tp_conv fwd / bwd (md_accel's conv kernels; the peers' fused TP kernels too),
+radial MLP (md_accel's hidden-layer kernels), gemm (linears; the radial MLP's last layer; the peers'
+whole MLPs), contraction (md_accel's symmetric contraction), elementwise, reduction, sort/segment (graph build, segment sums),
 index/scatter, neighbour list (kernels launched inside the Verlet-list update), memcpy/memset,
 other. Kernels replayed from a CUDA graph are attributed by name like the others.
 
@@ -42,7 +43,7 @@ LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaun
             "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync",
             "cudaMemcpy", "cudaMemset"}
 SYNCS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}
-PARTS = ("tp_conv fwd", "tp_conv bwd", "gemm", "elementwise", "reduction", "sort/segment", "index/scatter",
+PARTS = ("tp_conv fwd", "tp_conv bwd", "radial MLP", "gemm", "contraction", "elementwise", "reduction", "sort/segment", "index/scatter",
          "neighbour list", "memcpy/memset", "other")
 _PEER_TP = ("segmented_polynomial", "tensor_product", "cuequivariance", "openequivariance", "fused_tp", "uvu",
             "tp_fwd", "tp_bwd", "flashtp")
@@ -57,9 +58,22 @@ def _short(name: str) -> str:
     return name[:110]
 
 
+# md_accel's own kernels outside the conv: linears (the per-species linear's gemm / prefix / segment /
+# weight-gradient kernels, the radial MLP's last layer gemm_3xtf32 and its operand split)
+_MD_ACCEL_LINEAR = ("gemm", "split_b_kernel", "prefix_kernel", "segment_kernel", "wgrad")
+
+
 def classify(name: str) -> str:
-    """Part of the step a kernel belongs to, from its (demangled) name."""
+    """Part of the step a kernel belongs to, from its (demangled) name: md_accel's radial-MLP hidden
+    layers, symmetric contraction and linears by their names, the rest of md_accel (the conv
+    kernels and their per-sender sums) and the peers' fused tensor products as tp_conv."""
     n = name.lower()
+    if "mlp_hidden" in n:
+        return "radial MLP"
+    if "md_accel::sc::" in n:
+        return "contraction"
+    if "md_accel" in n and any(s in n for s in _MD_ACCEL_LINEAR):
+        return "gemm"
     if "md_accel" in n or "tp_conv" in n or any(s in n for s in _PEER_TP):
         return "tp_conv bwd" if ("bwd" in n or "backward" in n or "gx_sum" in n) else "tp_conv fwd"
     if any(s in n for s in _GEMM):

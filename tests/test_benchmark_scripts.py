@@ -97,3 +97,31 @@ def test_tuning_table_ratios_and_wrong_variants(tmp_path):
     assert "| default | broken | faster |" in out.splitlines()[0]
     assert "0.5 ms (2.00x)" in rows["fwd"] and "4 ms (1.00x)" in rows["fwd_bwd"]
     assert "WRONG (5.0e-01)" in rows["fwd"] and "0.1 ms" not in out
+
+
+def test_profile_parts_of_kernel_names():
+    """profile_step's parts: kernel names as the session-8 H100 profile printed them (md_accel's conv,
+    MLP, contraction and linears; cuBLAS; torch elementwise) and a cuEquivariance fused TP."""
+    sys.path.insert(0, BENCH)
+    try:
+        import profile_step
+    finally:
+        sys.path.remove(BENCH)
+    cases = {
+        "md_accel::gemm_3xtf32_kernel(float const*, float2 const*, float*, long, int, int, unsigned int)": "gemm",
+        "md_accel::bwd_kernel_bs<float>(float const*, float const*, float const*, float const*, float*)": "tp_conv bwd",
+        "md_accel::mlp_hidden_kernel<float, 16, 64, true>(md_accel::MLPHiddenProblem<float>, float const*)":
+            "radial MLP",
+        "void md_accel::mlp_mma::mlp_hidden_mma_kernel<3, 2, false>(md_accel::MLPHiddenProblem<float>)": "radial MLP",
+        "md_accel::fwd_kernel<float>(float const*, float const*, float const*, float*, long const*)": "tp_conv fwd",
+        "md_accel::gx_sum_kernel<float>(float const*, long const*, long const*, int, int, float*)": "tp_conv bwd",
+        "md_accel::sc::main_kernel<md_accel::Body, float, 1, false>(md_accel::SCArgs<float>, md_accel::Body)":
+            "contraction",
+        "void md_accel::(anonymous namespace)::wgrad_reduce_kernel<float>(float const*, float*, long)": "gemm",
+        "sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma": "gemm",
+        "vectorized_elementwise_kernel<4, CUDAFunctor_add<float>, array<char*, 3ul> >(int)": "elementwise",
+        "void segmented_polynomial_uniform_1d_kernel<float>(...)": "tp_conv fwd",
+    }
+    for name, part in cases.items():
+        assert profile_step.classify(name) == part, name
+        assert part in profile_step.PARTS
