@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -35,18 +34,7 @@ CST = 1.6791767923989418  # e3nn's normalised SiLU constant
 
 
 def timed(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    return common.time_gpu(fn, "cuda", warmup=3, repeats=reps)["median_ms"]
 
 
 def torch_fwd(x, ws):

@@ -128,6 +128,17 @@ __device__ __forceinline__ void permuted(const float (&c)[NJ][4], int s, float (
   a[3] = c[s][3];
 }
 
+// f(j, v, row, col) for every element of this lane in a 16-row tile at row e0 in the accumulator
+// layout of NJ n8 tiles
+template <int NJ, typename F>
+__device__ __forceinline__ void for_each_element(int64_t e0, F f) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) f(j, v, e0 + g + 8 * (v >> 1), 8 * j + 2 * t + (v & 1));
+}
+
 __device__ __forceinline__ float sigmoid_f(float z) { return 1.f / (1.f + expf(-z)); }
 
 // The forward of the tile at rows e0.. (16 edges): act = h_L in the accumulator layout; with
@@ -182,33 +193,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   float4* const fwd_tab = reinterpret_cast<float4*>(smem_raw);
   float4* const bwd_tab = BWD ? fwd_tab + table_entries(L, K0S) * 32 : nullptr;
   stage_tables<L, K0S>(p, fwd_tab, bwd_tab);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t E = p.num_edges;
   const int k0 = p.width[0], hl = p.width[L];
-  const int64_t tiles = (p.num_edges + 15) / 16;
+  const int64_t tiles = (E + 15) / 16;
   for (int64_t tile = int64_t(blockIdx.x) * kWarps + warp; tile < tiles; tile += int64_t(gridDim.x) * kWarps) {
     const int64_t e0 = tile * 16;
-    const int64_t rows[2] = {e0 + g, e0 + g + 8};
     float act[kJ][4], fac[L - 1][kJ][4], last[kJ][4];
     forward_tile<L, K0S, BWD>(p, fwd_tab + lane, e0, act, fac, last);
     if constexpr (!BWD) {
-#pragma unroll
-      for (int j = 0; j < kJ; ++j)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const int64_t row = rows[v >> 1];
-          const int col = 8 * j + 2 * t + (v & 1);
-          if (row < p.num_edges && col < hl) out[row * hl + col] = act[j][v];
-        }
+      for_each_element<kJ>(e0, [&](int j, int v, int64_t row, int col) {
+        if (row < E && col < hl) out[row * hl + col] = act[j][v];
+      });
     } else {
       float gr[kJ][4];  // gradient at the current layer's output (z side)
-#pragma unroll
-      for (int j = 0; j < kJ; ++j)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const int64_t row = rows[v >> 1];
-          const int col = 8 * j + 2 * t + (v & 1);
-          gr[j][v] = row < p.num_edges && col < hl ? grad_h[row * hl + col] * last[j][v] : 0.f;
-        }
+      for_each_element<kJ>(e0, [&](int j, int v, int64_t row, int col) {
+        gr[j][v] = row < E && col < hl ? grad_h[row * hl + col] * last[j][v] : 0.f;
+      });
 #pragma unroll
       for (int l = L - 1; l >= 1; --l) {
         float z[kJ][4];
@@ -221,14 +222,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       float gx[K0S][4];
       product<kJ, K0S>(gx, bwd_tab + lane, [&](int s, float (&a)[4]) { permuted(gr, s, a); });
-#pragma unroll
-      for (int j = 0; j < K0S; ++j)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const int64_t row = rows[v >> 1];
-          const int col = 8 * j + 2 * t + (v & 1);
-          if (row < p.num_edges && col < k0) out[row * k0 + col] = gx[j][v];
-        }
+      for_each_element<K0S>(e0, [&](int j, int v, int64_t row, int col) {
+        if (row < E && col < k0) out[row * k0 + col] = gx[j][v];
+      });
     }
   }
 }
