@@ -4,7 +4,7 @@
 # the same graph, one after another, then a side-by-side table (benchmarks/tuning_table.py; a variant
 # whose results leave the tolerance on the check subgraph is marked WRONG). ase and vesin come from a
 # peers bundle.
-# Usage: tools/gpu_tuning.sh PEERS_DIR OUTDIR "" "prefetch=1" "merge_in1=1" ...   ("" = the default)
+# Usage: tools/gpu_tuning.sh PEERS_DIR OUTDIR "" "prefetch=15" "merge_in1=0,bwd_g32=24" ...   ("" = the default)
 # Env: WORKLOADS (mace_mp0_medium,sevennet_l3i5,nequip_l3), DTYPES (float32,float64), REPEATS (10),
 #      VARIANT_TIMEOUT (150 s). Carry .gpu/gpu_lib.tar.xz (and the variants' libraries prebuilt with
 #      MD_ACCEL_TP_TUNING=... tools/prebuild_gpu_kernels.py, or they build here, ~20 s each).
