@@ -277,12 +277,22 @@ const char* launch_mma(const MLPHiddenProblem<float>& p, const float* grad_h, fl
                   : run(mlp_mma::mlp_hidden_mma_kernel<3, 2, BWD>, smem);
 }
 
+// use_mma, and the tensor-core kernel's tables fit in shared memory (GPUs with less than the
+// ~140 KB the 3-layer backward needs run the CUDA-core kernel)
+template <typename T>
+bool mma_fits(const MLPHiddenProblem<T>& p, bool backward) {
+  if constexpr (std::is_same_v<T, float>)
+    return use_mma(p) &&
+           mlp_mma::smem_bytes(p.num_layers, mlp_mma::input_steps(p), backward) <= size_t(max_smem_per_block());
+  return false;
+}
+
 template <typename T, bool BWD>
 const char* launch(const MLPHiddenProblem<T>& p, const T* grad_h, T* out, cudaStream_t stream) {
   const char* err = "md_accel mlp_hidden: no fused kernel for these widths";
   if (p.num_edges == 0) return nullptr;
   if constexpr (std::is_same_v<T, float>)
-    if (use_mma(p)) return launch_mma<BWD>(p, grad_h, out, stream);
+    if (mma_fits(p, BWD)) return launch_mma<BWD>(p, grad_h, out, stream);
   dispatch(p, [&](auto wd) {
     constexpr int K0P = decltype(wd)::K0P, HP = decltype(wd)::HP, NT = kThreads<T>;
     auto kernel = mlp_hidden_kernel<T, K0P, HP, BWD>;
@@ -300,8 +310,7 @@ const char* launch(const MLPHiddenProblem<T>& p, const T* grad_h, T* out, cudaSt
 
 template <typename T>
 bool mlp_hidden_has_kernel(const MLPHiddenProblem<T>& p, bool backward) {
-  if constexpr (std::is_same_v<T, float>)
-    if (use_mma(p)) return mlp_mma::smem_bytes(p.num_layers, mlp_mma::input_steps(p), backward) <= size_t(max_smem_per_block());
+  if (mma_fits(p, backward)) return true;
   bool fits = false;
   const bool known = dispatch(p, [&](auto wd) {
     constexpr int K0P = decltype(wd)::K0P, HP = decltype(wd)::HP;

@@ -132,3 +132,31 @@ def test_grid_independence(path, monkeypatch):
         runs.append((call(x, ws), call(x, ws, g)))
     for got in runs[1:]:
         assert all(torch.equal(a, b) for a, b in zip(got, runs[0]))
+
+
+@pytest.mark.parametrize("name", ["mace", "mace_mp0", "sevennet"])
+def test_float32_runs_tensor_cores(name, monkeypatch):
+    """The float32 radial-MLP shapes take the tensor-core path: its results are not the CUDA-core
+    kernel's bits (both within the tolerance of the reference, test_matches_reference)."""
+    x, ws, g = inputs(WIDTHS[name], 64, torch.float32, seed=5)
+    xf, wf, gf = x.float(), [w.float() for w in ws], g.float()
+    runs = {}
+    for mma in ("1", "0"):
+        monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
+        runs[mma] = (call(xf, wf), call(xf, wf, gf))
+    assert not torch.equal(runs["1"][0], runs["0"][0]) and not torch.equal(runs["1"][1], runs["0"][1])
+
+
+def test_small_shared_memory_falls_back_to_cuda_cores(monkeypatch):
+    """On a GPU with 99 KiB of shared memory per block (sm_86/89) the tensor-core backward of a
+    3-layer MLP (~136 KiB of tables) does not fit: the CUDA-core kernel serves it, same bits as
+    when the tensor cores are switched off; the forward (68 KiB) still runs on the tensor cores."""
+    x, ws, g = inputs(WIDTHS["mace"], 64, torch.float32, seed=6)
+    xf, wf, gf = x.float(), [w.float() for w in ws], g.float()
+    monkeypatch.setenv("EMU_SMEM_KIB", "99")
+    monkeypatch.setenv("MD_ACCEL_MLP_MMA", "0")
+    cuda_cores = (call(xf, wf), call(xf, wf, gf))
+    monkeypatch.setenv("MD_ACCEL_MLP_MMA", "1")
+    small = (call(xf, wf), call(xf, wf, gf))
+    assert torch.equal(small[1], cuda_cores[1])
+    assert not torch.equal(small[0], cuda_cores[0])

@@ -2,7 +2,7 @@
 // one std::thread per CUDA thread, std::barrier for __syncthreads, named barriers and warp
 // shuffles; blocks run one after the other. Shared memory starts as NaN bytes, so reads of
 // unwritten shared memory show. EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries
-// return (grid sizes). Lockstep-free: code that relies on implicit warp synchrony fails here, as it should.
+// return (grid sizes), EMU_SMEM_KIB the shared memory per block (default 227, an H100's). Lockstep-free: code that relies on implicit warp synchrony fails here, as it should.
 #pragma once
 #include <barrier>
 #include <cmath>
@@ -51,7 +51,7 @@ inline int emu_env(const char* n, int dflt) { const char* v = std::getenv(n); re
 // each (EMU_SMS, EMU_PER_SM) setting is its own "device", so per-device caches see the change
 inline cudaError_t cudaGetDevice(int* d) { *d = (8 * emu_env("EMU_SMS", 2) + emu_env("EMU_PER_SM", 1)) % 64; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
-  *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? 227 * 1024  // H100
+  *v = a == cudaDevAttrMaxSharedMemoryPerBlockOptin ? emu_env("EMU_SMEM_KIB", 227) * 1024  // H100 by default
        : a == cudaDevAttrComputeCapabilityMajor    ? 9
                                                    : emu_env("EMU_SMS", 2);
   return cudaSuccess;
