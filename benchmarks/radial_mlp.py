@@ -59,7 +59,23 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     ops, dev = torch.ops.md_accel, torch.device("cuda")
     rows = []
-    out = {"env": common.environment(dev), "edges": args.edges, "results": rows}
+    out = {"env": common.environment(dev), "edges": args.edges, "repeats": args.reps, "results": rows}
+    before = os.environ.get("MD_ACCEL_MLP_MMA")
+    try:
+        measure(args, ops, dev, rows)
+    finally:  # the switch as it was
+        if before is None:
+            os.environ.pop("MD_ACCEL_MLP_MMA", None)
+        else:
+            os.environ["MD_ACCEL_MLP_MMA"] = before
+    print_table(args, out)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "radial_mlp.json").write_text(json.dumps(out, indent=1))
+
+
+def measure(args, ops, dev, rows) -> None:
+    """One row per (shape, implementation); the tensor-core switch set before each call."""
     for name, widths in SHAPES.items():
         gen = torch.Generator().manual_seed(0)
         x64 = torch.randn(args.edges, widths[0], generator=gen, dtype=torch.float64)
@@ -70,7 +86,6 @@ def main() -> None:
         ref_gx = mlp_hidden_bwd_ref(x64[:n_check], g64[:n_check], w64, CST)
         x, g = x64.float().to(dev), g64.float().to(dev)
         ws = [w.float().to(dev) for w in w64]
-        flops = 2 * args.edges * sum(a * b for a, b in zip(widths, widths[1:]))
         impls = {}
         for label, mma in (("md_accel tensor cores", "1"), ("md_accel CUDA cores", "0")):
             def fwd(mma=mma):
@@ -93,7 +108,10 @@ def main() -> None:
             rows.append({"shape": name, "impl": label, "fwd_ms": timed(fwd, args.reps),
                          "fwd_bwd_ms": timed(step, args.reps), "rel_err_fwd": rel(fwd()[:n_check], ref_h),
                          "rel_err_bwd": rel(step()[:n_check], ref_gx)})
-        os.environ.pop("MD_ACCEL_MLP_MMA", None)
+
+
+def print_table(args, out) -> None:
+    rows = out["results"]
     print(f"radial MLP hidden layers, {args.edges} edges, float32, {out['env']['device']}")
     print(f"{'shape':16s} {'implementation':22s} {'fwd ms':>8s} {'fwd+bwd':>8s} {'vs torch':>9s} "
           f"{'err fwd':>9s} {'err bwd':>9s}")
@@ -101,9 +119,6 @@ def main() -> None:
         base = next(q for q in rows if q["shape"] == r["shape"] and q["impl"].startswith("torch"))
         print(f"{r['shape']:16s} {r['impl']:22s} {r['fwd_ms']:8.3f} {r['fwd_bwd_ms']:8.3f} "
               f"{base['fwd_bwd_ms'] / r['fwd_bwd_ms']:8.2f}x {r['rel_err_fwd']:9.1e} {r['rel_err_bwd']:9.1e}")
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "radial_mlp.json").write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
