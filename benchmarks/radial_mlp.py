@@ -1,6 +1,6 @@
-"""The radial MLP's hidden layers per edge (md_accel::mlp_hidden_{fwd,bwd}): md_accel's float32
-tensor-core kernels (csrc/mlp_hidden_mma.cuh) against its CUDA-core kernels (MD_ACCEL_MLP_MMA=0)
-and the plain-torch composition every peer runs (e3nn's FullyConnectedNet: matmul, SiLU, scale;
+"""The radial MLP's hidden layers per edge (md_accel::mlp_hidden_{fwd,bwd}): md_accel's tensor-core
+kernels (csrc/mlp_hidden_mma.cuh; float32 by default, float64 with MD_ACCEL_MLP_MMA64=1) against its
+CUDA-core kernels and the plain-torch composition every peer runs (e3nn's FullyConnectedNet: matmul, SiLU, scale;
 its backward by autograd), on the MLP shapes of MACE-MP-0 (10 Bessel functions -> 64 -> 64 -> 64) and SevenNet /
 NequIP (8 -> 64 -> 64), same inputs, same run.
 
@@ -9,7 +9,7 @@ the gradient of the input given grad_h: md_accel's backward op recomputes the fo
 autograd keeps its activations), the speed-up of the latter over torch, and the max relative error
 against the float64 reference (md_accel/ops/mlp_reference.py) on the first 20,000 edges.
 
-    python benchmarks/radial_mlp.py [--edges 2500000] [--reps 20] [--out DIR]
+    python benchmarks/radial_mlp.py [--edges 2500000] [--reps 20] [--dtype float32] [--out DIR]
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from md_accel.ops.mlp_reference import mlp_hidden_bwd_ref, mlp_hidden_fwd_ref  #
 
 SHAPES = {"mace_mp0": (10, 64, 64, 64), "sevennet_nequip": (8, 64, 64)}
 CST = 1.6791767923989418  # e3nn's normalised SiLU constant
+SWITCH = {"float32": "MD_ACCEL_MLP_MMA", "float64": "MD_ACCEL_MLP_MMA64"}  # "1": tensor cores, "0": CUDA cores
 
 
 def timed(fn, reps: int) -> float:
@@ -52,6 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--edges", type=int, default=2_500_000)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if not (torch.cuda.is_available() and _cuda.load()):
@@ -59,15 +61,17 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     ops, dev = torch.ops.md_accel, torch.device("cuda")
     rows = []
-    out = {"env": common.environment(dev), "edges": args.edges, "repeats": args.reps, "results": rows}
-    before = os.environ.get("MD_ACCEL_MLP_MMA")
+    out = {"env": common.environment(dev), "edges": args.edges, "repeats": args.reps, "dtype": args.dtype,
+           "results": rows}
+    before = {k: os.environ.get(k) for k in SWITCH.values()}
     try:
         measure(args, ops, dev, rows)
-    finally:  # the switch as it was
-        if before is None:
-            os.environ.pop("MD_ACCEL_MLP_MMA", None)
-        else:
-            os.environ["MD_ACCEL_MLP_MMA"] = before
+    finally:  # the switches as they were
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     print_table(args, out)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -76,6 +80,8 @@ def main() -> None:
 
 def measure(args, ops, dev, rows) -> None:
     """One row per (shape, implementation); the tensor-core switch set before each call."""
+    dtype = getattr(torch, args.dtype)
+    switch = SWITCH[args.dtype]
     for name, widths in SHAPES.items():
         gen = torch.Generator().manual_seed(0)
         x64 = torch.randn(args.edges, widths[0], generator=gen, dtype=torch.float64)
@@ -84,16 +90,16 @@ def measure(args, ops, dev, rows) -> None:
         n_check = 20_000  # rows checked against the float64 reference
         ref_h = mlp_hidden_fwd_ref(x64[:n_check], w64, CST)
         ref_gx = mlp_hidden_bwd_ref(x64[:n_check], g64[:n_check], w64, CST)
-        x, g = x64.float().to(dev), g64.float().to(dev)
-        ws = [w.float().to(dev) for w in w64]
+        x, g = x64.to(dev, dtype), g64.to(dev, dtype)
+        ws = [w.to(dev, dtype) for w in w64]
         impls = {}
         for label, mma in (("md_accel tensor cores", "1"), ("md_accel CUDA cores", "0")):
             def fwd(mma=mma):
-                os.environ["MD_ACCEL_MLP_MMA"] = mma
+                os.environ[switch] = mma
                 return ops.mlp_hidden_fwd(x, ws, CST)
 
             def step(mma=mma):  # what a step runs: the forward, then the backward (which recomputes it)
-                os.environ["MD_ACCEL_MLP_MMA"] = mma
+                os.environ[switch] = mma
                 ops.mlp_hidden_fwd(x, ws, CST)
                 return ops.mlp_hidden_bwd(x, g, ws, CST)
 
@@ -112,7 +118,7 @@ def measure(args, ops, dev, rows) -> None:
 
 def print_table(args, out) -> None:
     rows = out["results"]
-    print(f"radial MLP hidden layers, {args.edges} edges, float32, {out['env']['device']}")
+    print(f"radial MLP hidden layers, {args.edges} edges, {args.dtype}, {out['env']['device']}")
     print(f"{'shape':16s} {'implementation':22s} {'fwd ms':>8s} {'fwd+bwd':>8s} {'vs torch':>9s} "
           f"{'err fwd':>9s} {'err bwd':>9s}")
     for r in rows:

@@ -3,7 +3,7 @@
 //
 //   C[M, N] = A[M, K] @ B[K, N]    (B given as [K, N] or, transposed, as [N, K]; float32, row-major)
 //
-// The 3xTF32 split and the mma fragment layouts: tf32_mma.cuh (C += A_lo*B_hi + A_hi*B_lo +
+// The 3xTF32 split and the mma fragment layouts: mma.cuh (C += A_lo*B_hi + A_hi*B_lo +
 // A_hi*B_hi per k8 step, the three mma started from zero: no truncation bias over K = 1760).
 //
 // Made for skinny shapes (radial MLP's last layer and its input gradient): K = 64 with
@@ -23,13 +23,13 @@
 //
 // The device primitives (cvt, mma, cp.async) are small functions so that tests can compile the
 // kernel for the host with their own versions of them (tests/test_gemm_tf32x3.py, through
-// tests/cuda_emu, which replaces tf32_mma.cuh's and defines MD_ACCEL_MMA_HOST_EMU).
+// tests/cuda_emu, which replaces mma.cuh's and defines MD_ACCEL_MMA_HOST_EMU).
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
 
-#include "tf32_mma.cuh"
+#include "mma.cuh"
 
 namespace md_accel {
 namespace {

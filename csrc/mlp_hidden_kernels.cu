@@ -19,7 +19,8 @@
 // Each output element is written by one thread with a fixed summation order: deterministic.
 //
 // float32 problems of the usual radial-MLP shape (input <= 16, 2 or 3 layers of width <= 64) run the
-// tensor-core kernels of mlp_hidden_mma.cuh instead on sm_80+ (MD_ACCEL_MLP_MMA=0: these kernels).
+// tensor-core kernels of mlp_hidden_mma.cuh instead on sm_80+ (MD_ACCEL_MLP_MMA=0: these kernels);
+// float64 ones too with MD_ACCEL_MLP_MMA64=1.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -244,55 +245,58 @@ const char* persistent_grid(K kernel, int threads, size_t smem, int64_t blocks, 
   return nullptr;
 }
 
-// The tensor-core kernels serve p: float32, their shapes, sm_80+, not switched off.
+// The tensor-core kernels serve p: their shapes, sm_80+; float32 unless MD_ACCEL_MLP_MMA=0, float64
+// only with MD_ACCEL_MLP_MMA64=1 (not yet measured against the CUDA-core kernel on a GPU).
 template <typename T>
 bool use_mma(const MLPHiddenProblem<T>& p) {
-  if constexpr (!std::is_same_v<T, float>) {
-    return false;
-  } else {
-    const char* env = std::getenv("MD_ACCEL_MLP_MMA");
-    if ((env && std::strcmp(env, "0") == 0) || !mlp_mma::serves(p)) return false;
-    int dev = 0, major = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    return major >= 8;
-  }
+  const char* env = std::getenv(sizeof(T) == 4 ? "MD_ACCEL_MLP_MMA" : "MD_ACCEL_MLP_MMA64");
+  const bool on = sizeof(T) == 4 ? !(env && std::strcmp(env, "0") == 0) : (env && std::strcmp(env, "1") == 0);
+  if (!on || !mlp_mma::serves(p)) return false;
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  return major >= 8;
 }
 
-template <bool BWD>
-const char* launch_mma(const MLPHiddenProblem<float>& p, const float* grad_h, float* out, cudaStream_t stream) {
+template <typename T, bool BWD>
+const char* launch_mma(const MLPHiddenProblem<T>& p, const T* grad_h, T* out, cudaStream_t stream) {
+  using M = mlp_mma::MmaOf<T>;
   auto run = [&](auto kernel, size_t smem) -> const char* {
     int grid = 0;
-    const int64_t blocks = ((p.num_edges + 15) / 16 + mlp_mma::kWarps - 1) / mlp_mma::kWarps;
+    const int64_t tiles = (p.num_edges + M::kRows - 1) / M::kRows;
+    const int64_t blocks = (tiles + mlp_mma::kWarps - 1) / mlp_mma::kWarps;
     if (const char* err = persistent_grid(kernel, mlp_mma::kThreads, smem, blocks, grid)) return err;
     kernel<<<grid, mlp_mma::kThreads, smem, stream>>>(p, grad_h, out);
     const cudaError_t e = cudaGetLastError();
     return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
   };
   const int L = p.num_layers, k0s = mlp_mma::input_steps(p);
-  const size_t smem = mlp_mma::smem_bytes(L, k0s, BWD);
-  if (L == 2) return k0s == 1 ? run(mlp_mma::mlp_hidden_mma_kernel<2, 1, BWD>, smem)
-                              : run(mlp_mma::mlp_hidden_mma_kernel<2, 2, BWD>, smem);
-  return k0s == 1 ? run(mlp_mma::mlp_hidden_mma_kernel<3, 1, BWD>, smem)
-                  : run(mlp_mma::mlp_hidden_mma_kernel<3, 2, BWD>, smem);
+  const size_t smem = mlp_mma::smem_bytes<T>(L, k0s, BWD);
+  if constexpr (sizeof(T) == 4) {
+    if (L == 2) return k0s == 1 ? run(mlp_mma::mlp_hidden_mma_kernel<T, 2, 1, BWD>, smem)
+                                : run(mlp_mma::mlp_hidden_mma_kernel<T, 2, 2, BWD>, smem);
+    return k0s == 1 ? run(mlp_mma::mlp_hidden_mma_kernel<T, 3, 1, BWD>, smem)
+                    : run(mlp_mma::mlp_hidden_mma_kernel<T, 3, 2, BWD>, smem);
+  } else {  // the input always padded to 16 (4 k4 steps)
+    constexpr int K0S = mlp_mma::input_steps_max<M>();
+    return L == 2 ? run(mlp_mma::mlp_hidden_mma_kernel<T, 2, K0S, BWD>, smem)
+                  : run(mlp_mma::mlp_hidden_mma_kernel<T, 3, K0S, BWD>, smem);
+  }
 }
 
 // use_mma, and the tensor-core kernel's tables fit in shared memory (GPUs with less than the
 // ~140 KB the 3-layer backward needs run the CUDA-core kernel)
 template <typename T>
 bool mma_fits(const MLPHiddenProblem<T>& p, bool backward) {
-  if constexpr (std::is_same_v<T, float>)
-    return use_mma(p) &&
-           mlp_mma::smem_bytes(p.num_layers, mlp_mma::input_steps(p), backward) <= size_t(max_smem_per_block());
-  return false;
+  return use_mma(p) &&
+         mlp_mma::smem_bytes<T>(p.num_layers, mlp_mma::input_steps(p), backward) <= size_t(max_smem_per_block());
 }
 
 template <typename T, bool BWD>
 const char* launch(const MLPHiddenProblem<T>& p, const T* grad_h, T* out, cudaStream_t stream) {
   const char* err = "md_accel mlp_hidden: no fused kernel for these widths";
   if (p.num_edges == 0) return nullptr;
-  if constexpr (std::is_same_v<T, float>)
-    if (mma_fits(p, BWD)) return launch_mma<BWD>(p, grad_h, out, stream);
+  if (mma_fits(p, BWD)) return launch_mma<T, BWD>(p, grad_h, out, stream);
   dispatch(p, [&](auto wd) {
     constexpr int K0P = decltype(wd)::K0P, HP = decltype(wd)::HP, NT = kThreads<T>;
     auto kernel = mlp_hidden_kernel<T, K0P, HP, BWD>;

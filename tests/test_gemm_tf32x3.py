@@ -1,7 +1,7 @@
 """md_accel::gemm_3xtf32 on the CPU: the op (C++ CPU kernel or the Python fallback) against
 torch.matmul, its argument checks and fake implementation; and the CUDA kernel
 (csrc/gemm_tf32x3_kernels.cu) compiled for the host with tests/cuda_emu, its mma / cvt
-(tests/cuda_emu/tf32_mma_emu.h) and cp.async replaced by host versions written from the PTX ISA
+(tests/cuda_emu/mma_emu.h) and cp.async replaced by host versions written from the PTX ISA
 (the tensor cores' accumulation emulated as round-toward-zero): tiling, bounds and fragment mapping, no GPU needed.
 """
 from __future__ import annotations

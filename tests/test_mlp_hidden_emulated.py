@@ -1,8 +1,8 @@
 """The fused CUDA kernels of md_accel::mlp_hidden_* (csrc/mlp_hidden_kernels.cu) run on the CPU
 through the host emulation of CUDA (tests/cuda_emu: a thread per CUDA thread, shared memory
 starting as NaN), against the plain-torch reference: both dtypes, the register and the
-chunked (shared-memory staged) layer paths, the float32 tensor-core kernels (mlp_hidden_mma.cuh,
-their mma emulated from the PTX ISA fragment layouts), zero padding, and the same bits for any
+chunked (shared-memory staged) layer paths, the tensor-core kernels (mlp_hidden_mma.cuh, float32
+3xTF32 and float64 DMMA, their mma emulated from the PTX ISA fragment layouts), zero padding, and the same bits for any
 grid size.
 Needs g++; the GPU itself: tests/gpu/test_mlp_hidden_cuda.py."""
 from __future__ import annotations
@@ -98,16 +98,26 @@ WIDTHS = {
 }
 
 
-# float32 radial-MLP shapes run the tensor-core kernels (csrc/mlp_hidden_mma.cuh) unless switched off
-PATHS = {"f64": (torch.float64, "1"), "f32": (torch.float32, "1"), "f32_cuda_cores": (torch.float32, "0")}
+# float32 radial-MLP shapes run the tensor-core kernels (csrc/mlp_hidden_mma.cuh) unless switched off;
+# float64 ones only when switched on: (dtype, switches)
+PATHS = {"f64": (torch.float64, {}), "f64_tensor_cores": (torch.float64, {"MD_ACCEL_MLP_MMA64": "1"}),
+         "f32": (torch.float32, {}), "f32_cuda_cores": (torch.float32, {"MD_ACCEL_MLP_MMA": "0"})}
+
+
+def use_path(path, monkeypatch):
+    dtype, switches = PATHS[path]
+    for name in ("MD_ACCEL_MLP_MMA", "MD_ACCEL_MLP_MMA64"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
+    return dtype
 
 
 @pytest.mark.parametrize("e", [0, 1, 300])
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("name", list(WIDTHS))
 def test_matches_reference(name, path, e, monkeypatch):
-    dtype, mma = PATHS[path]
-    monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
+    dtype = use_path(path, monkeypatch)
     x, ws, g = inputs(WIDTHS[name], e, dtype, seed=e)
     if name == "wide":
         with pytest.raises(AssertionError, match="no kernel"):
@@ -121,8 +131,7 @@ def test_matches_reference(name, path, e, monkeypatch):
 @pytest.mark.parametrize("path", list(PATHS))
 def test_grid_independence(path, monkeypatch):
     """Edges are spread over blocks by a grid-stride loop; every grid gives the same bits."""
-    dtype, mma = PATHS[path]
-    monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
+    dtype = use_path(path, monkeypatch)
     x, ws, g = (t.to(dtype) if isinstance(t, torch.Tensor) else [w.to(dtype) for w in t]
                 for t in inputs(WIDTHS["mace"], 700, dtype, seed=3))
     runs = []
@@ -134,17 +143,19 @@ def test_grid_independence(path, monkeypatch):
         assert all(torch.equal(a, b) for a, b in zip(got, runs[0]))
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("name", ["mace", "mace_mp0", "sevennet"])
-def test_float32_runs_tensor_cores(name, monkeypatch):
-    """The float32 radial-MLP shapes take the tensor-core path: its results are not the CUDA-core
-    kernel's bits (both within the tolerance of the reference, test_matches_reference)."""
-    x, ws, g = inputs(WIDTHS[name], 64, torch.float32, seed=5)
-    xf, wf, gf = x.float(), [w.float() for w in ws], g.float()
+def test_radial_shapes_run_tensor_cores(name, dtype, monkeypatch):
+    """The radial-MLP shapes take the tensor-core path where it is on: its results are not the
+    CUDA-core kernel's bits (both within the tolerance of the reference, test_matches_reference)."""
+    on, off = {"f32": ("f32", "f32_cuda_cores"), "f64": ("f64_tensor_cores", "f64")}[dtype]
+    x, ws, g = inputs(WIDTHS[name], 64, PATHS[on][0], seed=5)
     runs = {}
-    for mma in ("1", "0"):
-        monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
-        runs[mma] = (call(xf, wf), call(xf, wf, gf))
-    assert not torch.equal(runs["1"][0], runs["0"][0]) and not torch.equal(runs["1"][1], runs["0"][1])
+    for path in (on, off):
+        t = use_path(path, monkeypatch)
+        xt, wt, gt = x.to(t), [w.to(t) for w in ws], g.to(t)
+        runs[path] = (call(xt, wt), call(xt, wt, gt))
+    assert not torch.equal(runs[on][0], runs[off][0]) and not torch.equal(runs[on][1], runs[off][1])
 
 
 def test_small_shared_memory_falls_back_to_cuda_cores(monkeypatch):

@@ -28,7 +28,7 @@ using std::fma;
 #define __shared__ static  // blocks run one after another (launch below), so one copy serves them all
 #define __align__(n) alignas(n)
 
-#define MD_ACCEL_MMA_HOST_EMU 1  // csrc/tf32_mma.cuh takes its host versions from tf32_mma_emu.h
+#define MD_ACCEL_MMA_HOST_EMU 1  // csrc/mma.cuh takes its host versions from mma_emu.h
 
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 struct alignas(8) float2 { float x, y; };

@@ -80,16 +80,27 @@ def ref_ops(x, ws, g):
     return mlp_hidden_fwd_ref(x, ws, CST), mlp_hidden_bwd_ref(x, g, ws, CST)
 
 
-# float32 radial-MLP shapes run the tensor-core kernels (csrc/mlp_hidden_mma.cuh) unless switched off
-PATHS = {"f64": (torch.float64, "1"), "f32": (torch.float32, "1"), "f32_cuda_cores": (torch.float32, "0")}
+# float32 radial-MLP shapes run the tensor-core kernels (csrc/mlp_hidden_mma.cuh) unless switched off;
+# float64 ones only when switched on: (dtype, switches)
+PATHS = {"f64": (torch.float64, {}), "f64_tensor_cores": (torch.float64, {"MD_ACCEL_MLP_MMA64": "1"}),
+         "f32": (torch.float32, {}), "f32_cuda_cores": (torch.float32, {"MD_ACCEL_MLP_MMA": "0"})}
+TENSOR_CORES = ("f32", "f64_tensor_cores")
+
+
+def use_path(path, monkeypatch):
+    dtype, switches = PATHS[path]
+    for name in ("MD_ACCEL_MLP_MMA", "MD_ACCEL_MLP_MMA64"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)
+    return dtype
 
 
 @pytest.mark.parametrize("e", EDGES)
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("name", list(WIDTHS))
 def test_matches_reference(name, path, e, monkeypatch):
-    dtype, mma = PATHS[path]
-    monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
+    dtype = use_path(path, monkeypatch)
     x, ws, g = inputs(WIDTHS[name], e, dtype, seed=EDGES.index(e) + 10 * list(WIDTHS).index(name))
     for got, want, what in zip(cuda_ops(x, ws, g), ref_ops(x, ws, g), ("fwd", "bwd")):
         assert rel_err(got, want) <= TOL[dtype], what
@@ -99,8 +110,7 @@ def test_matches_reference(name, path, e, monkeypatch):
 def test_fused_kernel_runs(path, monkeypatch):
     """The template shapes run a fused kernel (one launch per op; the tensor-core one for float32
     radial-MLP shapes unless switched off), the others do not."""
-    dtype, mma = PATHS[path]
-    monkeypatch.setenv("MD_ACCEL_MLP_MMA", mma)
+    dtype = use_path(path, monkeypatch)
 
     def kernels(name):
         x, ws, g = inputs(WIDTHS[name], 5000, dtype, seed=1)
@@ -112,7 +122,7 @@ def test_fused_kernel_runs(path, monkeypatch):
     for name in ("mace", "mace_mp0", "k0_16"):
         names = kernels(name)
         assert len(names) == 2
-        assert all(("mma" in k) == (path == "f32") for k in names), (name, names)
+        assert all(("mma" in k) == (path in TENSOR_CORES) for k in names), (name, names)
     four_layers = kernels("padded4")  # the CUDA-core kernel
     assert len(four_layers) == 2 and all("mma" not in k for k in four_layers)
     assert len(kernels("aten")) == 0

@@ -1,5 +1,5 @@
-// The 3xTF32 tensor-core primitives shared by the float32 kernels that use mma.sync
-// (gemm_tf32x3_kernels.cu, mlp_hidden_mma.cuh).
+// Tensor-core primitives shared by the kernels that use mma.sync (gemm_tf32x3_kernels.cu,
+// mlp_hidden_mma.cuh): float32 through the 3xTF32 split, float64 through DMMA.
 //
 // Every float32 operand x is split as x_hi = tf32(x) (cvt.rna.tf32.f32), x_lo = tf32(x - x_hi),
 // and a product is accumulated as A_lo*B_hi + A_hi*B_lo + A_hi*B_hi with mma.sync.m16n8k8 (tf32
@@ -14,14 +14,16 @@
 //   A (16x8, row): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4)      (row, k)
 //   B (8x8, col):  b0 (t, g), b1 (t+4, g)                                   (k, col)
 //   C (16x8):      c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)   (row, col)
+// and of mma.m8n8k4 .f64 (IEEE float64 products and sums):
+//   A (8x4, row): a0 (g, t);  B (4x8, col): b0 (t, g);  C (8x8): c0 (g, 2t), c1 (g, 2t+1)
 //
-// Under tests/cuda_emu (MD_ACCEL_MMA_HOST_EMU, set by cuda_emu.h) tf32_rna and mma_tf32 are the
-// host versions of tests/cuda_emu/tf32_mma_emu.h, written from the same PTX ISA layouts.
+// Under tests/cuda_emu (MD_ACCEL_MMA_HOST_EMU, set by cuda_emu.h) tf32_rna, mma_tf32 and mma_f64 are the
+// host versions of tests/cuda_emu/mma_emu.h, written from the same PTX ISA layouts.
 #pragma once
 #include <cstdint>
 
 #ifdef MD_ACCEL_MMA_HOST_EMU
-#include "tf32_mma_emu.h"
+#include "mma_emu.h"
 #else
 // sm_80+ instructions; on older architectures the kernels trap (their launchers check the
 // compute capability first)
@@ -47,6 +49,13 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// c += a @ b on one m8n8k4 float64 tile
+__device__ __forceinline__ void mma_f64(double (&c)[2], double a, double b) {
+  MD_ACCEL_SM80_ASM("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+      : "+d"(c[0]), "+d"(c[1])
+      : "d"(a), "d"(b));
 }
 }  // namespace md_accel
 #endif

@@ -1,6 +1,7 @@
-// Host versions of csrc/tf32_mma.cuh's device primitives for tests/cuda_emu, written from the PTX
+// Host versions of csrc/mma.cuh's device primitives for tests/cuda_emu, written from the PTX
 // ISA: cvt.rna.tf32.f32 and the warp-collective mma.sync.m16n8k8.row.col.f32.tf32.tf32.f32 with
-// its fragment layouts (the tensor cores' accumulation emulated as round toward zero).
+// its fragment layouts (the tensor cores' accumulation emulated as round toward zero), and
+// mma.sync.m8n8k4.row.col.f64 (float64 fused multiply-adds in k order).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -15,7 +16,7 @@ inline uint32_t tf32_rna(float x) {
 }
 
 namespace mma_emu {
-struct WarpRegs { uint32_t a[32][4]; uint32_t b[32][2]; };
+struct WarpRegs { uint32_t a[32][4]; uint32_t b[32][2]; double a64[32], b64[32]; };
 inline WarpRegs regs[32];  // one per warp of a block (blocks run one after another)
 // the mma reads tf32 operands: the low 13 bits are ignored
 inline double tf32v(uint32_t u) { return double(__uint_as_float(u & 0xffffe000u)); }
@@ -50,5 +51,26 @@ inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[
   }
   w.bar.arrive_and_wait();
   for (int v = 0; v < 4; ++v) c[v] = d[v];
+}
+
+// g = lane >> 2, t = lane & 3; A: a0 (g, t); B: b0 (k=t, n=g); C: c0 (g, 2t) c1 (g, 2t+1)
+inline void mma_f64(double (&c)[2], double a, double b) {
+  auto& w = emu::warp();
+  const int lane = int(threadIdx.x & 31);
+  auto& r = mma_emu::regs[threadIdx.x / 32];
+  r.a64[lane] = a;
+  r.b64[lane] = b;
+  w.bar.arrive_and_wait();
+  const int g = lane >> 2, t = lane & 3;
+  double d[2];
+  for (int v = 0; v < 2; ++v) {
+    const int col = 2 * t + v;
+    double s = c[v];
+    for (int k = 0; k < 4; ++k) s = std::fma(r.a64[g * 4 + k], r.b64[col * 4 + k], s);
+    d[v] = s;
+  }
+  w.bar.arrive_and_wait();
+  c[0] = d[0];
+  c[1] = d[1];
 }
 }  // namespace md_accel
