@@ -21,6 +21,7 @@ if not emulate.available():
     pytest.skip("needs g++", allow_module_level=True)
 
 from md_accel.ops.mlp_reference import mlp_hidden_bwd_ref, mlp_hidden_fwd_ref  # noqa: E402
+from mlp_testing import PATHS, use_path  # noqa: E402
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
 TOL = {torch.float64: 1e-13, torch.float32: 2e-6}
@@ -98,19 +99,6 @@ WIDTHS = {
 }
 
 
-# float32 radial-MLP shapes run the tensor-core kernels (csrc/mlp_hidden_mma.cuh) unless switched off;
-# float64 ones only when switched on: (dtype, switches)
-PATHS = {"f64": (torch.float64, {}), "f64_tensor_cores": (torch.float64, {"MD_ACCEL_MLP_MMA64": "1"}),
-         "f32": (torch.float32, {}), "f32_cuda_cores": (torch.float32, {"MD_ACCEL_MLP_MMA": "0"})}
-
-
-def use_path(path, monkeypatch):
-    dtype, switches = PATHS[path]
-    for name in ("MD_ACCEL_MLP_MMA", "MD_ACCEL_MLP_MMA64"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in switches.items():
-        monkeypatch.setenv(name, value)
-    return dtype
 
 
 @pytest.mark.parametrize("e", [0, 1, 300])

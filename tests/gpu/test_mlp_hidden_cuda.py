@@ -15,6 +15,7 @@ from md_accel.model.scalar_mlp import ScalarMLP  # noqa: E402
 from md_accel.ops import _cuda  # noqa: E402
 from md_accel.ops._op_registry import defined_in_cpp  # noqa: E402
 from md_accel.ops.mlp_reference import mlp_hidden_bwd_ref, mlp_hidden_fwd_ref  # noqa: E402
+from mlp_testing import PATHS, TENSOR_CORES, use_path  # noqa: E402
 
 if not _cuda.load(verbose=True):
     pytest.fail(f"md_accel CUDA library did not load: {_cuda.load_error()}", pytrace=False)
@@ -80,20 +81,6 @@ def ref_ops(x, ws, g):
     return mlp_hidden_fwd_ref(x, ws, CST), mlp_hidden_bwd_ref(x, g, ws, CST)
 
 
-# float32 radial-MLP shapes run the tensor-core kernels (csrc/mlp_hidden_mma.cuh) unless switched off;
-# float64 ones only when switched on: (dtype, switches)
-PATHS = {"f64": (torch.float64, {}), "f64_tensor_cores": (torch.float64, {"MD_ACCEL_MLP_MMA64": "1"}),
-         "f32": (torch.float32, {}), "f32_cuda_cores": (torch.float32, {"MD_ACCEL_MLP_MMA": "0"})}
-TENSOR_CORES = ("f32", "f64_tensor_cores")
-
-
-def use_path(path, monkeypatch):
-    dtype, switches = PATHS[path]
-    for name in ("MD_ACCEL_MLP_MMA", "MD_ACCEL_MLP_MMA64"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in switches.items():
-        monkeypatch.setenv(name, value)
-    return dtype
 
 
 @pytest.mark.parametrize("e", EDGES)
