@@ -8,7 +8,8 @@
 # file that comes back must stay under 16 MiB; tools/prebuild_gpu_kernels.py builds specs here);
 # carried .gpu/gpu_*.tar.xz
 # are unpacked first, and the library is used when it was built from this very source tree and
-# torch (else: JIT build).
+# torch (else: JIT build). GPU_PACK_OUT=1: at the end, every other file under $OUT goes into
+# $OUT/results.tar.gz (the device tool returns only a handful of files per call).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -78,4 +79,9 @@ if [[ -n ${OUT:-} ]]; then  # the build cache, for the next fresh machine
 fi
 
 printf '%s\n' "--- summary ---" "${summary[@]}" | tee "$LOGS/summary.txt"
+if [[ -n ${OUT:-} && ${GPU_PACK_OUT:-0} == 1 ]]; then
+  # the device tool brings back only a few files per call: everything else under $OUT as one archive
+  (cd "$OUT" && find . -type f ! -name 'gpu_*.tar.xz' ! -name results.tar.gz -print0 \
+     | tar czf results.tar.gz --null -T - --remove-files) && echo "packed \$OUT into \$OUT/results.tar.gz"
+fi
 exit $rc
