@@ -225,19 +225,21 @@ bool dispatch(const MLPHiddenProblem<T>& p, F&& f) {
   return false;
 }
 
-int max_smem_per_block() {
-  int dev = 0, bytes = 0;
+// an attribute of the current device
+int device_attr(cudaDeviceAttr attr) {
+  int dev = 0, v = 0;
   cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-  return bytes;
+  cudaDeviceGetAttribute(&v, attr, dev);
+  return v;
 }
+
+int max_smem_per_block() { return device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin); }
 
 // Grid of a persistent kernel: as many blocks as fit on the device at once, at most `blocks`.
 template <typename K>
 const char* persistent_grid(K kernel, int threads, size_t smem, int64_t blocks, int& grid) {
-  int dev = 0, sms = 0, per_sm = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int sms = device_attr(cudaDevAttrMultiProcessorCount);
+  int per_sm = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || per_sm < 1)
     return "md_accel mlp_hidden: the weights do not fit in shared memory";
@@ -251,11 +253,7 @@ template <typename T>
 bool use_mma(const MLPHiddenProblem<T>& p) {
   const char* env = std::getenv(sizeof(T) == 4 ? "MD_ACCEL_MLP_MMA" : "MD_ACCEL_MLP_MMA64");
   const bool on = sizeof(T) == 4 ? !(env && std::strcmp(env, "0") == 0) : (env && std::strcmp(env, "1") == 0);
-  if (!on || !mlp_mma::serves(p)) return false;
-  int dev = 0, major = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  return major >= 8;
+  return on && mlp_mma::serves(p) && device_attr(cudaDevAttrComputeCapabilityMajor) >= 8;
 }
 
 template <typename T, bool BWD>
