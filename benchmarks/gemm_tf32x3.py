@@ -1,5 +1,7 @@
 """md_accel::gemm_3xtf32 (tensor cores, 3xTF32 split, float32 accuracy) on the radial MLP's
-last-layer shapes vs torch float32 matmul (cuBLAS SGEMM, TF32 off), torch matmul with TF32 on
+last-layer shapes, as the op routes them (md_accel: cuBLAS TF32 on the split operands for the
+small-K forward) and on md_accel's own kernel for every shape (md_accel_kernel:
+MD_ACCEL_GEMM_CUBLAS=0), vs torch float32 matmul (cuBLAS SGEMM, TF32 off), torch matmul with TF32 on
 (1xTF32: reference only, it loses float32 accuracy) and the memory floor (bytes of A + B + C at
 the measured device-to-device copy bandwidth).
 
@@ -29,7 +31,7 @@ from md_accel.ops import _cuda  # noqa: E402
 # (name, K, N, transpose_b)
 SHAPES = ([("fwd", 64, n, False) for n in (512, 960, 1280, 1760)]
           + [("bwd_x", k, 64, True) for k in (512, 960, 1280, 1760)])
-IMPLS = ("md_accel", "torch_fp32", "torch_tf32")
+IMPLS = ("md_accel", "md_accel_kernel", "torch_fp32", "torch_tf32")
 
 
 def matmul_with(precision: str) -> Callable:
@@ -43,8 +45,22 @@ def matmul_with(precision: str) -> Callable:
     return run
 
 
+def kernel_only(a, b, transpose_b):
+    """The op with the cuBLAS route switched off (the environment is read per call)."""
+    prev = os.environ.get("MD_ACCEL_GEMM_CUBLAS")
+    os.environ["MD_ACCEL_GEMM_CUBLAS"] = "0"
+    try:
+        return torch.ops.md_accel.gemm_3xtf32(a, b, transpose_b)
+    finally:
+        if prev is None:
+            del os.environ["MD_ACCEL_GEMM_CUBLAS"]
+        else:
+            os.environ["MD_ACCEL_GEMM_CUBLAS"] = prev
+
+
 def impl_fns() -> Dict[str, Callable]:
-    return {"md_accel": torch.ops.md_accel.gemm_3xtf32, "torch_fp32": matmul_with("highest"),
+    return {"md_accel": torch.ops.md_accel.gemm_3xtf32, "md_accel_kernel": kernel_only,
+            "torch_fp32": matmul_with("highest"),
             "torch_tf32": matmul_with("high")}
 
 
@@ -97,16 +113,16 @@ def main(argv: List[str] = None) -> None:
     def f(row, key, fmt="{:.2f}"):
         return fmt.format(row[key]) if key in row else "-"
 
-    lines = ["| E | shape | K | N | md_accel ms | torch fp32 ms | torch tf32 ms | floor ms | md_accel TFLOPS | "
-             "speedup vs fp32 | md_accel err | fp32 err | tf32 err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| E | shape | K | N | md_accel ms | md_accel kernel ms | torch fp32 ms | torch tf32 ms | floor ms | "
+             "md_accel TFLOPS | speedup vs fp32 | md_accel err | kernel err | fp32 err | tf32 err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         speed = (f"{r['torch_fp32_ms'] / r['md_accel_ms']:.2f}x" if "md_accel_ms" in r and "torch_fp32_ms" in r
                  else "-")
         lines.append(f"| {r['E']} | {r['shape']} | {r['K']} | {r['N']} | {f(r, 'md_accel_ms')} | "
-                     f"{f(r, 'torch_fp32_ms')} | {f(r, 'torch_tf32_ms')} | {f(r, 'floor_ms')} | "
+                     f"{f(r, 'md_accel_kernel_ms')} | {f(r, 'torch_fp32_ms')} | {f(r, 'torch_tf32_ms')} | {f(r, 'floor_ms')} | "
                      f"{f(r, 'md_accel_tflops', '{:.1f}')} | {speed} | {f(r, 'md_accel_max_rel_err', '{:.1e}')} | "
-                     f"{f(r, 'torch_fp32_max_rel_err', '{:.1e}')} | {f(r, 'torch_tf32_max_rel_err', '{:.1e}')} |")
+                     f"{f(r, 'md_accel_kernel_max_rel_err', '{:.1e}')} | {f(r, 'torch_fp32_max_rel_err', '{:.1e}')} | {f(r, 'torch_tf32_max_rel_err', '{:.1e}')} |")
     table = "\n".join(lines)
     print(table)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,

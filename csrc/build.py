@@ -7,8 +7,10 @@ through TORCH_LIBRARY and has no Python module init of its own).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import os
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Tuple
 
 CSRC = Path(__file__).resolve().parent
 LIB_NAME = "md_accel_ops"
@@ -29,7 +31,8 @@ CPU_SOURCES += ["mlp_hidden_ops.cpp"]
 CUDA_SOURCES += ["mlp_hidden_cuda.cpp", "mlp_hidden_kernels.cu"]
 HEADERS += ["mlp_hidden.h", "mlp_hidden_aten.h"]
 # float32 GEMM on tensor cores, 3xTF32 split (gemm_tf32x3.cpp: schema + CPU and CUDA implementations)
-CUDA_SOURCES += ["gemm_tf32x3.cpp", "gemm_tf32x3_kernels.cu"]
+CUDA_SOURCES += ["gemm_tf32x3.cpp", "gemm_tf32x3_kernels.cu", "cublas_tf32.cpp"]
+HEADERS += ["cublas_tf32.h"]
 
 
 def sources(cuda: bool = True) -> List[str]:
@@ -37,8 +40,38 @@ def sources(cuda: bool = True) -> List[str]:
     return [str(CSRC / n) for n in names]
 
 
-def cxx_flags() -> List[str]:
-    return ["-O3"]
+def cublas() -> Optional[Tuple[str, str]]:
+    """(include dir, library file) of cuBLAS for the CUDA build, or None: the CUDA toolkit's
+    (CUDA_HOME) or the nvidia wheel's that a CUDA build of torch depends on. MD_ACCEL_CUBLAS_INCLUDE
+    names a header directory alone (compile checks without a GPU)."""
+    roots = []
+    env = os.environ.get("MD_ACCEL_CUBLAS_INCLUDE")
+    if env:
+        return (env, "") if (Path(env) / "cublas_v2.h").is_file() else None
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+
+        if CUDA_HOME:
+            roots.append((Path(CUDA_HOME) / "include", Path(CUDA_HOME) / "lib64"))
+    except Exception:  # noqa: BLE001 (no torch / no CUDA: no cuBLAS build)
+        pass
+    for pkg in ("nvidia.cu13", "nvidia.cublas"):
+        try:
+            spec = importlib.util.find_spec(pkg)
+        except (ImportError, ValueError):
+            spec = None
+        for loc in (spec.submodule_search_locations or []) if spec else []:
+            roots.append((Path(loc) / "include", Path(loc) / "lib"))
+    for inc, lib in roots:
+        libs = sorted(lib.glob("libcublas.so*")) if lib.is_dir() else []
+        if (inc / "cublas_v2.h").is_file() and libs:
+            return str(inc), str(libs[0])
+    return None
+
+
+def cxx_flags(cuda: bool = True) -> List[str]:
+    found = cublas() if cuda else None
+    return ["-O3"] + ([f"-DMD_ACCEL_WITH_CUBLAS=1", f"-I{found[0]}"] if found else [])
 
 
 def nvcc_flags() -> List[str]:
@@ -46,9 +79,12 @@ def nvcc_flags() -> List[str]:
     return ["-O3", "-lineinfo"]
 
 
-def ldflags() -> List[str]:
-    # dlopen of the plan-specialised kernel libraries (part of libc from glibc 2.34 on)
-    return ["-ldl"]
+def ldflags(cuda: bool = True) -> List[str]:
+    # dlopen of the plan-specialised kernel libraries (part of libc from glibc 2.34 on); cuBLAS
+    # for gemm_3xtf32's small-K shapes (the same soname torch has loaded already)
+    found = cublas() if cuda else None
+    lib = found[1] if found else ""
+    return ["-ldl"] + ([lib, f"-Wl,-rpath,{Path(lib).parent}"] if lib else [])
 
 
 def source_hash(cuda: bool = True) -> str:
@@ -65,7 +101,8 @@ def jit_tag() -> str:
     directory's name; tools/gpu_check.sh names carried builds by it)."""
     import torch
 
-    return f"torch{torch.__version__}-cuda{torch.version.cuda}-{source_hash()}".replace("+", "_")
+    blas = "-cublas" if cublas() else ""
+    return f"torch{torch.__version__}-cuda{torch.version.cuda}{blas}-{source_hash()}".replace("+", "_")
 
 
 def extension(name: str = "md_accel._C", cuda: bool = True):
@@ -80,4 +117,4 @@ def extension(name: str = "md_accel._C", cuda: bool = True):
         return cpp_extension.CUDAExtension(
             name, sources(True), extra_compile_args={"cxx": cxx_flags(), "nvcc": nvcc_flags()},
             extra_link_args=ldflags())
-    return cpp_extension.CppExtension(name, sources(False), extra_compile_args={"cxx": cxx_flags()})
+    return cpp_extension.CppExtension(name, sources(False), extra_compile_args={"cxx": cxx_flags(False)})

@@ -1,7 +1,12 @@
 // md_accel::gemm_3xtf32(a, b, transpose_b) -> a @ (b^T if transpose_b else b): schema, CPU
 // implementation (the reference: a plain matmul, float32 / float64) and CUDA implementation
-// (float32 only: tensor cores with the 3xTF32 split, gemm_tf32x3_kernels.cu; float32 accuracy;
-// cuBLAS float32 on GPUs the kernel does not fit, see gemm_3xtf32_supported).
+// (float32 only: tensor cores with the 3xTF32 split; float32 accuracy). On CUDA:
+//  - small K, wide N (the radial MLP's last layer, K = 64): the split operands with K tripled
+//    (gemm_3xtf32_split3) in one cuBLAS TF32 GEMM (cublas_tf32.h), which runs on Hopper's wgmma;
+//    MD_ACCEL_GEMM_CUBLAS=0 in the environment selects the kernel below instead;
+//  - otherwise (its input gradient, K = 512..1760, N = 64) md_accel's own kernel
+//    (gemm_tf32x3_kernels.cu), which reads the large operand once;
+//  - cuBLAS float32 (SIMT) on GPUs that kernel does not fit (see gemm_3xtf32_supported).
 //
 // a [M, K], b [K, N] (or [N, K] when transpose_b), K and N multiples of 8, any M; the output is
 // a new contiguous [M, N] tensor. No autograd kernel: callers wrap the op in their own autograd
@@ -14,7 +19,11 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+
+#include "cublas_tf32.h"
 
 namespace md_accel {
 
@@ -23,6 +32,8 @@ bool gemm_3xtf32_supported(int device);
 int64_t gemm_3xtf32_scratch_bytes(int64_t k, int64_t n);
 const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
                                int64_t n, void* scratch, cudaStream_t stream);
+const char* gemm_3xtf32_split3(const float* a, const float* b, bool trans_b, float* a3, float* b3, int64_t m,
+                               int64_t k, int64_t n, cudaStream_t stream);
 
 namespace {
 
@@ -59,6 +70,30 @@ Tensor gemm_3xtf32_cpu(const Tensor& a, const Tensor& b, bool transpose_b) {
   return a.mm(transpose_b ? b.t() : b).contiguous();
 }
 
+// Whether a [M, K] @ B [K, N] goes to cuBLAS with K tripled: there the copy a3 [M, 3K] is at most
+// as large as the output (N >= 3K) and K is small enough that the GEMM is bound by writing C.
+bool use_cublas_split3(int64_t K, int64_t N) {
+  const char* v = std::getenv("MD_ACCEL_GEMM_CUBLAS");
+  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  return cublas_tf32_available() && K >= 8 && K <= 128 && N >= 3 * K;
+}
+
+Tensor gemm_cublas_split3(const Tensor& a, const Tensor& b, bool transpose_b, int64_t K, int64_t N) {
+  const int64_t M = a.size(0);
+  Tensor out = at::empty({M, N}, a.options());
+  if (M == 0) return out;
+  Tensor a3 = at::empty({M, 3 * K}, a.options()), b3 = at::empty({3 * K, N}, a.options());
+  const Tensor workspace = at::empty({int64_t(kCublasWorkspaceBytes)}, a.options().dtype(at::kByte));
+  auto stream = c10::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  const char* err = gemm_3xtf32_split3(a.data_ptr<float>(), b.data_ptr<float>(), transpose_b, a3.data_ptr<float>(),
+                                       b3.data_ptr<float>(), M, K, N, stream);
+  TORCH_CHECK(err == nullptr, "md_accel gemm_3xtf32: ", err);
+  err = cublas_tf32_gemm(a3.data_ptr<float>(), b3.data_ptr<float>(), out.data_ptr<float>(), M, 3 * K, N,
+                         workspace.data_ptr(), stream);
+  TORCH_CHECK(err == nullptr, "md_accel gemm_3xtf32 (cuBLAS): ", err);
+  return out;
+}
+
 Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
   const std::string shapes = shape_error(a_, b_, transpose_b);
   TORCH_CHECK(shapes.empty(), "md_accel gemm_3xtf32: ", shapes);
@@ -69,6 +104,7 @@ Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
   c10::cuda::CUDAGuard guard(a_.device());
   // GPUs without the kernel's needs (sm_80 tensor cores, ~105 KB shared memory per block):
   // cuBLAS float32 (SIMT), the same accuracy class
+  if (use_cublas_split3(K, N)) return gemm_cublas_split3(a_.contiguous(), b_.contiguous(), transpose_b, K, N);
   if (!gemm_3xtf32_supported(a_.device().index())) return a_.mm(transpose_b ? b_.t() : b_).contiguous();
   Tensor a = a_.contiguous();
   if (reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0) a = a.clone();  // cp.async needs 16-byte rows

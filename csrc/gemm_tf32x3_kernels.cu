@@ -78,6 +78,48 @@ __global__ void __launch_bounds__(256) split_b_kernel(const float* __restrict__ 
   out[idx] = make_float2(__uint_as_float(hi), __uint_as_float(lo & 0xffffe000u));
 }
 
+// The same product as one plain TF32 GEMM with K tripled, for cuBLAS (gemm_tf32x3.cpp):
+//   a3 = [a_lo | a_hi | a_hi]  [M, 3K]        b3 = [b_hi ; b_lo ; b_hi]  [3K, N]
+// a3 @ b3 = a_lo b_hi + a_hi b_lo + a_hi b_hi. Every element is exact in tf32 (lo's low 13 bits
+// cleared too), so the GEMM's tf32 conversion, truncating or rounding, changes nothing. The
+// hi x hi block comes last: tensor cores truncate when they add into the accumulator, and while
+// the small terms run the accumulator is small too.
+__device__ __forceinline__ void split_tf32_exact(float x, float& hi, float& lo) {
+  uint32_t h, l;
+  split_tf32(x, h, l);
+  hi = __uint_as_float(h);
+  lo = __uint_as_float(l & 0xffffe000u);
+}
+
+// a [M, K] -> a3 [M, 3K]; one thread per element of a
+__global__ void __launch_bounds__(256) split3_a_kernel(const float* __restrict__ a, float* __restrict__ a3,
+                                                       int64_t total, int K) {
+  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (idx >= total) return;
+  const int64_t row = idx / K;
+  const int col = int(idx - row * K);
+  float hi, lo;
+  split_tf32_exact(a[idx], hi, lo);
+  float* const out = a3 + row * 3 * K + col;
+  out[0] = lo;
+  out[K] = hi;
+  out[2 * K] = hi;
+}
+
+// B (b [K, N], or b [N, K] where trans: B = b^T) -> b3 [3K, N]; one thread per element of B
+__global__ void __launch_bounds__(256) split3_b_kernel(const float* __restrict__ b, float* __restrict__ b3, int K,
+                                                       int N, bool trans) {
+  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (idx >= int64_t(K) * N) return;
+  const int64_t k = idx / N, n = idx % N;
+  float hi, lo;
+  split_tf32_exact(b[trans ? n * K + k : idx], hi, lo);
+  const int64_t block = int64_t(K) * N;
+  b3[idx] = hi;
+  b3[block + idx] = lo;
+  b3[2 * block + idx] = hi;
+}
+
 __global__ void __launch_bounds__(kThreads, 2)
 gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, float* __restrict__ c, int64_t M,
                    int K, int N, unsigned n_tiles) {
@@ -239,6 +281,19 @@ const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, flo
   }
   const unsigned grid = unsigned(blocks), nt = unsigned(n_tiles);
   gemm_3xtf32_kernel<<<grid, kThreads, kSmemBytes, stream>>>(a, b_split, c, m, ki, ni, nt);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+// a3 = [a_lo | a_hi | a_hi] [M, 3K] and b3 = [b_hi ; b_lo ; b_hi] [3K, N] (see split3_a_kernel),
+// B = b [K, N] or (trans_b) b^T with b [N, K]; contiguous float32. nullptr on success.
+const char* gemm_3xtf32_split3(const float* a, const float* b, bool trans_b, float* a3, float* b3, int64_t m,
+                               int64_t k, int64_t n, cudaStream_t stream) {
+  if (m < 0 || k <= 0 || n <= 0 || k * n > 0x7fffffffLL) return "split3: sizes out of range";
+  const int64_t a_blocks = (m * k + 255) / 256, b_blocks = (k * n + 255) / 256;
+  if (a_blocks > 0x7fffffffLL) return "split3: too many rows for one launch";
+  if (a_blocks > 0) split3_a_kernel<<<unsigned(a_blocks), 256, 0, stream>>>(a, a3, m * k, int(k));
+  split3_b_kernel<<<unsigned(b_blocks), 256, 0, stream>>>(b, b3, int(k), int(n), trans_b);
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

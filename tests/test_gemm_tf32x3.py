@@ -153,3 +153,63 @@ def test_emulated_kernel_rejects_bad_shapes(emu_lib):
     a, b = torch.randn(4, 12), torch.randn(12, 16)
     _, err = _emu_gemm(emu_lib, a, b, False)
     assert err is not None and b"multiples of 8" in err
+
+
+# --- the operands of the cuBLAS route (K tripled), emulated on the host --------------------------
+
+_SPLIT3_WRAPPER = r"""
+extern "C" const char* emu_gemm_3xtf32_split3(const float* a, const float* b, int trans_b, float* a3, float* b3,
+                                              int64_t m, int64_t k, int64_t n) {
+  return md_accel::gemm_3xtf32_split3(a, b, trans_b != 0, a3, b3, m, k, n, nullptr);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def emu_split3():
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    sys.path.insert(0, str(ROOT / "tests" / "cuda_emu"))
+    try:
+        import emulate
+    finally:
+        sys.path.pop(0)
+    src = _SHIM + (ROOT / "csrc" / "gemm_tf32x3_kernels.cu").read_text() + _SPLIT3_WRAPPER
+    lib = ctypes.CDLL(emulate.build(src))
+    lib.emu_gemm_3xtf32_split3.restype = ctypes.c_char_p
+    lib.emu_gemm_3xtf32_split3.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3
+    return lib
+
+
+def _low_bits(x):
+    """The 13 mantissa bits below tf32's, per element (0 where x is exact in tf32)."""
+    return x.contiguous().view(torch.int32) & 0x1FFF
+
+
+@pytest.mark.parametrize("m,k,n,transpose_b", [(37, 64, 192, False), (300, 64, 1280, False), (5, 8, 24, True)])
+def test_emulated_split3_operands(emu_split3, m, k, n, transpose_b):
+    """a3 = [a_lo | a_hi | a_hi], b3 = [b_hi ; b_lo ; b_hi]: every element exact in tf32 (so a TF32
+    GEMM of them has exact products whatever its tf32 conversion does), hi + lo = the operand to
+    ~2^-22, and the exact product a3 @ b3 within float32 accuracy of a @ b."""
+    g = torch.Generator().manual_seed(m + k + n)
+    a = torch.randn(m, k, generator=g) * torch.logspace(-3, 3, k)  # a spread of exponents
+    b = (torch.randn(n, k, generator=g) if transpose_b else torch.randn(k, n, generator=g)) / k**0.5
+    a3 = torch.full((m, 3 * k), float("nan"))
+    b3 = torch.full((3 * k, n), float("nan"))
+    err = emu_split3.emu_gemm_3xtf32_split3(a.data_ptr(), b.data_ptr(), int(transpose_b), a3.data_ptr(),
+                                            b3.data_ptr(), m, k, n)
+    assert err is None, err
+    assert not a3.isnan().any() and not b3.isnan().any(), "not fully written"
+    assert not _low_bits(a3).any() and not _low_bits(b3).any(), "an element is not exact in tf32"
+    bm = b.t().contiguous() if transpose_b else b
+    a_lo, a_hi, a_hi2 = a3.split(k, dim=1)
+    b_hi, b_lo, b_hi2 = b3.split(k, dim=0)
+    assert torch.equal(a_hi, a_hi2) and torch.equal(b_hi, b_hi2)
+    for x, hi, lo in ((a, a_hi, a_lo), (bm, b_hi, b_lo)):
+        assert ((hi.double() - x.double()).abs() <= 2.0**-11 * x.double().abs()).all()
+        assert ((hi.double() + lo.double() - x.double()).abs() <= 2.0**-21 * x.double().abs()).all()
+    ref = _ref(a, b, transpose_b)
+    got = a3.double() @ b3.double()
+    assert (got - ref).abs().max().item() <= 2e-6 * ref.abs().max().item()
+    # the split's power: the hi blocks alone (plain TF32) are far off
+    assert (a_hi.double() @ b_hi.double() - ref).abs().max().item() > 20 * 2e-6 * ref.abs().max().item()

@@ -15,6 +15,38 @@ fi
 CUDA_INC=$(dirname "$(dirname "$(command -v "$NVCC")")")/include
 [ -f "$CUDA_INC/cuda_runtime_api.h" ] || CUDA_INC=$("$NVCC" -v -x cu -E /dev/null 2>&1 | sed -n 's/.*INCLUDES="-I\([^"]*\)".*/\1/p' | head -1)
 
+# cuBLAS headers for csrc/cublas_tf32.cpp: the toolkit's, else taken from the nvidia-cublas wheel
+# (pip download, headers only; COMPILE_ALLOW_NO_CUBLAS=1 checks that file's stub alone)
+CUBLAS_INC=${MD_ACCEL_CUBLAS_INCLUDE:-}
+[ -z "$CUBLAS_INC" ] && [ -f "$CUDA_INC/cublas_v2.h" ] && CUBLAS_INC=$CUDA_INC
+if [ -z "$CUBLAS_INC" ]; then
+  HDR=$(mktemp -d)
+  if "$PYTHON" -m pip download -q --no-deps -d "$HDR/whl" nvidia-cublas >/dev/null 2>&1 &&
+     "$PYTHON" - "$HDR" <<'PY'
+import sys, zipfile, pathlib
+out = pathlib.Path(sys.argv[1])
+for whl in (out / "whl").glob("*.whl"):
+    with zipfile.ZipFile(whl) as z:
+        for n in z.namelist():
+            if "/include/" in n and n.endswith(".h"):
+                (out / "include").mkdir(exist_ok=True)
+                (out / "include" / pathlib.Path(n).name).write_bytes(z.read(n))
+PY
+  then
+    rm -rf "$HDR/whl"
+    [ -f "$HDR/include/cublas_v2.h" ] && CUBLAS_INC=$HDR/include
+  fi
+fi
+if [ -n "$CUBLAS_INC" ]; then
+  CUBLAS_FLAGS=(-DMD_ACCEL_WITH_CUBLAS=1 -I"$CUBLAS_INC")
+  echo "cuBLAS headers: $CUBLAS_INC"
+elif [ "${COMPILE_ALLOW_NO_CUBLAS:-0}" == 1 ]; then
+  CUBLAS_FLAGS=()
+  echo "compile_cuda: no cuBLAS headers: csrc/cublas_tf32.cpp checked without its cuBLAS part" >&2
+else
+  echo "FAIL compile_cuda: no cuBLAS headers (toolkit or nvidia-cublas wheel)"; exit 1
+fi
+
 pids=()
 for f in csrc/*.cu; do
   [ -e "$f" ] || continue
@@ -58,7 +90,7 @@ if [ -n "$TORCH_INC" ] && [ -d "$TORCH_INC" ]; then
     [ -e "$f" ] || continue
     "$CXX" -std=c++20 -fsyntax-only -Wall -Werror -D_GLIBCXX_USE_CXX11_ABI="$ABI" \
       -DC10_CUDA_NO_CMAKE_CONFIGURE_FILE -I"$TORCH_INC" -I"$TORCH_INC/torch/csrc/api/include" \
-      -I"$CUDA_INC" "$f" &
+      -I"$CUDA_INC" "${CUBLAS_FLAGS[@]}" "$f" &
     pids+=("$!:$f")
   done
 else
@@ -68,5 +100,5 @@ fi
 for entry in "${pids[@]}"; do
   if wait "${entry%%:*}"; then echo "ok   ${entry#*:}"; else echo "FAIL ${entry#*:}"; status=1; fi
 done
-rm -rf "$GEN"
+rm -rf "$GEN" ${HDR:+"$HDR"}
 exit $status

@@ -1,7 +1,10 @@
-"""CUDA kernel of md_accel::gemm_3xtf32 (tensor cores, 3xTF32 split) against a float64 reference:
-float32 accuracy (max error relative to max|C| <= 2e-6, median elementwise relative error within
-4x of cuBLAS SGEMM's on the same data), the check's power (plain 1xTF32 fails it), every output
-element written, determinism, odd row counts, the two radial-MLP shapes. Skipped without CUDA."""
+"""CUDA implementation of md_accel::gemm_3xtf32 (tensor cores, 3xTF32 split) against a float64
+reference, on both of its routes (small K: the split operands in one cuBLAS TF32 GEMM; the
+kernel of gemm_tf32x3_kernels.cu, which MD_ACCEL_GEMM_CUBLAS=0 selects everywhere): float32
+accuracy (max error relative to max|C| <= 2e-6, median elementwise relative error within 4x of
+cuBLAS SGEMM's on the same data), the check's power (plain 1xTF32 fails it), every output element
+written, determinism, odd row counts, the two radial-MLP shapes, CUDA-graph replay. Skipped
+without CUDA."""
 from __future__ import annotations
 
 import subprocess
@@ -30,6 +33,34 @@ MAX_REL = 2e-6
 SHAPES = [(64, 512, False), (64, 1280, False), (64, 1760, False), (64, 960, False),
           (512, 64, True), (960, 64, True), (1280, 64, True), (1760, 64, True), (1760, 64, False)]
 ROWS = [0, 1, 127, 129, 100003]
+
+
+@pytest.fixture(params=["default", "kernel"])
+def route(request, monkeypatch):
+    """default: cuBLAS for the small-K shapes; kernel: md_accel's kernel for every shape."""
+    if request.param == "kernel":
+        monkeypatch.setenv("MD_ACCEL_GEMM_CUBLAS", "0")
+    return request.param
+
+
+def _kernel_names(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_routes(monkeypatch):
+    """The forward shape (K = 64) runs the split + cuBLAS, the input gradient (K = 1280) md_accel's
+    kernel; MD_ACCEL_GEMM_CUBLAS=0 sends both to the kernel."""
+    fwd = _operands(1000, 64, 1280, False)
+    bwd = _operands(1000, 1280, 64, True)
+    names = _kernel_names(lambda: OP(*fwd, False))
+    assert any("split3_a_kernel" in n for n in names) and not any("gemm_3xtf32_kernel" in n for n in names), names
+    assert any("gemm_3xtf32_kernel" in n for n in _kernel_names(lambda: OP(*bwd, True)))
+    monkeypatch.setenv("MD_ACCEL_GEMM_CUBLAS", "0")
+    names = _kernel_names(lambda: OP(*fwd, False))
+    assert any("gemm_3xtf32_kernel" in n for n in names) and not any("split3" in n for n in names), names
 
 
 def _operands(m, k, n, transpose_b, seed=0):
@@ -77,7 +108,7 @@ def _sgemm(a, b):
 
 @pytest.mark.parametrize("m", ROWS)
 @pytest.mark.parametrize("k,n,transpose_b", SHAPES)
-def test_accuracy(k, n, transpose_b, m):
+def test_accuracy(k, n, transpose_b, m, route):
     a, b = _operands(m, k, n, transpose_b)
     c = _run(a, b, transpose_b)
     assert c.shape == (m, n) and c.dtype == torch.float32 and c.is_contiguous() and c.device.type == "cuda"
@@ -98,7 +129,7 @@ def test_accuracy(k, n, transpose_b, m):
     assert torch.equal(c, OP(a, b, transpose_b))
 
 
-def test_large_rows():
+def test_large_rows(route):
     """2.5M rows (one forward shape), the reference in row chunks to bound memory."""
     m, k, n = 2_500_000, 64, 512
     a, b = _operands(m, k, n, False, seed=1)
@@ -125,7 +156,7 @@ def test_misaligned_and_strided_inputs():
     assert _errors(OP(a_strided, b, False), a_strided.double() @ b.double())[0] <= MAX_REL
 
 
-def test_k_tail_and_small_n():
+def test_k_tail_and_small_n(route):
     """K not a multiple of the 32-wide k tile, N not a multiple of the 64-wide column tile."""
     for k, n, t in [(8, 8, False), (40, 72, True), (104, 8, False), (200, 136, True)]:
         a, b = _operands(333, k, n, t)
@@ -163,14 +194,15 @@ def test_errors(device, k, n, dtype, text):
     assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-3000:])
 
 
-def test_cuda_graph():
-    a, b = _operands(4096, 1760, 64, True)
+@pytest.mark.parametrize("k,n,transpose_b", [(1760, 64, True), (64, 1280, False)])
+def test_cuda_graph(k, n, transpose_b):
+    a, b = _operands(4096, k, n, transpose_b)
     static_a = a.clone()
-    OP(static_a, b, True)  # warm-up outside capture
+    OP(static_a, b, transpose_b)  # warm-up outside capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = OP(static_a, b, True)
+        out = OP(static_a, b, transpose_b)
     static_a.copy_(a * 2)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out, OP(a * 2, b, True))
+    assert torch.equal(out, OP(a * 2, b, transpose_b))
