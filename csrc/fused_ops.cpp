@@ -5,15 +5,22 @@
 //   tp_conv_fused_bwd  backward -> composed from mm, tp_conv_dbwd and tp_conv_bwd (materialises w
 //                      and one grad_w): a fused double backward would be a third kernel family for
 //                      a path that only training on forces takes.
+// On CUDA, when autograd records, the forward runs the internal _tp_conv_fused_fwd_keep, which
+// also returns the weight chunks w_c it kept (tp_conv_chunked.h: as far as the keep budget allows),
+// and a first-order backward hands them to _tp_conv_fused_bwd_kept instead of recomputing them.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/add.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <tuple>
+#include <vector>
 
 namespace md_accel {
 namespace {
@@ -31,6 +38,8 @@ using FusedFwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, i
 using FusedBwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, bool);
 using BwdSig = Tensor3(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
 using DbwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
+using KeepSig = std::tuple<Tensor, std::vector<Tensor>>(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
+using KeptBwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, at::TensorList, bool);
 
 template <typename Sig>
 c10::TypedOperatorHandle<Sig> find_op(const char* name) {
@@ -42,6 +51,14 @@ const c10::TypedOperatorHandle<FusedFwdSig>& fused_fwd_op() {
 }
 const c10::TypedOperatorHandle<FusedBwdSig>& fused_bwd_op() {
   static const auto h = find_op<FusedBwdSig>("md_accel::tp_conv_fused_bwd");
+  return h;
+}
+const c10::TypedOperatorHandle<KeepSig>& fused_fwd_keep_op() {
+  static const auto h = find_op<KeepSig>("md_accel::_tp_conv_fused_fwd_keep");
+  return h;
+}
+const c10::TypedOperatorHandle<KeptBwdSig>& fused_bwd_kept_op() {
+  static const auto h = find_op<KeptBwdSig>("md_accel::_tp_conv_fused_bwd_kept");
   return h;
 }
 const c10::TypedOperatorHandle<BwdSig>& bwd_op() {
@@ -57,20 +74,36 @@ class FusedFwdFunction : public torch::autograd::Function<FusedFwdFunction> {
  public:
   static Tensor forward(AutogradContext* ctx, CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr,
                         CT src_perm, CT src_ptr, CT paths, CT cg_ptr, CT cg_idx, CT cg_val,
-                        int64_t dim_out) {
-    ctx->save_for_backward({x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val});
+                        int64_t dim_out, bool keep) {
+    variable_list saved{x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val};
     at::AutoDispatchBelowADInplaceOrView guard;
-    return fused_fwd_op().call(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
-                               cg_val, dim_out);
+    Tensor out;
+    if (keep) {
+      auto r = fused_fwd_keep_op().call(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
+                                        cg_val, dim_out);
+      out = std::get<0>(r);
+      saved.insert(saved.end(), std::get<1>(r).begin(), std::get<1>(r).end());
+    } else {
+      out = fused_fwd_op().call(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val,
+                                dim_out);
+    }
+    ctx->save_for_backward(saved);
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list out(4 + kRest + 1);
+    variable_list out(4 + kRest + 2);
     if (!grads[0].defined()) return out;
     const auto s = ctx->get_saved_variables();
     const bool need_W = ctx->needs_input_grad(3);
-    auto r = fused_bwd_op().call(grads[0].contiguous(), s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-                                 s[8], s[9], s[10], s[11], s[12], need_W);
+    const Tensor g = grads[0].contiguous();
+    constexpr size_t kSaved = 4 + kRest;  // the kept chunks follow the operands
+    // kept chunks serve a first-order backward; with create_graph the differentiable op runs
+    auto r = s.size() > kSaved && !at::GradMode::is_enabled()
+                 ? fused_bwd_kept_op().call(g, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10],
+                                            s[11], s[12], at::TensorList(s).slice(kSaved), need_W)
+                 : fused_bwd_op().call(g, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10],
+                                       s[11], s[12], need_W);
     out[0] = std::get<0>(r);
     out[1] = std::get<1>(r);
     out[2] = std::get<2>(r);
@@ -132,8 +165,23 @@ class FusedBwdFunction : public torch::autograd::Function<FusedBwdFunction> {
 
 Tensor fused_fwd_autograd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
                           CT paths, CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+  // keep weight chunks for a backward only where one will run (and the CUDA path has chunks)
+  const bool keep = x.is_cuda() && at::GradMode::is_enabled() &&
+                    (x.requires_grad() || y.requires_grad() || h.requires_grad() || W.requires_grad());
   return FusedFwdFunction::apply(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
-                                 cg_val, dim_out);
+                                 cg_val, dim_out, keep);
+}
+
+// Shapes only (FakeTensor tracing of the autograd kernel above).
+std::tuple<Tensor, std::vector<Tensor>> fused_fwd_keep_meta(CT x, CT, CT, CT, CT, CT, CT dst_ptr, CT, CT, CT, CT, CT,
+                                                            CT, int64_t dim_out) {
+  return {at::empty({dst_ptr.size(0) - 1, dim_out}, x.options()), {}};
+}
+
+Tensor4 fused_bwd_kept_meta(CT, CT x, CT y, CT h, CT W, CT, CT, CT, CT, CT, CT, CT, CT, CT, at::TensorList,
+                            bool need_W) {
+  return {at::empty_like(x), at::empty_like(y), at::empty_like(h),
+          need_W ? at::empty_like(W) : at::empty({0, W.size(1)}, W.options())};
 }
 
 Tensor4 fused_bwd_autograd(CT g, CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm,
@@ -156,6 +204,20 @@ TORCH_LIBRARY_FRAGMENT(md_accel, m) {
       "tp_conv_fused_bwd(Tensor grad_out, Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor src, "
       "Tensor dst, Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, "
       "Tensor cg_idx, Tensor cg_val, bool need_grad_W) -> (Tensor, Tensor, Tensor, Tensor)");
+  // internal (called by the autograd kernel below; CUDA and Meta implementations only)
+  m.def(
+      "_tp_conv_fused_fwd_keep(Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor src, Tensor dst, "
+      "Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, Tensor cg_idx, "
+      "Tensor cg_val, int dim_out) -> (Tensor, Tensor[])");
+  m.def(
+      "_tp_conv_fused_bwd_kept(Tensor grad_out, Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor src, "
+      "Tensor dst, Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, "
+      "Tensor cg_idx, Tensor cg_val, Tensor[] kept, bool need_grad_W) -> (Tensor, Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(md_accel, Meta, m) {
+  m.impl("_tp_conv_fused_fwd_keep", md_accel::fused_fwd_keep_meta);
+  m.impl("_tp_conv_fused_bwd_kept", md_accel::fused_bwd_kept_meta);
 }
 
 TORCH_LIBRARY_IMPL(md_accel, Autograd, m) {

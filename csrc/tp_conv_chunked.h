@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 #include "tp_conv.h"
 #include "tp_spec_abi.h"
@@ -27,16 +28,19 @@ void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const at::Tensor& x
 
 // tp_conv_chunked_cuda.cpp. Operands as prepared by tp_conv_fused_cuda.cpp (contiguous, on the
 // device, cg_val in the features' dtype); chunks of MD_ACCEL_WEIGHT_CHUNK_MIB MiB of weights.
+// kept (forward, may be null): receives the first chunks' w_c as far as the keep budget allows
+// (MD_ACCEL_KEEP_WEIGHTS_MIB, see tp_conv_chunked_cuda.cpp); the backward takes them instead of
+// recomputing those chunks.
 at::Tensor tp_conv_chunked_fwd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& h, const at::Tensor& W,
                                const at::Tensor& src, const at::Tensor& dst, const at::Tensor& dst_ptr,
                                const at::Tensor& src_perm, const at::Tensor& src_ptr, const at::Tensor& paths,
                                const at::Tensor& cg_ptr, const at::Tensor& cg_idx, const at::Tensor& cg_val,
-                               int64_t dim_out);
+                               int64_t dim_out, std::vector<at::Tensor>* kept = nullptr);
 // (grad_x, grad_y, grad_hidden, grad_W or an empty [0, weights])
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> tp_conv_chunked_bwd(
     const at::Tensor& g, const at::Tensor& x, const at::Tensor& y, const at::Tensor& h, const at::Tensor& W,
     const at::Tensor& src, const at::Tensor& dst, const at::Tensor& dst_ptr, const at::Tensor& src_perm,
     const at::Tensor& src_ptr, const at::Tensor& paths, const at::Tensor& cg_ptr, const at::Tensor& cg_idx,
-    const at::Tensor& cg_val, bool need_W);
+    const at::Tensor& cg_val, bool need_W, const std::vector<at::Tensor>& kept = {});
 
 }  // namespace md_accel

@@ -16,9 +16,15 @@
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <c10/core/Storage.h>
+#include <c10/util/intrusive_ptr.h>
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "tp_conv_chunked.h"
 
@@ -70,23 +76,94 @@ Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0
   return c;
 }
 
+// --- weight chunks kept from the forward for the backward -----------------------------------------
+// The backward needs every chunk's w_c again. A chunk the forward kept is not recomputed; the
+// forward keeps chunks while the kept chunks alive on the device (all layers, all steps: a chunk
+// counts until autograd frees it) stay within a budget: MD_ACCEL_KEEP_WEIGHTS_MIB (read per call;
+// 0 keeps none), by default 8 GiB but at most a quarter of the device's memory. Kept and
+// recomputed chunks are bit-identical (the same deterministic GEMM on the same operands).
+
+int64_t keep_budget_bytes(int device) {
+  const char* v = std::getenv("MD_ACCEL_KEEP_WEIGHTS_MIB");
+  if (v != nullptr) return std::max<int64_t>(0, int64_t(std::atof(v) * 1048576.0));
+  static std::mutex m;
+  static std::vector<int64_t> total(64, -1);  // device memory, bytes (queried once per device)
+  std::lock_guard<std::mutex> lock(m);
+  if (device < 0 || device >= int64_t(total.size())) return 0;
+  if (total[device] < 0) {
+    cudaDeviceProp prop;
+    total[device] = cudaGetDeviceProperties(&prop, device) == cudaSuccess ? int64_t(prop.totalGlobalMem) : 0;
+    cudaGetLastError();
+  }
+  return std::min<int64_t>(int64_t(8) << 30, total[device] / 4);
+}
+
+class KeptChunks {
+ public:
+  // Whether `bytes` more fit in device's budget; if so they are counted from now on as `t`'s storage.
+  bool admit(const Tensor& t, int device) {
+    const int64_t budget = keep_budget_bytes(device), bytes = int64_t(t.storage().nbytes());
+    std::lock_guard<std::mutex> lock(m_);
+    int64_t live = 0;
+    std::vector<Entry> still;
+    for (auto& e : entries_) {
+      if (e.storage.expired()) continue;
+      if (e.device == device) live += e.bytes;
+      still.push_back(std::move(e));
+    }
+    entries_ = std::move(still);
+    if (live + bytes > budget) return false;
+    entries_.push_back({device, bytes, t.storage().getWeakStorageImpl()});
+    return true;
+  }
+
+ private:
+  struct Entry {
+    int device;
+    int64_t bytes;
+    c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  };
+  std::mutex m_;
+  std::vector<Entry> entries_;
+};
+
+// Appends w (chunk number kept->size()) to *kept when the budget admits it; chunks are kept as a
+// prefix (once one is refused, later ones are not tried: the backward matches chunks by index).
+void maybe_keep(std::vector<Tensor>* kept, const Tensor& w, bool& refused) {
+  static KeptChunks registry;
+  if (kept == nullptr || refused) return;
+  if (registry.admit(w, w.device().index())) kept->push_back(w);
+  else refused = true;
+}
+
+// Chunk i's kept w when the forward kept it with these rows and columns, else undefined.
+Tensor kept_chunk(const std::vector<Tensor>& kept, size_t i, int64_t rows, int64_t cols) {
+  if (i >= kept.size()) return Tensor();
+  const Tensor& w = kept[i];
+  return w.defined() && w.dim() == 2 && w.size(0) == rows && w.size(1) == cols ? w : Tensor();
+}
+
 }  // namespace
 
 Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
-                           CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+                           CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out, std::vector<Tensor>* kept) {
   using FwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
   const int64_t N = dst_ptr.numel() - 1, E = src.numel();
   const int64_t step = chunk_edges(W.size(1), x.element_size());
   const TPSpec* spec = E > step ? tp_conv_spec_for(x, paths, cg_ptr, cg_idx) : nullptr;
+  bool refused = false;
   if (spec == nullptr) {
     static const auto fwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_fwd", "").typed<FwdSig>();
-    return fwd.call(x, y, linear(h, W), src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out);
+    const Tensor w = linear(h, W);
+    maybe_keep(kept, w, refused);
+    return fwd.call(x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out);
   }
   Tensor out = at::empty({N, dim_out}, x.options());
   for (int64_t e0 = 0; e0 < E; e0 += step) {
     const int64_t e1 = std::min(E, e0 + step);
     const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, false);
     const Tensor w_c = linear(h.narrow(0, e0, e1 - e0), W);
+    maybe_keep(kept, w_c, refused);
     tp_conv_chunk_launch(spec, false, x, y.narrow(0, e0, e1 - e0), w_c, Tensor(), c.graph, cg_val, dim_out, e0 > 0,
                          out, Tensor(), Tensor(), Tensor());
   }
@@ -95,7 +172,8 @@ Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, C
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y, CT h, CT W, CT src, CT dst,
                                                                CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
-                                                               CT cg_ptr, CT cg_idx, CT cg_val, bool need_W) {
+                                                               CT cg_ptr, CT cg_idx, CT cg_val, bool need_W,
+                                                               const std::vector<Tensor>& kept) {
   using BwdSig = std::tuple<Tensor, Tensor, Tensor>(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
   const int64_t E = src.numel();
   const int64_t step = chunk_edges(W.size(1), x.element_size());
@@ -104,17 +182,21 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
   const TPSpec* spec = E > step ? tp_conv_spec_for(x, paths, cg_ptr, cg_idx) : nullptr;
   if (spec == nullptr) {
     static const auto bwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_bwd", "").typed<BwdSig>();
-    auto r = bwd.call(g, x, y, linear(h, W), src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val);
+    Tensor w = kept_chunk(kept, 0, E, W.size(1));
+    if (!w.defined()) w = linear(h, W);
+    auto r = bwd.call(g, x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val);
     const Tensor& gw = std::get<2>(r);
     return {std::get<0>(r), std::get<1>(r), linear(gw, Wt), need_W ? at::mm(h.t(), gw) : no_W};
   }
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh = at::empty_like(h);
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : no_W;
-  for (int64_t e0 = 0; e0 < E; e0 += step) {
+  size_t i = 0;
+  for (int64_t e0 = 0; e0 < E; e0 += step, ++i) {
     const int64_t e1 = std::min(E, e0 + step), Ec = e1 - e0;
     const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, true);
     const Tensor h_c = h.narrow(0, e0, Ec);
-    const Tensor w_c = linear(h_c, W);  // recomputed: the forward kept only hidden
+    Tensor w_c = kept_chunk(kept, i, Ec, W.size(1));
+    if (!w_c.defined()) w_c = linear(h_c, W);  // recomputed: the forward did not keep it
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
     tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, c.graph, cg_val, g.size(1), e0 > 0, gx,

@@ -184,14 +184,15 @@ void check_launch(const char* err) { TORCH_CHECK(err == nullptr, "md_accel tp_co
 
 // --- ops -------------------------------------------------------------------------------------------
 
-Tensor tp_conv_fused_fwd_cuda(CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
-                              CT paths, CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+// kept: see tp_conv_chunked.h (the fused kernels keep nothing: they never materialise w).
+Tensor fused_fwd(CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths, CT cg_ptr,
+                 CT cg_idx, CT cg_val, int64_t dim_out, std::vector<Tensor>* kept) {
   c10::cuda::CUDAGuard guard(x_.device());
   Call c = prepare(x_, y_, h_, W_, Tensor(), src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out);
   const bool f64 = c.x.scalar_type() == at::kDouble;
   if (c.spec == nullptr || (f64 ? c.spec->fwd_f64 == nullptr : c.spec->fwd_f32 == nullptr))
     return tp_conv_chunked_fwd(c.x, c.y, c.h, c.W, c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr,
-                               cg_idx, c.cg_val, dim_out);
+                               cg_idx, c.cg_val, dim_out, kept);
   Tensor out = at::empty({c.graph.num_nodes, dim_out}, c.x.options());
   auto stream = c10::cuda::getCurrentCUDAStream(c.x.device().index()).stream();
   if (f64) {
@@ -206,9 +207,22 @@ Tensor tp_conv_fused_fwd_cuda(CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst
   return out;
 }
 
+Tensor tp_conv_fused_fwd_cuda(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
+                              CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+  return fused_fwd(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out, nullptr);
+}
+
+std::tuple<Tensor, std::vector<Tensor>> tp_conv_fused_fwd_keep_cuda(CT x, CT y, CT h, CT W, CT src, CT dst,
+                                                                    CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
+                                                                    CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+  std::vector<Tensor> kept;
+  Tensor out = fused_fwd(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out, &kept);
+  return {out, kept};
+}
+
 // grad_W is h^T grad_w when asked (grad_w then materialised by the kernel), else an empty [0, w].
-Tensor4 tp_conv_fused_bwd_cuda(CT g_, CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
-                               CT paths, CT cg_ptr, CT cg_idx, CT cg_val, bool need_W) {
+Tensor4 fused_bwd(CT g_, CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
+                  CT cg_ptr, CT cg_idx, CT cg_val, bool need_W, const std::vector<Tensor>& kept) {
   c10::cuda::CUDAGuard guard(x_.device());
   TORCH_CHECK(g_.dim() == 2, "md_accel tp_conv_fused_bwd: grad_out must be 2-D");
   Call c = prepare(x_, y_, h_, W_, g_, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, g_.size(1));
@@ -216,7 +230,7 @@ Tensor4 tp_conv_fused_bwd_cuda(CT g_, CT x_, CT y_, CT h_, CT W_, CT src, CT dst
   const Tensor no_W = at::empty({0, c.W.size(1)}, c.W.options());
   if (c.spec == nullptr || (f64 ? c.spec->bwd_f64 == nullptr : c.spec->bwd_f32 == nullptr))
     return tp_conv_chunked_bwd(c.g, c.x, c.y, c.h, c.W, c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr,
-                               cg_idx, c.cg_val, need_W);
+                               cg_idx, c.cg_val, need_W, kept);
   Tensor gx = at::empty_like(c.x), gy = at::empty_like(c.y), gh = at::empty_like(c.h);
   Tensor gw = need_W ? at::empty({c.graph.num_edges, c.W.size(1)}, c.x.options()) : Tensor();
   Tensor work = at::empty({c.graph.num_edges, c.x.size(1)}, c.x.options());
@@ -235,6 +249,18 @@ Tensor4 tp_conv_fused_bwd_cuda(CT g_, CT x_, CT y_, CT h_, CT W_, CT src, CT dst
   return {gx, gy, gh, need_W ? at::mm(c.h.t(), gw) : no_W};
 }
 
+Tensor4 tp_conv_fused_bwd_cuda(CT g, CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
+                               CT paths, CT cg_ptr, CT cg_idx, CT cg_val, bool need_W) {
+  return fused_bwd(g, x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, need_W, {});
+}
+
+Tensor4 tp_conv_fused_bwd_kept_cuda(CT g, CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm,
+                                    CT src_ptr, CT paths, CT cg_ptr, CT cg_idx, CT cg_val, at::TensorList kept,
+                                    bool need_W) {
+  return fused_bwd(g, x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, need_W,
+                   kept.vec());
+}
+
 }  // namespace
 }  // namespace md_accel
 
@@ -247,4 +273,6 @@ TORCH_LIBRARY_FRAGMENT(md_accel, m) {
 TORCH_LIBRARY_IMPL(md_accel, CUDA, m) {
   m.impl("tp_conv_fused_fwd", md_accel::tp_conv_fused_fwd_cuda);
   m.impl("tp_conv_fused_bwd", md_accel::tp_conv_fused_bwd_cuda);
+  m.impl("_tp_conv_fused_fwd_keep", md_accel::tp_conv_fused_fwd_keep_cuda);
+  m.impl("_tp_conv_fused_bwd_kept", md_accel::tp_conv_fused_bwd_kept_cuda);
 }

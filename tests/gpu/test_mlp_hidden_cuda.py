@@ -110,8 +110,10 @@ def test_fused_kernel_runs(path, monkeypatch):
         names = kernels(name)
         assert len(names) == 2
         assert all(("mma" in k) == (path in TENSOR_CORES) for k in names), (name, names)
-    four_layers = kernels("padded4")  # the CUDA-core kernel
-    assert len(four_layers) == 2 and all("mma" not in k for k in four_layers)
+    # the CUDA-core kernel; in float64 only its forward: the backward's weights and derivative
+    # factors (29184 doubles, 228 KiB) exceed the 227 KiB of shared memory of sm_90 (ATen serves)
+    four_layers = kernels("padded4")
+    assert len(four_layers) == (2 if dtype == torch.float32 else 1) and all("mma" not in k for k in four_layers)
     assert len(kernels("aten")) == 0
     assert len(kernels("wide")) == 0
 

@@ -258,6 +258,59 @@ def test_chunked_materialised(name, dtype, monkeypatch):
         assert torch.equal(a, b)
 
 
+def _autograd_grads(plan, g, x, y, h, W, go, pl, create_graph=False):
+    leaves = [t.detach().requires_grad_() for t in (x, y, h, W)]
+    out = OPS.tp_conv_fused_fwd(*leaves, *graph_args(g), *pl, plan.dim_out)
+    return [out.detach(), *torch.autograd.grad(out, leaves, go, create_graph=create_graph)]
+
+
+def _w_gemms_in_backward(plan, g, x, y, h, W, go, pl):
+    """Launches of the float32 last-layer GEMM's split kernel (one per w_c computed) in a backward."""
+    leaves = [t.detach().requires_grad_() for t in (x, y, h, W)]
+    out = OPS.tp_conv_fused_fwd(*leaves, *graph_args(g), *pl, plan.dim_out)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        torch.autograd.grad(out, leaves, go)
+        torch.cuda.synchronize()
+    return sum("split3_a_kernel" in e.name for e in prof.events())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_kept_weight_chunks(dtype, monkeypatch):
+    """The chunked path's forward keeps w chunks for the backward up to MD_ACCEL_KEEP_WEIGHTS_MIB:
+    all, some or none kept give bit-identical gradients (also with create_graph, which recomputes),
+    equal to the reference; kept chunks are not recomputed (float32: counted GEMM launches)."""
+    problem, hidden = CONFIGS["mace_mp0_medium"]
+    plan = problem().lower()
+    gen = torch.Generator().manual_seed(31)
+    g = random_graph(300, 4000, gen, hub=3, hub_degree=900)
+    elem = 8 if dtype == torch.float64 else 4
+    chunk_mib = g.src.numel() / 7 * plan.weight_numel * elem / 2**20
+    monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(chunk_mib))
+    pl = plan_args(plan, dtype)
+    x, y, h, W, go = inputs(plan, hidden, g, 300, dtype, gen)
+    previous = _cuda.set_fused(False)
+    try:
+        results, launches = {}, {}
+        for label, keep_mib in (("none", 0), ("some", 3.5 * chunk_mib), ("all", 100 * chunk_mib)):
+            monkeypatch.setenv("MD_ACCEL_KEEP_WEIGHTS_MIB", str(keep_mib))
+            results[label] = _autograd_grads(plan, g, x, y, h, W, go, pl)
+            if dtype == torch.float32:
+                launches[label] = _w_gemms_in_backward(plan, g, x, y, h, W, go, pl)
+        results["create_graph"] = _autograd_grads(plan, g, x, y, h, W, go, pl, create_graph=True)
+    finally:
+        _cuda.set_fused(previous)
+    for label in ("some", "all", "create_graph"):
+        for a, b in zip(results["none"], results[label]):
+            assert torch.equal(a, b.detach()), label
+    ref_out, ref_grads = reference(plan, g, 300, x, y, h, W, go)
+    assert rel_err(results["all"][0], ref_out) <= TOL[dtype]
+    for a, b in zip(results["all"][1:], ref_grads):
+        assert rel_err(a, b) <= TOL[dtype]
+    if dtype == torch.float32:
+        chunks = launches["none"]  # 7 or 8 (edges per chunk rounded down)
+        assert chunks >= 7 and launches == {"none": chunks, "some": chunks - 3, "all": 0}, launches
+
+
 def _tiny():
     problem, hidden = CONFIGS["tiny"]
     plan = problem().lower()
