@@ -19,6 +19,7 @@ LIB_NAME = "md_accel_ops"
 CPU_SOURCES = ["ops.cpp", "fused_ops.cpp"]
 CPU_SOURCES += ["species_linear_ops.cpp", "linear_tf32x3_ops.cpp"]
 CUDA_SOURCES = ["tp_conv_cuda.cpp", "tp_conv_fused_cuda.cpp", "tp_conv_chunked_cuda.cpp", "tp_conv_kernels.cu"]
+CUDA_SOURCES += ["chunk_graph_kernels.cu"]
 CUDA_SOURCES += ["species_linear_cuda.cpp", "species_linear_kernels.cu"]
 HEADERS = ["tp_conv.h", "tp_conv_chunked.h", "tp_spec_abi.h", "tp_fused_abi.h", "spec_registry.h"]
 HEADERS += ["species_linear.h", "vec16.cuh"]

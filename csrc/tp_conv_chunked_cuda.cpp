@@ -2,19 +2,18 @@
 //
 // Chunk c holds the receiver-sorted edges [e0, e1). Its graph: the receiver offsets dst_ptr
 // clamped to the chunk (receivers without edges in it are skipped by the accumulating kernels),
-// and its by-sender order, which is the global by-sender order src_perm restricted to the chunk
-// (a stable filter: prefix counts, no sort). The first chunk writes every row, the others add.
+// and its by-sender order, which is the global by-sender order src_perm restricted to the chunk:
+// one run per sender (chunk_graph_kernels.cu; src_perm ascending within each sender, as
+// build_graph makes it). The first chunk writes every row, the others add.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/ops/arange.h>
-#include <ATen/ops/cat.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/mm.h>
-#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <c10/core/Storage.h>
 #include <c10/util/intrusive_ptr.h>
@@ -29,6 +28,13 @@
 #include "tp_conv_chunked.h"
 
 namespace md_accel {
+
+// chunk_graph_kernels.cu
+const char* chunk_sender_runs(const int64_t* src_perm, const int64_t* src_ptr, int64_t n, int64_t e0, int64_t e1,
+                              int64_t* lo, int64_t* count, cudaStream_t stream);
+const char* chunk_sender_perm(const int64_t* src_perm, const int64_t* lo, const int64_t* ptr_c, int64_t n,
+                              int64_t e0, int64_t* perm_c, cudaStream_t stream);
+
 namespace {
 
 using at::Tensor;
@@ -49,6 +55,8 @@ int64_t chunk_edges(int64_t weights, int64_t elem) {
   return std::max<int64_t>(1, int64_t(mib * 1048576.0 / double(std::max<int64_t>(1, weights * elem))));
 }
 
+void check(const char* err) { TORCH_CHECK(err == nullptr, "md_accel tp_conv chunked: ", err); }
+
 struct Chunk {
   Tensor dst_ptr, src_perm, src_ptr;  // this chunk's (device); they back graph's pointers
   TPGraph graph;
@@ -59,14 +67,16 @@ Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0
   const int64_t N = dst_ptr.numel() - 1, Ec = e1 - e0;
   c.dst_ptr = dst_ptr.sub(e0).clamp_(0, Ec);
   if (sender_order) {
-    // position j of the global by-sender order belongs to the chunk when e0 <= src_perm[j] < e1;
-    // its rank among those is the chunk's by-sender order (stable, as the global one is)
-    const Tensor in = src_perm.ge(e0).logical_and_(src_perm.lt(e1));
-    const Tensor count = at::cumsum(in, 0, at::kLong);  // inclusive
-    c.src_ptr = at::cat({at::zeros({1}, count.options()), count}).index_select(0, src_ptr);
-    // members go to their rank, the others to private slots past the end (discarded)
-    const Tensor slot = at::where(in, count.sub(1), at::arange(Ec, Ec + src_perm.numel(), count.options()));
-    c.src_perm = at::empty({Ec + src_perm.numel()}, count.options()).scatter_(0, slot, src_perm.sub(e0));
+    auto stream = c10::cuda::getCurrentCUDAStream(src_perm.device().index()).stream();
+    const Tensor lo = at::empty({N}, src_perm.options()), count = at::empty({N}, src_perm.options());
+    check(chunk_sender_runs(src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N, e0, e1,
+                            lo.data_ptr<int64_t>(), count.data_ptr<int64_t>(), stream));
+    c.src_ptr = at::zeros({N + 1}, src_perm.options());
+    Tensor offsets = c.src_ptr.narrow(0, 1, N);  // exclusive prefix sum of the runs' lengths
+    at::cumsum_out(offsets, count, 0);
+    c.src_perm = at::empty({Ec}, src_perm.options());
+    check(chunk_sender_perm(src_perm.data_ptr<int64_t>(), lo.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), N,
+                            e0, c.src_perm.data_ptr<int64_t>(), stream));
   } else {  // the forward reads no by-sender order
     c.src_ptr = src_ptr;
     c.src_perm = src_perm;
