@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..o3 import Irrep, Irreps
+from ..ops import _linear_ops  # noqa: F401  (registers torch.ops.md_accel.linear_tf32x3)
 
 
 def linear_instructions(irreps_in: Irreps, irreps_out: Irreps) -> List[Tuple[int, int, float]]:
@@ -93,8 +94,13 @@ class Linear(torch.nn.Module):
                 continue
             # the path weight scales the small weight block, not the [n, mul_out, d] product
             w = self.weight[w_off: w_off + mul_in * mul_out].view(mul_in, mul_out) * self.path_weights[k]
-            xb = blocks[i].reshape(n, mul_in, d)
-            y = torch.einsum("uw,nui->nwi", w, xb)
+            # one [rows, mul_in] @ [mul_in, mul_out] product per instruction (md_accel::linear_tf32x3:
+            # tensor cores at float32 accuracy for CUDA float32), the m components as rows
+            if d == 1:
+                y = torch.ops.md_accel.linear_tf32x3(blocks[i], w)
+            else:
+                xb = blocks[i].reshape(n, mul_in, d).transpose(1, 2).reshape(n * d, mul_in)
+                y = torch.ops.md_accel.linear_tf32x3(xb, w).reshape(n, d, mul_out).transpose(1, 2)
             parts[o].append(y.reshape(n, mul_out * d))
         outs: List[torch.Tensor] = []
         for o, blk in enumerate(self.out_blocks):
