@@ -47,11 +47,13 @@ Tensor linear(CT a, CT b) {
   return op.call(a, b);
 }
 
-// Edges per chunk: MD_ACCEL_WEIGHT_CHUNK_MIB (default 1024) MiB of w per chunk (read per call).
+// Edges per chunk: MD_ACCEL_WEIGHT_CHUNK_MIB (default 2048) MiB of w per chunk (read per call).
+// Fewer, larger chunks cost memory (w_c and its gradient) and save launches over all receivers:
+// MACE-MP-0 medium shape at 32k atoms, H200, 2048 vs 1024: 87.2 vs 90.3 ms, 16.6 vs 15.3 GiB.
 int64_t chunk_edges(int64_t weights, int64_t elem) {
   const char* v = std::getenv("MD_ACCEL_WEIGHT_CHUNK_MIB");
-  double mib = v ? std::atof(v) : 1024.0;
-  if (!(mib > 0)) mib = 1024.0;
+  double mib = v ? std::atof(v) : 2048.0;
+  if (!(mib > 0)) mib = 2048.0;
   return std::max<int64_t>(1, int64_t(mib * 1048576.0 / double(std::max<int64_t>(1, weights * elem))));
 }
 
