@@ -120,13 +120,13 @@ class Calculator(_AseCalculator):
         cell = torch.tensor(np.asarray(atoms.get_cell()), dtype=torch.float64, device=self.device)
         edges = self.neighbors.update(positions, cell, atoms.get_pbc(), species)
         if self.min_distance > 0 and edges.vec.shape[0] > 0:
-            d2 = edges.vec.detach().pow(2).sum(-1)
-            d2_min = float(d2.min())  # one host sync per call
-            if d2_min < self.min_distance**2:
-                k = int(torch.argmin(d2))
+            d = torch.linalg.vector_norm(edges.vec.detach(), dim=-1)  # one kernel, then the min
+            d_min = float(d.min())  # one host sync per call
+            if d_min < self.min_distance:
+                k = int(torch.argmin(d))
                 i, j = int(edges.dst[k]), int(edges.src[k])
                 raise ValueError(
-                    f"atoms {i} and {j} are {d2_min ** 0.5:.4f} A apart, closer than "
+                    f"atoms {i} and {j} are {d_min:.4f} A apart, closer than "
                     f"min_distance={self.min_distance} A; check the structure (duplicate atoms? units?) "
                     "or pass min_distance=0 to the Calculator"
                 )
