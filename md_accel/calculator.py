@@ -164,19 +164,19 @@ class Calculator(_AseCalculator):
         atoms = self.atoms
         _, out = self._evaluate(atoms)
         n = len(atoms)
-        node_e = out["node_energies"].detach().to(torch.float64)
-        # one device-to-host copy: [energy, node energies, forces, virial]
-        flat = torch.cat([node_e.sum().reshape(1), node_e, out["forces"].detach().to(torch.float64).reshape(-1),
-                          out["virial"].detach().to(torch.float64).reshape(-1)]).cpu().numpy()
-        energy = float(flat[0])
+        # one concatenation, one cast and one device-to-host copy: [node energies, forces, virial];
+        # the energy is their float64 sum on the host
+        parts = [out[k].detach().reshape(-1) for k in ("node_energies", "forces", "virial")]
+        flat = torch.cat(parts).to(torch.float64).cpu().numpy()
+        energy = float(flat[:n].sum())
         self.results = {
             "energy": energy,
             "free_energy": energy,
-            "energies": flat[1 : n + 1],
-            "forces": flat[n + 1 : 4 * n + 1].reshape(n, 3),
+            "energies": flat[:n],
+            "forces": flat[n : 4 * n].reshape(n, 3),
         }
         if atoms.cell.rank == 3:
-            w = flat[4 * n + 1 :].reshape(3, 3)
+            w = flat[4 * n :].reshape(3, 3)
             sigma = -0.5 * (w + w.T) / atoms.get_volume()
             self.results["stress"] = full_3x3_to_voigt_6_stress(sigma)  # ASE: no cell, no stress
 
