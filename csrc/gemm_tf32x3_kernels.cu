@@ -10,7 +10,7 @@
 // N = 512..1760, and K = 512..1760 with N = 64; any M (64-bit row offsets), K and N multiples
 // of 8 (16-byte cp.async chunks never straddle the matrix edge).
 //
-// B is small: a first kernel (split_b_kernel) writes it once as (hi, lo) pairs, [K][N] float2,
+// B is small: a first kernel (split_b_kernel, BPairs) writes it once as (hi, lo) pairs, [K][N] float2,
 // transposing it on the way where it comes as [N, K]; the GEMM kernel splits A in registers.
 //
 // Tiling: CTA tile 128 (M) x 64 (N), 128 threads = 4 warps, warp w owns rows [32w, 32w+32) x all
@@ -67,29 +67,50 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 #endif
 
-// out[k * N + n] = (hi, lo) of B[k, n]; B is b [K, N], or b [N, K] where trans (B = b^T)
-__global__ void __launch_bounds__(256) split_b_kernel(const float* __restrict__ b, float2* __restrict__ out, int K,
-                                                      int N, bool trans) {
-  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;
-  if (idx >= int64_t(K) * N) return;
-  const int64_t k = idx / N, n = idx % N;
-  uint32_t hi, lo;
-  split_tf32(b[trans ? n * K + k : idx], hi, lo);
-  out[idx] = make_float2(__uint_as_float(hi), __uint_as_float(lo & 0xffffe000u));
-}
 
-// The same product as one plain TF32 GEMM with K tripled, for cuBLAS (gemm_tf32x3.cpp):
-//   a3 = [a_lo | a_hi | a_hi]  [M, 3K]        b3 = [b_hi ; b_lo ; b_hi]  [3K, N]
-// a3 @ b3 = a_lo b_hi + a_hi b_lo + a_hi b_hi. Every element is exact in tf32 (lo's low 13 bits
-// cleared too), so the GEMM's tf32 conversion, truncating or rounding, changes nothing. The
-// hi x hi block comes last: tensor cores truncate when they add into the accumulator, and while
-// the small terms run the accumulator is small too.
+// x = hi + lo with both exact in tf32 (lo's low 13 bits cleared too, so any later tf32
+// conversion of them, truncating or rounding, changes nothing)
 __device__ __forceinline__ void split_tf32_exact(float x, float& hi, float& lo) {
   uint32_t h, l;
   split_tf32(x, h, l);
   hi = __uint_as_float(h);
   lo = __uint_as_float(l & 0xffffe000u);
 }
+
+// Where split_b_kernel puts B[k, n]'s (hi, lo), idx = k * N + n:
+//   BPairs:    out[idx] = (hi, lo)                      (gemm_3xtf32_kernel's B tiles, [K][N] float2)
+//   BStacked3: out = [b_hi ; b_lo ; b_hi], [3K, N]      (the cuBLAS route, see split3_a_kernel)
+struct BPairs {
+  float2* out;
+  __device__ __forceinline__ void operator()(int64_t idx, float hi, float lo) const { out[idx] = make_float2(hi, lo); }
+};
+struct BStacked3 {
+  float* out;
+  int64_t block;  // K * N
+  __device__ __forceinline__ void operator()(int64_t idx, float hi, float lo) const {
+    out[idx] = hi;
+    out[block + idx] = lo;
+    out[2 * block + idx] = hi;
+  }
+};
+
+// B = b [K, N], or b^T for b [N, K] (trans), split element by element; one thread per element
+template <typename Store>
+__global__ void __launch_bounds__(256) split_b_kernel(const float* __restrict__ b, int K, int N, bool trans,
+                                                      Store store) {
+  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (idx >= int64_t(K) * N) return;
+  const int64_t k = idx / N, n = idx % N;
+  float hi, lo;
+  split_tf32_exact(b[trans ? n * K + k : idx], hi, lo);
+  store(idx, hi, lo);
+}
+
+// The same product as one plain TF32 GEMM with K tripled, for cuBLAS (gemm_tf32x3.cpp):
+//   a3 = [a_lo | a_hi | a_hi]  [M, 3K]        b3 = [b_hi ; b_lo ; b_hi]  [3K, N]  (BStacked3)
+// a3 @ b3 = a_lo b_hi + a_hi b_lo + a_hi b_hi, every element exact in tf32. The hi x hi block
+// comes last: tensor cores truncate when they add into the accumulator, and while the small
+// terms run the accumulator is small too.
 
 // a [M, K] -> a3 [M, 3K]; one thread per element of a
 __global__ void __launch_bounds__(256) split3_a_kernel(const float* __restrict__ a, float* __restrict__ a3,
@@ -104,20 +125,6 @@ __global__ void __launch_bounds__(256) split3_a_kernel(const float* __restrict__
   out[0] = lo;
   out[K] = hi;
   out[2 * K] = hi;
-}
-
-// B (b [K, N], or b [N, K] where trans: B = b^T) -> b3 [3K, N]; one thread per element of B
-__global__ void __launch_bounds__(256) split3_b_kernel(const float* __restrict__ b, float* __restrict__ b3, int K,
-                                                       int N, bool trans) {
-  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;
-  if (idx >= int64_t(K) * N) return;
-  const int64_t k = idx / N, n = idx % N;
-  float hi, lo;
-  split_tf32_exact(b[trans ? n * K + k : idx], hi, lo);
-  const int64_t block = int64_t(K) * N;
-  b3[idx] = hi;
-  b3[block + idx] = lo;
-  b3[2 * block + idx] = hi;
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
@@ -262,7 +269,7 @@ const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, flo
   const int ki = int(k), ni = int(n);
   if (k > 0) {
     const unsigned split_grid = unsigned((k * n + 255) / 256);
-    split_b_kernel<<<split_grid, 256, 0, stream>>>(b, b_split, ki, ni, trans_b);
+    split_b_kernel<<<split_grid, 256, 0, stream>>>(b, ki, ni, trans_b, BPairs{b_split});
   }
   const int64_t n_tiles = (n + kBN - 1) / kBN, m_tiles = (m + kBM - 1) / kBM;
   const int64_t blocks = m_tiles * n_tiles;
@@ -293,7 +300,7 @@ const char* gemm_3xtf32_split3(const float* a, const float* b, bool trans_b, flo
   const int64_t a_blocks = (m * k + 255) / 256, b_blocks = (k * n + 255) / 256;
   if (a_blocks > 0x7fffffffLL) return "split3: too many rows for one launch";
   if (a_blocks > 0) split3_a_kernel<<<unsigned(a_blocks), 256, 0, stream>>>(a, a3, m * k, int(k));
-  split3_b_kernel<<<unsigned(b_blocks), 256, 0, stream>>>(b, b3, int(k), int(n), trans_b);
+  split_b_kernel<<<unsigned(b_blocks), 256, 0, stream>>>(b, int(k), int(n), trans_b, BStacked3{b3, k * n});
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

@@ -5,7 +5,6 @@ that order, as chunk-local edge indices, with per-sender offsets. No GPU needed.
 from __future__ import annotations
 
 import ctypes
-import shutil
 import sys
 from pathlib import Path
 
@@ -13,6 +12,12 @@ import pytest
 import torch
 
 from md_accel.ops.tp_conv import build_graph
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cuda_emu import emulate  # noqa: E402
+
+if not emulate.available():
+    pytest.skip("needs g++", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,13 +35,6 @@ extern "C" const char* emu_perm(const int64_t* src_perm, const int64_t* lo, cons
 
 @pytest.fixture(scope="module")
 def lib():
-    if shutil.which("g++") is None:
-        pytest.skip("needs g++")
-    sys.path.insert(0, str(ROOT / "tests" / "cuda_emu"))
-    try:
-        import emulate
-    finally:
-        sys.path.pop(0)
     src = '#include "cuda_emu.h"\n' + (ROOT / "csrc" / "chunk_graph_kernels.cu").read_text() + _WRAPPER
     so = ctypes.CDLL(emulate.build(src))
     for fn in (so.emu_runs, so.emu_perm):

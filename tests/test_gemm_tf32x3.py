@@ -7,7 +7,6 @@ torch.matmul, its argument checks and fake implementation; and the CUDA kernel
 from __future__ import annotations
 
 import ctypes
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,6 +14,9 @@ import pytest
 import torch
 
 import md_accel.ops  # noqa: F401  (registers torch.ops.md_accel.gemm_3xtf32)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cuda_emu import emulate  # noqa: E402
 
 OP = torch.ops.md_accel.gemm_3xtf32
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,17 +102,16 @@ extern "C" int64_t emu_gemm_3xtf32_scratch_bytes(int64_t k, int64_t n) {
 """
 
 
+def _emu_library(wrapper: str) -> ctypes.CDLL:
+    """gemm_tf32x3_kernels.cu compiled for the host (tests/cuda_emu) with `wrapper` appended."""
+    if not emulate.available():
+        pytest.skip("needs g++")
+    return ctypes.CDLL(emulate.build(_SHIM + (ROOT / "csrc" / "gemm_tf32x3_kernels.cu").read_text() + wrapper))
+
+
 @pytest.fixture(scope="module")
 def emu_lib():
-    if shutil.which("g++") is None:
-        pytest.skip("needs g++")
-    sys.path.insert(0, str(ROOT / "tests" / "cuda_emu"))
-    try:
-        import emulate
-    finally:
-        sys.path.pop(0)
-    src = _SHIM + (ROOT / "csrc" / "gemm_tf32x3_kernels.cu").read_text() + _WRAPPER
-    lib = ctypes.CDLL(emulate.build(src))
+    lib = _emu_library(_WRAPPER)
     lib.emu_gemm_3xtf32.restype = ctypes.c_char_p
     lib.emu_gemm_3xtf32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                     ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
@@ -167,15 +168,7 @@ extern "C" const char* emu_gemm_3xtf32_split3(const float* a, const float* b, in
 
 @pytest.fixture(scope="module")
 def emu_split3():
-    if shutil.which("g++") is None:
-        pytest.skip("needs g++")
-    sys.path.insert(0, str(ROOT / "tests" / "cuda_emu"))
-    try:
-        import emulate
-    finally:
-        sys.path.pop(0)
-    src = _SHIM + (ROOT / "csrc" / "gemm_tf32x3_kernels.cu").read_text() + _SPLIT3_WRAPPER
-    lib = ctypes.CDLL(emulate.build(src))
+    lib = _emu_library(_SPLIT3_WRAPPER)
     lib.emu_gemm_3xtf32_split3.restype = ctypes.c_char_p
     lib.emu_gemm_3xtf32_split3.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3
     return lib
