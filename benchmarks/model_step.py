@@ -145,6 +145,8 @@ class MdAccel(Backend):
             pot = convert_sevenn(sevenn_checkpoint(self.args.sevenn_checkpoint if self.what == "sevenn"
                                                    else self.what), dtype=dtype)
         self.pot = self._converted[key] = pot.to(device=device, dtype=dtype).eval()
+        for p in self.pot.parameters():  # frozen, as the Calculator and the LAMMPS pair style hold it
+            p.requires_grad_(False)
         from md_accel.ops.tp_conv import TensorProductConv, _save_weights_bytes
 
         for m in self.pot.modules():

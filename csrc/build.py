@@ -72,7 +72,9 @@ def cublas() -> Optional[Tuple[str, str]]:
 
 def cxx_flags(cuda: bool = True) -> List[str]:
     found = cublas() if cuda else None
-    return ["-O3"] + ([f"-DMD_ACCEL_WITH_CUBLAS=1", f"-I{found[0]}"] if found else [])
+    # -idirafter: the toolkit's (and torch's) CUDA headers keep precedence; this directory only
+    # supplies cuBLAS's where they have none
+    return ["-O3"] + (["-DMD_ACCEL_WITH_CUBLAS=1", f"-idirafter{found[0]}"] if found else [])
 
 
 def nvcc_flags() -> List[str]:

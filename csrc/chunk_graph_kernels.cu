@@ -1,7 +1,8 @@
 // By-sender order of one chunk of edges, for the chunked backward (tp_conv_chunked_cuda.cpp).
 //
 // Edges are sorted by receiver; a chunk is the edge range [e0, e1). The global by-sender order
-// src_perm lists each sender's edges in ascending edge index (build_graph sorts stably), so a
+// src_perm lists each sender's edges in ascending edge index (build_graph sorts stably; the
+// contract of TPGraph, tp_conv.h), so a
 // sender's edges inside the chunk are one contiguous run of its group: two binary searches per
 // sender find it, and the chunk's order is those runs, shifted to chunk-local indices:
 //   runs:  lo[s] = first group position with src_perm >= e0, count[s] = positions < e1 from there
@@ -43,11 +44,12 @@ __global__ void __launch_bounds__(kThreads) chunk_runs_kernel(const int64_t* __r
 __global__ void __launch_bounds__(kThreads) chunk_perm_kernel(const int64_t* __restrict__ src_perm,
                                                               const int64_t* __restrict__ lo,
                                                               const int64_t* __restrict__ ptr_c, int64_t n,
-                                                              int64_t e0, int64_t* __restrict__ perm_c) {
+                                                              int64_t e0, int64_t num_c, int64_t* __restrict__ perm_c) {
   const int64_t s = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (s >= n) return;
   const int64_t from = lo[s], to = ptr_c[s], len = ptr_c[s + 1] - to;
-  for (int64_t j = 0; j < len; ++j) perm_c[to + j] = src_perm[from + j] - e0;
+  // within bounds even for an src_perm that breaks the ordering contract (then the order is wrong)
+  for (int64_t j = 0; j < len && to + j < num_c; ++j) perm_c[to + j] = src_perm[from + j] - e0;
 }
 
 const char* launch_status() {
@@ -68,12 +70,12 @@ const char* chunk_sender_runs(const int64_t* src_perm, const int64_t* src_ptr, i
   return launch_status();
 }
 
-// perm_c: [ptr_c[n]] (the chunk's edges). nullptr on success, else a static error message.
+// perm_c: [num_c] (the chunk's edges, = ptr_c[n]). nullptr on success, else a static error message.
 const char* chunk_sender_perm(const int64_t* src_perm, const int64_t* lo, const int64_t* ptr_c, int64_t n,
-                              int64_t e0, int64_t* perm_c, cudaStream_t stream) {
+                              int64_t e0, int64_t num_c, int64_t* perm_c, cudaStream_t stream) {
   if (n <= 0) return nullptr;
   if ((n + kThreads - 1) / kThreads > 0x7fffffffLL) return "chunk_sender_perm: too many nodes";
-  chunk_perm_kernel<<<blocks(n), kThreads, 0, stream>>>(src_perm, lo, ptr_c, n, e0, perm_c);
+  chunk_perm_kernel<<<blocks(n), kThreads, 0, stream>>>(src_perm, lo, ptr_c, n, e0, num_c, perm_c);
   return launch_status();
 }
 

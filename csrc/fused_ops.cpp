@@ -5,7 +5,7 @@
 //   tp_conv_fused_bwd  backward -> composed from mm, tp_conv_dbwd and tp_conv_bwd (materialises w
 //                      and one grad_w): a fused double backward would be a third kernel family for
 //                      a path that only training on forces takes.
-// On CUDA, when autograd records, the forward runs the internal _tp_conv_fused_fwd_keep, which
+// On CUDA, when autograd records and W is frozen, the forward runs the internal _tp_conv_fused_fwd_keep, which
 // also returns the weight chunks w_c it kept (tp_conv_chunked.h: as far as the keep budget allows),
 // and a first-order backward hands them to _tp_conv_fused_bwd_kept instead of recomputing them.
 #include <ATen/core/Tensor.h>
@@ -165,9 +165,11 @@ class FusedBwdFunction : public torch::autograd::Function<FusedBwdFunction> {
 
 Tensor fused_fwd_autograd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
                           CT paths, CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
-  // keep weight chunks for a backward only where one will run (and the CUDA path has chunks)
-  const bool keep = x.is_cuda() && at::GradMode::is_enabled() &&
-                    (x.requires_grad() || y.requires_grad() || h.requires_grad() || W.requires_grad());
+  // keep weight chunks for a backward only where one will run and use them: an MD step (forces of
+  // a frozen model). Where W requires grad (training, whose force loss differentiates with
+  // create_graph, which recomputes) the chunks would only hold memory until the loss's backward.
+  const bool keep = x.is_cuda() && at::GradMode::is_enabled() && !W.requires_grad() &&
+                    (x.requires_grad() || y.requires_grad() || h.requires_grad());
   return FusedFwdFunction::apply(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
                                  cg_val, dim_out, keep);
 }

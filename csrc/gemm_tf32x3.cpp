@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -70,14 +71,20 @@ Tensor gemm_3xtf32_cpu(const Tensor& a, const Tensor& b, bool transpose_b) {
   return a.mm(transpose_b ? b.t() : b).contiguous();
 }
 
+constexpr int kMaxDevices = 64;
+std::atomic<bool> g_cublas_failed[kMaxDevices];  // cuBLAS failed on the device once: the kernel serves
+
 // Whether a [M, K] @ B [K, N] goes to cuBLAS with K tripled: there the copy a3 [M, 3K] is at most
 // as large as the output (N >= 3K) and K is small enough that the GEMM is bound by writing C.
-bool use_cublas_split3(int64_t K, int64_t N) {
+bool use_cublas_split3(int device, int64_t K, int64_t N) {
   const char* v = std::getenv("MD_ACCEL_GEMM_CUBLAS");
   if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  if (device < 0 || device >= kMaxDevices || g_cublas_failed[device].load(std::memory_order_relaxed)) return false;
   return cublas_tf32_available() && K >= 8 && K <= 128 && N >= 3 * K;
 }
 
+// a @ B through cuBLAS (see use_cublas_split3); an undefined tensor where cuBLAS failed (the
+// caller then runs the kernel; the device is not tried again, with one warning)
 Tensor gemm_cublas_split3(const Tensor& a, const Tensor& b, bool transpose_b, int64_t K, int64_t N) {
   const int64_t M = a.size(0);
   Tensor out = at::empty({M, N}, a.options());
@@ -90,7 +97,11 @@ Tensor gemm_cublas_split3(const Tensor& a, const Tensor& b, bool transpose_b, in
   TORCH_CHECK(err == nullptr, "md_accel gemm_3xtf32: ", err);
   err = cublas_tf32_gemm(a3.data_ptr<float>(), b3.data_ptr<float>(), out.data_ptr<float>(), M, 3 * K, N,
                          workspace.data_ptr(), stream);
-  TORCH_CHECK(err == nullptr, "md_accel gemm_3xtf32 (cuBLAS): ", err);
+  if (err != nullptr) {
+    g_cublas_failed[a.device().index()].store(true, std::memory_order_relaxed);
+    TORCH_WARN("md_accel gemm_3xtf32: cuBLAS failed (", err, "); md_accel's kernel serves this device from now on");
+    return Tensor();
+  }
   return out;
 }
 
@@ -102,10 +113,14 @@ Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
   TORCH_CHECK(a_.is_cuda(), "md_accel gemm_3xtf32: CUDA tensors expected");
   TORCH_CHECK(K < (int64_t(1) << 24) && K * N <= 0x7fffffffLL, "md_accel gemm_3xtf32: b too large");
   c10::cuda::CUDAGuard guard(a_.device());
+  const int device = a_.device().index();
   // GPUs without the kernel's needs (sm_80 tensor cores, ~105 KB shared memory per block):
   // cuBLAS float32 (SIMT), the same accuracy class
-  if (use_cublas_split3(K, N)) return gemm_cublas_split3(a_.contiguous(), b_.contiguous(), transpose_b, K, N);
-  if (!gemm_3xtf32_supported(a_.device().index())) return a_.mm(transpose_b ? b_.t() : b_).contiguous();
+  if (!gemm_3xtf32_supported(device)) return a_.mm(transpose_b ? b_.t() : b_).contiguous();
+  if (use_cublas_split3(device, K, N)) {
+    Tensor out = gemm_cublas_split3(a_.contiguous(), b_.contiguous(), transpose_b, K, N);
+    if (out.defined()) return out;
+  }
   Tensor a = a_.contiguous();
   if (reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0) a = a.clone();  // cp.async needs 16-byte rows
   const Tensor b = b_.contiguous();

@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(256) split_b_kernel(const float* __restrict__ 
 // The same product as one plain TF32 GEMM with K tripled, for cuBLAS (gemm_tf32x3.cpp):
 //   a3 = [a_lo | a_hi | a_hi]  [M, 3K]        b3 = [b_hi ; b_lo ; b_hi]  [3K, N]  (BStacked3)
 // a3 @ b3 = a_lo b_hi + a_hi b_lo + a_hi b_hi, every element exact in tf32. The hi x hi block
-// comes last: tensor cores truncate when they add into the accumulator, and while the small
+// comes last, in case cuBLAS walks K in order (not guaranteed; the accuracy, measured, does not
+// depend on it): tensor cores truncate when they add into the accumulator, and while the small
 // terms run the accumulator is small too.
 
 // a [M, K] -> a3 [M, 3K]; one thread per element of a

@@ -11,7 +11,7 @@ struct TPGraph {
   const int64_t* src;       // [E] sender of edge e
   const int64_t* dst;       // [E] receiver of edge e (non-decreasing)
   const int64_t* dst_ptr;   // [N+1] edges of receiver n: dst_ptr[n] .. dst_ptr[n+1]
-  const int64_t* src_perm;  // [E] edge ids sorted by sender
+  const int64_t* src_perm;  // [E] edge ids sorted by sender, ascending within each sender (build_graph's stable sort)
   const int64_t* src_ptr;   // [N+1] src_perm[src_ptr[n] .. src_ptr[n+1]] are the edges sent by n
   int64_t num_nodes;
   int64_t num_edges;

@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -33,7 +34,7 @@ namespace md_accel {
 const char* chunk_sender_runs(const int64_t* src_perm, const int64_t* src_ptr, int64_t n, int64_t e0, int64_t e1,
                               int64_t* lo, int64_t* count, cudaStream_t stream);
 const char* chunk_sender_perm(const int64_t* src_perm, const int64_t* lo, const int64_t* ptr_c, int64_t n,
-                              int64_t e0, int64_t* perm_c, cudaStream_t stream);
+                              int64_t e0, int64_t num_c, int64_t* perm_c, cudaStream_t stream);
 
 namespace {
 
@@ -53,7 +54,7 @@ Tensor linear(CT a, CT b) {
 int64_t chunk_edges(int64_t weights, int64_t elem) {
   const char* v = std::getenv("MD_ACCEL_WEIGHT_CHUNK_MIB");
   double mib = v ? std::atof(v) : 2048.0;
-  if (!(mib > 0)) mib = 2048.0;
+  if (!std::isfinite(mib) || !(mib > 0)) mib = 2048.0;
   return std::max<int64_t>(1, int64_t(mib * 1048576.0 / double(std::max<int64_t>(1, weights * elem))));
 }
 
@@ -78,7 +79,7 @@ Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0
     at::cumsum_out(offsets, count, 0);
     c.src_perm = at::empty({Ec}, src_perm.options());
     check(chunk_sender_perm(src_perm.data_ptr<int64_t>(), lo.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), N,
-                            e0, c.src_perm.data_ptr<int64_t>(), stream));
+                            e0, Ec, c.src_perm.data_ptr<int64_t>(), stream));
   } else {  // the forward reads no by-sender order
     c.src_ptr = src_ptr;
     c.src_perm = src_perm;
@@ -97,15 +98,22 @@ Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0
 
 int64_t keep_budget_bytes(int device) {
   const char* v = std::getenv("MD_ACCEL_KEEP_WEIGHTS_MIB");
-  if (v != nullptr) return std::max<int64_t>(0, int64_t(std::atof(v) * 1048576.0));
+  if (v != nullptr) {
+    const double mib = std::atof(v);
+    return std::isfinite(mib) && mib > 0 ? int64_t(std::min(mib, 1e12) * 1048576.0) : 0;
+  }
   static std::mutex m;
   static std::vector<int64_t> total(64, -1);  // device memory, bytes (queried once per device)
   std::lock_guard<std::mutex> lock(m);
   if (device < 0 || device >= int64_t(total.size())) return 0;
   if (total[device] < 0) {
     cudaDeviceProp prop;
-    total[device] = cudaGetDeviceProperties(&prop, device) == cudaSuccess ? int64_t(prop.totalGlobalMem) : 0;
-    cudaGetLastError();
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+      total[device] = int64_t(prop.totalGlobalMem);
+    } else {
+      total[device] = 0;
+      cudaGetLastError();  // clear only this call's error
+    }
   }
   return std::min<int64_t>(int64_t(8) << 30, total[device] / 4);
 }
@@ -200,6 +208,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
     const Tensor& gw = std::get<2>(r);
     return {std::get<0>(r), std::get<1>(r), linear(gw, Wt), need_W ? at::mm(h.t(), gw) : no_W};
   }
+  // the forward's chunks serve only the same chunking (MD_ACCEL_WEIGHT_CHUNK_MIB is read per call)
+  const std::vector<Tensor> none;
+  const std::vector<Tensor>& use = !kept.empty() && kept[0].size(0) == std::min(E, step) ? kept : none;
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh = at::empty_like(h);
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : no_W;
   size_t i = 0;
@@ -207,7 +218,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
     const int64_t e1 = std::min(E, e0 + step), Ec = e1 - e0;
     const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, true);
     const Tensor h_c = h.narrow(0, e0, Ec);
-    Tensor w_c = kept_chunk(kept, i, Ec, W.size(1));
+    Tensor w_c = kept_chunk(use, i, Ec, W.size(1));
     if (!w_c.defined()) w_c = linear(h_c, W);  // recomputed: the forward did not keep it
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());

@@ -27,8 +27,8 @@ extern "C" const char* emu_runs(const int64_t* src_perm, const int64_t* src_ptr,
   return md_accel::chunk_sender_runs(src_perm, src_ptr, n, e0, e1, lo, count, nullptr);
 }
 extern "C" const char* emu_perm(const int64_t* src_perm, const int64_t* lo, const int64_t* ptr_c, int64_t n,
-                                int64_t e0, int64_t* perm_c) {
-  return md_accel::chunk_sender_perm(src_perm, lo, ptr_c, n, e0, perm_c, nullptr);
+                                int64_t e0, int64_t num_c, int64_t* perm_c) {
+  return md_accel::chunk_sender_perm(src_perm, lo, ptr_c, n, e0, num_c, perm_c, nullptr);
 }
 """
 
@@ -42,7 +42,7 @@ def lib():
     so.emu_runs.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                             ctypes.c_void_p, ctypes.c_void_p]
     so.emu_perm.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                            ctypes.c_void_p]
+                            ctypes.c_int64, ctypes.c_void_p]
     return so
 
 
@@ -54,7 +54,8 @@ def _chunk_order(lib, graph, e0, e1):
                         count.data_ptr()) is None
     ptr_c = torch.cat([torch.zeros(1, dtype=torch.int64), count.cumsum(0)])
     perm_c = torch.full((int(ptr_c[-1]),), -7, dtype=torch.int64)
-    assert lib.emu_perm(graph.src_perm.data_ptr(), lo.data_ptr(), ptr_c.data_ptr(), n, e0, perm_c.data_ptr()) is None
+    assert lib.emu_perm(graph.src_perm.data_ptr(), lo.data_ptr(), ptr_c.data_ptr(), n, e0, perm_c.numel(),
+                        perm_c.data_ptr()) is None
     return ptr_c, perm_c
 
 

@@ -49,7 +49,9 @@ def plan_and_library(tuning="default"):
 
 
 def chunk_graph(g, e0: int, e1: int):
-    """What make_chunk (csrc/tp_conv_chunked_cuda.cpp) builds for edges [e0, e1)."""
+    """The chunk graph make_chunk (csrc/tp_conv_chunked_cuda.cpp) builds for edges [e0, e1), by
+    its definition: the global by-sender order filtered to the range (its kernels are checked
+    against this definition in tests/test_chunk_graph_emulated.py)."""
     ec = e1 - e0
     dst_ptr = (g.dst_ptr - e0).clamp(0, ec)
     member = (g.src_perm >= e0) & (g.src_perm < e1)

@@ -21,7 +21,9 @@ CUBLAS_INC=${MD_ACCEL_CUBLAS_INCLUDE:-}
 [ -z "$CUBLAS_INC" ] && [ -f "$CUDA_INC/cublas_v2.h" ] && CUBLAS_INC=$CUDA_INC
 if [ -z "$CUBLAS_INC" ]; then
   HDR=$(mktemp -d)
-  if "$PYTHON" -m pip download -q --no-deps -d "$HDR/whl" nvidia-cublas >/dev/null 2>&1 &&
+  trap 'rm -rf "$HDR"' EXIT
+  NVCC_MAJOR=$("$NVCC" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')  # the wheel of nvcc's CUDA major
+  if "$PYTHON" -m pip download -q --no-deps -d "$HDR/whl" "nvidia-cublas==${NVCC_MAJOR}.*" >/dev/null 2>&1 &&
      "$PYTHON" - "$HDR" <<'PY'
 import sys, zipfile, pathlib
 out = pathlib.Path(sys.argv[1])
@@ -100,5 +102,5 @@ fi
 for entry in "${pids[@]}"; do
   if wait "${entry%%:*}"; then echo "ok   ${entry#*:}"; else echo "FAIL ${entry#*:}"; status=1; fi
 done
-rm -rf "$GEN" ${HDR:+"$HDR"}
+rm -rf "$GEN"
 exit $status

@@ -53,9 +53,9 @@ def _uncaptured_padded(calc, atoms):
     edges = neighbor_list(pos, cell, atoms.pbc, calc.model.cutoff)
     species = calc._species(atoms)
     out = padded_step(calc.model, species, edges.vec, edges.src, edges.dst, calc.step.layout, dtype=calc.dtype)
-    node_e = out["node_energies"].to(torch.float64).cpu().numpy()
+    node_e = out["node_energies"].to(torch.float64).cpu().numpy()  # summed on the host, as the Calculator does
     w = out["virial"].to(torch.float64).cpu().numpy()
-    return (float(node_e.sum()), out["forces"].to(torch.float64).cpu().numpy(),  # summed as the Calculator does
+    return (float(node_e.sum()), out["forces"].to(torch.float64).cpu().numpy(),
             full_3x3_to_voigt_6_stress(-0.5 * (w + w.T) / atoms.get_volume()))
 
 

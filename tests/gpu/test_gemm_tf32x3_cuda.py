@@ -30,7 +30,7 @@ MAX_REL = 2e-6
 
 # (K, N, transpose_b): forward W = H @ B (K = 64); input gradient dH = dW @ B^T (N = 64), B given
 # as [64, K] (transpose_b) or already transposed as [K, 64]
-SHAPES = [(64, 512, False), (64, 1280, False), (64, 1760, False), (64, 960, False),
+SHAPES = [(64, 512, False), (64, 1280, False), (64, 1760, False), (64, 960, False), (64, 512, True), (40, 136, True),
           (512, 64, True), (960, 64, True), (1280, 64, True), (1760, 64, True), (1760, 64, False)]
 ROWS = [0, 1, 127, 129, 100003]
 
@@ -53,6 +53,7 @@ def _kernel_names(fn):
 def test_routes(monkeypatch):
     """The forward shape (K = 64) runs the split + cuBLAS, the input gradient (K = 1280) md_accel's
     kernel; MD_ACCEL_GEMM_CUBLAS=0 sends both to the kernel."""
+    monkeypatch.delenv("MD_ACCEL_GEMM_CUBLAS", raising=False)
     fwd = _operands(1000, 64, 1280, False)
     bwd = _operands(1000, 1280, 64, True)
     names = _kernel_names(lambda: OP(*fwd, False))

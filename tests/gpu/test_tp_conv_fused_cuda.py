@@ -258,15 +258,21 @@ def test_chunked_materialised(name, dtype, monkeypatch):
         assert torch.equal(a, b)
 
 
-def _autograd_grads(plan, g, x, y, h, W, go, pl, create_graph=False):
-    leaves = [t.detach().requires_grad_() for t in (x, y, h, W)]
+def _leaves(x, y, h, W, train_W):
+    """x, y, h (and W where train_W) as autograd leaves; an MD step's W is frozen."""
+    return [t.detach().requires_grad_() for t in (x, y, h)] + [W.detach().requires_grad_(train_W)]
+
+
+def _autograd_grads(plan, g, x, y, h, W, go, pl, create_graph=False, train_W=False):
+    leaves = _leaves(x, y, h, W, train_W)
     out = OPS.tp_conv_fused_fwd(*leaves, *graph_args(g), *pl, plan.dim_out)
-    return [out.detach(), *torch.autograd.grad(out, leaves, go, create_graph=create_graph)]
+    wrt = leaves if train_W else leaves[:3]
+    return [out.detach(), *torch.autograd.grad(out, wrt, go, create_graph=create_graph)]
 
 
-def _w_gemms_in_backward(plan, g, x, y, h, W, go, pl):
+def _w_gemms_in_backward(plan, g, x, y, h, W, go, pl, train_W=False):
     """Launches of the float32 last-layer GEMM's split kernel (one per w_c computed) in a backward."""
-    leaves = [t.detach().requires_grad_() for t in (x, y, h, W)]
+    leaves = _leaves(x, y, h, W, train_W)
     out = OPS.tp_conv_fused_fwd(*leaves, *graph_args(g), *pl, plan.dim_out)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         torch.autograd.grad(out, leaves, go)
@@ -276,9 +282,10 @@ def _w_gemms_in_backward(plan, g, x, y, h, W, go, pl):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_kept_weight_chunks(dtype, monkeypatch):
-    """The chunked path's forward keeps w chunks for the backward up to MD_ACCEL_KEEP_WEIGHTS_MIB:
-    all, some or none kept give bit-identical gradients (also with create_graph, which recomputes),
-    equal to the reference; kept chunks are not recomputed (float32: counted GEMM launches)."""
+    """The chunked path's forward keeps w chunks for the backward up to MD_ACCEL_KEEP_WEIGHTS_MIB
+    (W frozen, as in MD): all, some or none kept give bit-identical gradients (also with
+    create_graph, which recomputes), equal to the reference; kept chunks are not recomputed
+    (float32: counted GEMM launches); with W trained nothing is kept."""
     problem, hidden = CONFIGS["mace_mp0_medium"]
     plan = problem().lower()
     gen = torch.Generator().manual_seed(31)
@@ -286,6 +293,7 @@ def test_kept_weight_chunks(dtype, monkeypatch):
     elem = 8 if dtype == torch.float64 else 4
     chunk_mib = g.src.numel() / 7 * plan.weight_numel * elem / 2**20
     monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(chunk_mib))
+    monkeypatch.delenv("MD_ACCEL_GEMM_CUBLAS", raising=False)  # the launches counted are the cuBLAS route's
     pl = plan_args(plan, dtype)
     x, y, h, W, go = inputs(plan, hidden, g, 300, dtype, gen)
     previous = _cuda.set_fused(False)
@@ -297,18 +305,24 @@ def test_kept_weight_chunks(dtype, monkeypatch):
             if dtype == torch.float32:
                 launches[label] = _w_gemms_in_backward(plan, g, x, y, h, W, go, pl)
         results["create_graph"] = _autograd_grads(plan, g, x, y, h, W, go, pl, create_graph=True)
+        trained = _autograd_grads(plan, g, x, y, h, W, go, pl, train_W=True)
+        if dtype == torch.float32:
+            launches["trained"] = _w_gemms_in_backward(plan, g, x, y, h, W, go, pl, train_W=True)
     finally:
         _cuda.set_fused(previous)
     for label in ("some", "all", "create_graph"):
         for a, b in zip(results["none"], results[label]):
             assert torch.equal(a, b.detach()), label
+    for a, b in zip(results["none"], trained):
+        assert torch.equal(a, b.detach()), "trained"
     ref_out, ref_grads = reference(plan, g, 300, x, y, h, W, go)
     assert rel_err(results["all"][0], ref_out) <= TOL[dtype]
-    for a, b in zip(results["all"][1:], ref_grads):
+    for a, b in zip(results["all"][1:], ref_grads[:3]):
         assert rel_err(a, b) <= TOL[dtype]
+    assert rel_err(trained[4], ref_grads[3]) <= TOL[dtype]  # grad W
     if dtype == torch.float32:
         chunks = launches["none"]  # 7 or 8 (edges per chunk rounded down)
-        assert chunks >= 7 and launches == {"none": chunks, "some": chunks - 3, "all": 0}, launches
+        assert chunks >= 7 and launches == {"none": chunks, "some": chunks - 3, "all": 0, "trained": chunks}, launches
 
 
 def _tiny():
