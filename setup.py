@@ -1,8 +1,8 @@
 """md_accel: builds the C++/CUDA extension when torch has CUDA and nvcc is present; otherwise
 installs the pure-Python package, which runs everything on the CPU reference path."""
+import importlib.util
 import os
 import shutil
-import sys
 
 from setuptools import find_packages, setup
 
@@ -20,10 +20,11 @@ def _extensions():
         return [], {}
     if torch.version.cuda is None or CUDA_HOME is None or shutil.which("nvcc") is None:
         return [], {}
-    sys.path.insert(0, os.path.join(HERE, "csrc"))
-    from build import cuda_extension  # csrc/build.py
-
-    return [cuda_extension()], {"build_ext": BuildExtension}
+    # csrc/build.py by path (a module named "build" may also be the PyPI build frontend)
+    spec = importlib.util.spec_from_file_location("_md_accel_csrc_build", os.path.join(HERE, "csrc", "build.py"))
+    csrc_build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(csrc_build)
+    return [csrc_build.extension()], {"build_ext": BuildExtension}
 
 
 ext_modules, cmdclass = _extensions()
