@@ -6,6 +6,7 @@ through TORCH_LIBRARY and has no Python module init of its own).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -41,6 +42,7 @@ def sources(cuda: bool = True) -> List[str]:
     return [str(CSRC / n) for n in names]
 
 
+@functools.lru_cache(maxsize=None)  # flags, link line and build tag all ask; search once
 def cublas() -> Optional[Tuple[str, str]]:
     """(include dir, library file) of cuBLAS for the CUDA build, or None: the CUDA toolkit's
     (CUDA_HOME) or the nvidia wheel's that a CUDA build of torch depends on. MD_ACCEL_CUBLAS_INCLUDE

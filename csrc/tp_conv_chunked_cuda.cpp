@@ -124,14 +124,10 @@ class KeptChunks {
   bool admit(const Tensor& t, int device) {
     const int64_t budget = keep_budget_bytes(device), bytes = int64_t(t.storage().nbytes());
     std::lock_guard<std::mutex> lock(m_);
+    entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.storage.expired(); }),
+                   entries_.end());
     int64_t live = 0;
-    std::vector<Entry> still;
-    for (auto& e : entries_) {
-      if (e.storage.expired()) continue;
-      if (e.device == device) live += e.bytes;
-      still.push_back(std::move(e));
-    }
-    entries_ = std::move(still);
+    for (const Entry& e : entries_) live += e.device == device ? e.bytes : 0;
     if (live + bytes > budget) return false;
     entries_.push_back({device, bytes, t.storage().getWeakStorageImpl()});
     return true;
