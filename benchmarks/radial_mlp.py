@@ -1,5 +1,5 @@
 """The radial MLP's hidden layers per edge (md_accel::mlp_hidden_{fwd,bwd}): md_accel's tensor-core
-kernels (csrc/mlp_hidden_mma.cuh; float32 by default, float64 with MD_ACCEL_MLP_MMA64=1) against its
+kernels (csrc/mlp_hidden_mma.cuh; 3xTF32 for float32, DMMA for float64) against its
 CUDA-core kernels and the plain-torch composition every peer runs (e3nn's FullyConnectedNet: matmul, SiLU, scale;
 its backward by autograd), on the MLP shapes of MACE-MP-0 (10 Bessel functions -> 64 -> 64 -> 64) and SevenNet /
 NequIP (8 -> 64 -> 64), same inputs, same run.

@@ -136,7 +136,7 @@ def test_grid_independence(path, monkeypatch):
 def test_radial_shapes_run_tensor_cores(name, dtype, monkeypatch):
     """The radial-MLP shapes take the tensor-core path where it is on: its results are not the
     CUDA-core kernel's bits (both within the tolerance of the reference, test_matches_reference)."""
-    on, off = {"f32": ("f32", "f32_cuda_cores"), "f64": ("f64_tensor_cores", "f64")}[dtype]
+    on, off = {"f32": ("f32", "f32_cuda_cores"), "f64": ("f64", "f64_cuda_cores")}[dtype]
     x, ws, g = inputs(WIDTHS[name], 64, PATHS[on][0], seed=5)
     runs = {}
     for path in (on, off):
