@@ -3,16 +3,14 @@ last-layer shapes, as the op routes them (md_accel: cuBLAS TF32 on the split ope
 small-K forward) and on md_accel's own kernel for every shape (md_accel_kernel:
 MD_ACCEL_GEMM_CUBLAS=0), vs torch float32 matmul (cuBLAS SGEMM, TF32 off), torch matmul with TF32 on
 (1xTF32: reference only, it loses float32 accuracy) and the memory floor (bytes of A + B + C at
-the measured device-to-device copy bandwidth). With --dtype float64: the op's float64 route
-(md_accel's DMMA kernel, csrc/gemm_f64_kernels.cu) vs torch float64 matmul (cuBLAS DGEMM).
+the measured device-to-device copy bandwidth).
 
 Shapes (E = edges): forward W = H @ B, H [E, 64], B [64, N]; input gradient dH = dW @ B^T,
 dW [E, K], B [64, K] (transpose_b). CUDA-event timings, median of --repeats after --warmup;
-max error relative to max|C| against float64 (float32 runs; float64 runs: against the CPU's
-float64 matmul) on the first 65536 rows. Prints a markdown table and writes
-gemm_tf32x3[_float64].json to OUT_DIR.
+max error relative to max|C| against float64 on the first 65536 rows. Prints a markdown table
+and writes gemm_tf32x3.json to OUT_DIR.
 
-    python benchmarks/gemm_tf32x3.py OUT_DIR [--rows 312000,2500000] [--repeats 20] [--warmup 3] [--dtype float32]
+    python benchmarks/gemm_tf32x3.py OUT_DIR [--rows 312000,2500000] [--repeats 20] [--warmup 3]
 """
 from __future__ import annotations
 
@@ -33,6 +31,7 @@ from md_accel.ops import _cuda  # noqa: E402
 # (name, K, N, transpose_b)
 SHAPES = ([("fwd", 64, n, False) for n in (512, 960, 1280, 1760)]
           + [("bwd_x", k, 64, True) for k in (512, 960, 1280, 1760)])
+IMPLS = ("md_accel", "md_accel_kernel", "torch_fp32", "torch_tf32")
 
 
 def matmul_with(precision: str) -> Callable:
@@ -59,20 +58,16 @@ def kernel_only(a, b, transpose_b):
             os.environ["MD_ACCEL_GEMM_CUBLAS"] = prev
 
 
-def impl_fns(dtype: torch.dtype) -> Dict[str, Callable]:
-    """The implementations compared, the baseline (cuBLAS at the dtype's accuracy) second."""
-    if dtype == torch.float64:
-        return {"md_accel": torch.ops.md_accel.gemm_3xtf32, "torch_fp64": matmul_with("highest")}
-    return {"md_accel": torch.ops.md_accel.gemm_3xtf32, "torch_fp32": matmul_with("highest"),
-            "md_accel_kernel": kernel_only, "torch_tf32": matmul_with("high")}
+def impl_fns() -> Dict[str, Callable]:
+    return {"md_accel": torch.ops.md_accel.gemm_3xtf32, "md_accel_kernel": kernel_only,
+            "torch_fp32": matmul_with("highest"),
+            "torch_tf32": matmul_with("high")}
 
 
 def max_rel_error(fn, a, b, transpose_b, rows: int = 65536) -> float:
     a = a[:rows]
-    bm = b.t() if transpose_b else b
-    # float64 operands: the reference on the CPU (not the GPU path being measured)
-    ref = a.double().cpu() @ bm.double().cpu() if a.dtype == torch.float64 else a.double() @ bm.double()
-    return ((fn(a, b, transpose_b).double().to(ref.device) - ref).abs().max() / ref.abs().max()).item()
+    ref = a.double() @ (b.t() if transpose_b else b).double()
+    return ((fn(a, b, transpose_b).double() - ref).abs().max() / ref.abs().max()).item()
 
 
 def main(argv: List[str] = None) -> None:
@@ -81,25 +76,22 @@ def main(argv: List[str] = None) -> None:
     p.add_argument("--rows", default="312000,2500000", help="comma-separated E values")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     args = p.parse_args(argv)
-    dtype = getattr(torch, args.dtype)
     if not torch.cuda.is_available():
         sys.exit("needs a CUDA device")
     if not _cuda.load(verbose=True):
         sys.exit(f"md_accel CUDA library did not load: {_cuda.load_error()}")
     os.makedirs(args.out_dir, exist_ok=True)
     bw = common.copy_bandwidth("cuda") * 1e9  # bytes/s
-    fns = impl_fns(dtype)
-    base = list(fns)[1]
+    fns = impl_fns()
     results = []
     for e in (int(x) for x in args.rows.split(",")):
         for name, k, n, tb in SHAPES:
             row = {"E": e, "shape": name, "K": k, "N": n, "transpose_b": tb}
             try:
-                a = torch.randn(e, k, device="cuda", dtype=dtype)
-                b = torch.randn((n, k) if tb else (k, n), device="cuda", dtype=dtype) / k**0.5
-                nbytes = a.element_size() * (e * k + k * n + e * n)
+                a = torch.randn(e, k, device="cuda")
+                b = torch.randn((n, k) if tb else (k, n), device="cuda") / k**0.5
+                nbytes = 4 * (e * k + k * n + e * n)
                 row["floor_ms"] = nbytes / bw * 1e3
                 row["gflop"] = 2 * e * k * n / 1e9
                 for impl, fn in fns.items():
@@ -121,23 +113,23 @@ def main(argv: List[str] = None) -> None:
     def f(row, key, fmt="{:.2f}"):
         return fmt.format(row[key]) if key in row else "-"
 
-    lines = ["| E | shape | K | N | " + " | ".join(f"{i} ms" for i in fns) + f" | floor ms | md_accel TFLOPS | "
-             f"speedup vs {base} | " + " | ".join(f"{i} err" for i in fns) + " |",
-             "|---" * (4 + 2 * len(fns) + 3) + "|"]
+    lines = ["| E | shape | K | N | md_accel ms | md_accel kernel ms | torch fp32 ms | torch tf32 ms | floor ms | "
+             "md_accel TFLOPS | speedup vs fp32 | md_accel err | kernel err | fp32 err | tf32 err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
-        speed = (f"{r[base + '_ms'] / r['md_accel_ms']:.2f}x" if "md_accel_ms" in r and base + "_ms" in r else "-")
-        lines.append(f"| {r['E']} | {r['shape']} | {r['K']} | {r['N']} | "
-                     + " | ".join(f(r, f"{i}_ms") for i in fns) + f" | {f(r, 'floor_ms')} | "
-                     f"{f(r, 'md_accel_tflops', '{:.1f}')} | {speed} | "
-                     + " | ".join(f(r, f"{i}_max_rel_err", "{:.1e}") for i in fns) + " |")
+        speed = (f"{r['torch_fp32_ms'] / r['md_accel_ms']:.2f}x" if "md_accel_ms" in r and "torch_fp32_ms" in r
+                 else "-")
+        lines.append(f"| {r['E']} | {r['shape']} | {r['K']} | {r['N']} | {f(r, 'md_accel_ms')} | "
+                     f"{f(r, 'md_accel_kernel_ms')} | {f(r, 'torch_fp32_ms')} | {f(r, 'torch_tf32_ms')} | {f(r, 'floor_ms')} | "
+                     f"{f(r, 'md_accel_tflops', '{:.1f}')} | {speed} | {f(r, 'md_accel_max_rel_err', '{:.1e}')} | "
+                     f"{f(r, 'md_accel_kernel_max_rel_err', '{:.1e}')} | {f(r, 'torch_fp32_max_rel_err', '{:.1e}')} | {f(r, 'torch_tf32_max_rel_err', '{:.1e}')} |")
     table = "\n".join(lines)
     print(table)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "copy_bandwidth_GBps": bw / 1e9, "repeats": args.repeats, "warmup": args.warmup, "dtype": args.dtype}
-    stem = "gemm_tf32x3" + ("_float64" if dtype == torch.float64 else "")
-    with open(os.path.join(args.out_dir, stem + ".json"), "w") as fh:
+            "copy_bandwidth_GBps": bw / 1e9, "repeats": args.repeats, "warmup": args.warmup}
+    with open(os.path.join(args.out_dir, "gemm_tf32x3.json"), "w") as fh:
         json.dump({"meta": meta, "results": results}, fh, indent=1)
-    with open(os.path.join(args.out_dir, stem + ".md"), "w") as fh:
+    with open(os.path.join(args.out_dir, "gemm_tf32x3.md"), "w") as fh:
         fh.write(table + "\n")
 
 

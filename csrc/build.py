@@ -32,9 +32,8 @@ HEADERS += ["sc_abi.h", "sc_kernels.cuh"]
 CPU_SOURCES += ["mlp_hidden_ops.cpp"]
 CUDA_SOURCES += ["mlp_hidden_cuda.cpp", "mlp_hidden_kernels.cu"]
 HEADERS += ["mlp_hidden.h", "mlp_hidden_aten.h"]
-# GEMM on tensor cores at the operands' precision, float32 through the 3xTF32 split, float64 on DMMA
-# (gemm_tf32x3.cpp: schema + CPU and CUDA implementations)
-CUDA_SOURCES += ["gemm_tf32x3.cpp", "gemm_tf32x3_kernels.cu", "gemm_f64_kernels.cu", "cublas_tf32.cpp"]
+# float32 GEMM on tensor cores, 3xTF32 split (gemm_tf32x3.cpp: schema + CPU and CUDA implementations)
+CUDA_SOURCES += ["gemm_tf32x3.cpp", "gemm_tf32x3_kernels.cu", "cublas_tf32.cpp"]
 HEADERS += ["cublas_tf32.h"]
 
 

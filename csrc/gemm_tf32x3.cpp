@@ -1,8 +1,6 @@
 // md_accel::gemm_3xtf32(a, b, transpose_b) -> a @ (b^T if transpose_b else b): schema, CPU
 // implementation (the reference: a plain matmul, float32 / float64) and CUDA implementation
-// (tensor cores at the operands' precision: float32 with the 3xTF32 split, float64 on DMMA). On
-// CUDA, float64: md_accel's DMMA kernel (gemm_f64_kernels.cu; MD_ACCEL_GEMM_DMMA=0, or a GPU it
-// does not fit: cuBLAS's DGEMM). Float32:
+// (float32 only: tensor cores with the 3xTF32 split; float32 accuracy). On CUDA:
 //  - small K, wide N (the radial MLP's last layer, K = 64): the split operands with K tripled
 //    (gemm_3xtf32_split3) in one cuBLAS TF32 GEMM (cublas_tf32.h), which runs on Hopper's wgmma;
 //    MD_ACCEL_GEMM_CUBLAS=0 in the environment selects the kernel below instead;
@@ -37,10 +35,6 @@ const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, flo
                                int64_t n, void* scratch, cudaStream_t stream);
 const char* gemm_3xtf32_split3(const float* a, const float* b, bool trans_b, float* a3, float* b3, int64_t m,
                                int64_t k, int64_t n, cudaStream_t stream);
-// gemm_f64_kernels.cu
-bool gemm_f64_supported(int device);
-const char* gemm_f64_launch(const double* a, const double* b, double* c, int64_t m, int64_t k, int64_t n,
-                            cudaStream_t stream);
 
 namespace {
 
@@ -111,39 +105,14 @@ Tensor gemm_cublas_split3(const Tensor& a, const Tensor& b, bool transpose_b, in
   return out;
 }
 
-// a contiguous copy of t whose data is 16-byte aligned (cp.async's chunks)
-Tensor aligned16(const Tensor& t) {
-  Tensor c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
-}
-
-// float64: md_accel's DMMA kernel unless switched off (MD_ACCEL_GEMM_DMMA=0) or the GPU lacks what
-// it needs; cuBLAS's DGEMM then
-Tensor gemm_f64_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
-  const int device = a_.device().index();
-  const char* v = std::getenv("MD_ACCEL_GEMM_DMMA");
-  if ((v != nullptr && std::strcmp(v, "0") == 0) || !gemm_f64_supported(device))
-    return a_.mm(transpose_b ? b_.t() : b_).contiguous();
-  const Tensor a = aligned16(a_), b = aligned16(transpose_b ? b_.t() : b_);
-  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  Tensor out = at::empty({M, N}, a.options());
-  auto stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  const char* err = gemm_f64_launch(a.data_ptr<double>(), b.data_ptr<double>(), out.data_ptr<double>(), M, K, N,
-                                    stream);
-  TORCH_CHECK(err == nullptr, "md_accel gemm_3xtf32 (float64): ", err);
-  return out;
-}
-
 Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
   const std::string shapes = shape_error(a_, b_, transpose_b);
   TORCH_CHECK(shapes.empty(), "md_accel gemm_3xtf32: ", shapes);
   const int64_t K = a_.size(1), N = transpose_b ? b_.size(0) : b_.size(1);
-  TORCH_CHECK(a_.scalar_type() == at::kFloat || a_.scalar_type() == at::kDouble,
-              "md_accel gemm_3xtf32: float32 or float64 on CUDA, got ", a_.scalar_type());
+  TORCH_CHECK(a_.scalar_type() == at::kFloat, "md_accel gemm_3xtf32: float32 only on CUDA, got ", a_.scalar_type());
   TORCH_CHECK(a_.is_cuda(), "md_accel gemm_3xtf32: CUDA tensors expected");
-  c10::cuda::CUDAGuard guard(a_.device());
-  if (a_.scalar_type() == at::kDouble) return gemm_f64_cuda(a_, b_, transpose_b);
   TORCH_CHECK(K < (int64_t(1) << 24) && K * N <= 0x7fffffffLL, "md_accel gemm_3xtf32: b too large");
+  c10::cuda::CUDAGuard guard(a_.device());
   const int device = a_.device().index();
   // GPUs without the kernel's needs (sm_80 tensor cores, ~105 KB shared memory per block):
   // cuBLAS float32 (SIMT), the same accuracy class
@@ -152,7 +121,8 @@ Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
     Tensor out = gemm_cublas_split3(a_.contiguous(), b_.contiguous(), transpose_b, K, N);
     if (out.defined()) return out;
   }
-  const Tensor a = aligned16(a_);  // cp.async needs 16-byte rows
+  Tensor a = a_.contiguous();
+  if (reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 != 0) a = a.clone();  // cp.async needs 16-byte rows
   const Tensor b = b_.contiguous();
   const int64_t M = a.size(0);
   Tensor out = at::empty({M, N}, a.options());

@@ -52,6 +52,20 @@ static_assert(kThreads / 32 * kWarpRows == kBM, "warps must cover the block rows
 static_assert((kBM * kBK / 4) % kThreads == 0 && (kBK * 2 * kBN / 4) % kThreads == 0, "tile loads");
 static_assert(kLdA % 4 == 0 && kLdB % 4 == 0, "16-byte aligned shared rows");
 
+#ifndef MD_ACCEL_MMA_HOST_EMU
+// 16 bytes global -> shared; src_bytes < 16 zero-fills the rest (0: no global read at all)
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  MD_ACCEL_SM80_ASM_VOLATILE("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { MD_ACCEL_SM80_ASM_VOLATILE("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  MD_ACCEL_SM80_ASM_VOLATILE("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
 
 
 // x = hi + lo with both exact in tf32 (lo's low 13 bits cleared too, so any later tf32

@@ -1,10 +1,11 @@
 // md_accel::linear_tf32x3(a, b) = a @ b, differentiable, for the radial MLP's last layer.
 //
-// On CUDA it runs md_accel::gemm_3xtf32: tensor cores at the operands' precision (float32 through
-// the 3xTF32 split, float64 on DMMA); elsewhere (CPU, or a library built without CUDA) at::mm. The op is
+// On CUDA in float32 it runs md_accel::gemm_3xtf32 (tensor cores, 3xTF32 split: float32
+// accuracy); elsewhere (CPU, float64, or a library built without CUDA) it is at::mm. The op is
 // closed under differentiation, so force training and Hessians work through it:
 //   d/da <g, a b> = g b^T = linear_tf32x3(g, b^T)        d/db <g, a b> = a^T g (at::mm)
-// MD_ACCEL_TF32X3=0 in the environment turns the tensor-core path off (plain mm), for comparisons. The schema lives in this CPU source so TorchScript models that call the op load in every build
+// MD_ACCEL_TF32X3=0 in the environment turns the tensor-core path off (plain float32 mm), for
+// comparisons. The schema lives in this CPU source so TorchScript models that call the op load in every build
 // of the library (LAMMPS' CPU build included).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -44,8 +45,7 @@ bool tensor_cores_enabled() {
 Tensor linear_impl(const Tensor& a, const Tensor& b) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "linear_tf32x3: shapes ", a.sizes(),
               " and ", b.sizes(), " do not multiply");
-  const bool real = a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble;
-  const bool tensor_cores = a.is_cuda() && real && b.scalar_type() == a.scalar_type() &&
+  const bool tensor_cores = a.is_cuda() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
                             a.size(1) % 8 == 0 && b.size(1) % 8 == 0 && tensor_cores_enabled() && gemm_op().has_value();
   if (tensor_cores) return gemm_op()->call(a.contiguous(), b.contiguous(), false);
   return at::mm(a, b);

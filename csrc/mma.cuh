@@ -1,6 +1,5 @@
 // Tensor-core primitives shared by the kernels that use mma.sync (gemm_tf32x3_kernels.cu,
-// gemm_f64_kernels.cu, mlp_hidden_mma.cuh): float32 through the 3xTF32 split, float64 through
-// DMMA; and cp.async, the tile loads of the GEMMs.
+// mlp_hidden_mma.cuh): float32 through the 3xTF32 split, float64 through DMMA.
 //
 // Every float32 operand x is split as x_hi = tf32(x) (cvt.rna.tf32.f32), x_lo = tf32(x - x_hi),
 // and a product is accumulated as A_lo*B_hi + A_hi*B_lo + A_hi*B_hi with mma.sync.m16n8k8 (tf32
@@ -18,8 +17,8 @@
 // and of mma.m8n8k4 .f64 (IEEE float64 products and sums):
 //   A (8x4, row): a0 (g, t);  B (4x8, col): b0 (t, g);  C (8x8): c0 (g, 2t), c1 (g, 2t+1)
 //
-// Under tests/cuda_emu (MD_ACCEL_MMA_HOST_EMU, set by cuda_emu.h) tf32_rna, mma_tf32, mma_f64 and the
-// cp.async functions are the host versions of tests/cuda_emu/mma_emu.h, written from the same PTX ISA.
+// Under tests/cuda_emu (MD_ACCEL_MMA_HOST_EMU, set by cuda_emu.h) tf32_rna, mma_tf32 and mma_f64 are the
+// host versions of tests/cuda_emu/mma_emu.h, written from the same PTX ISA layouts.
 #pragma once
 #include <cstdint>
 
@@ -57,20 +56,6 @@ __device__ __forceinline__ void mma_f64(double (&c)[2], double a, double b) {
   MD_ACCEL_SM80_ASM("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
       : "+d"(c[0]), "+d"(c[1])
       : "d"(a), "d"(b));
-}
-
-// 16 bytes global -> shared (cp.async.cg); src_bytes < 16 zero-fills the rest (0: no global read)
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  MD_ACCEL_SM80_ASM_VOLATILE("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { MD_ACCEL_SM80_ASM_VOLATILE("cp.async.commit_group;" ::: "memory"); }
-
-// wait until at most N committed groups are pending
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  MD_ACCEL_SM80_ASM_VOLATILE("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 }  // namespace md_accel
 #endif

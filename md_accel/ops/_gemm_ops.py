@@ -2,9 +2,8 @@
 
 ``gemm_3xtf32(a, b, transpose_b) -> a @ (b.T if transpose_b else b)``: a [M, K], b [K, N] (or
 [N, K] when ``transpose_b``), K and N multiples of 8; a new contiguous [M, N] tensor. On CUDA
-(``csrc/gemm_tf32x3*.cpp/.cu``, ``csrc/gemm_f64_kernels.cu``) it runs on tensor cores at the
-operands' precision: float32 with the 3xTF32 split (float32 accuracy, not TF32's), float64 on DMMA;
-on the CPU it is a plain matmul (float32 / float64). The C++
+(``csrc/gemm_tf32x3*.cpp/.cu``, float32 only) it runs on tensor cores with the 3xTF32 split
+(float32 accuracy, not TF32's); on the CPU it is a plain matmul (float32 / float64). The C++
 library, when built, defines the schema and both implementations; here we add the fake (meta)
 implementation. Without it we define the schema and register the reference (``torch.matmul``,
 TF32 off) for CPU and CUDA tensors. No autograd: callers wrap the op (``dA = gemm(dC, B, not t)``).
@@ -56,7 +55,7 @@ def gemm_3xtf32_ref(a: torch.Tensor, b: torch.Tensor, transpose_b: bool) -> torc
 
 def _fake(a, b, transpose_b):
     _, n = _check(a, b, transpose_b)
-    if a.dtype not in (torch.float32, torch.float64):
+    if a.dtype not in ((torch.float32,) if a.is_cuda else (torch.float32, torch.float64)):
         raise RuntimeError(f"md_accel gemm_3xtf32: unsupported dtype {a.dtype} on {a.device.type}")
     return a.new_empty((a.shape[0], n))
 

@@ -38,7 +38,6 @@ inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z,
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 struct alignas(16) double2 { double x, y; };
-inline double2 make_double2(double x, double y) { return {x, y}; }
 typedef int cudaError_t;
 typedef void* cudaStream_t;
 constexpr int cudaSuccess = 0;

@@ -1,7 +1,7 @@
 // Host versions of csrc/mma.cuh's device primitives for tests/cuda_emu, written from the PTX
 // ISA: cvt.rna.tf32.f32 and the warp-collective mma.sync.m16n8k8.row.col.f32.tf32.tf32.f32 with
 // its fragment layouts (the tensor cores' accumulation emulated as round toward zero), and
-// mma.sync.m8n8k4.row.col.f64 (float64 fused multiply-adds in k order); cp.async done at once.
+// mma.sync.m8n8k4.row.col.f64 (float64 fused multiply-adds in k order).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -73,13 +73,4 @@ inline void mma_f64(double (&c)[2], double a, double b) {
   c[0] = d[0];
   c[1] = d[1];
 }
-
-// cp.async.cg 16 bytes with src-size (zero fill), done at once; commit / wait are no-ops
-inline void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  std::memset(smem, 0, 16);
-  if (src_bytes > 0) std::memcpy(smem, gmem, size_t(src_bytes));
-}
-inline void cp_async_commit() {}
-template <int N>
-inline void cp_async_wait() {}
 }  // namespace md_accel
