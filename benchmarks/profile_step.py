@@ -1,5 +1,7 @@
 """Where an MD step's time goes on small systems: md_accel's Calculator step (neighbour list,
-energy, forces, stress, results to the host) with and without the CUDA graph, optionally
+energy, forces, stress, results to the host) as the Calculator runs it by default (``--graph
+auto``: the CUDA graph up to ``GraphedStep.AUTO_MAX_EDGES`` edges, plain above, where padding the
+edges for the graph costs more than the launches it saves), or forced with / without the graph; optionally
 the source library's own model with its accelerators (sevenn / mace-torch), profiled with
 torch.profiler on fcc copper.
 
@@ -13,7 +15,8 @@ index/scatter, neighbour list (kernels launched inside the Verlet-list update), 
 other. Kernels replayed from a CUDA graph are attributed by name like the others.
 
     python benchmarks/profile_step.py [--model sevennet-0 | mace | FILE.mdx] [--sizes 864,4000]
-        [--dtype float32] [--steps 20] [--peers sevenn:cueq,mace:cueq] [--out DIR] [--trace-dir DIR]
+        [--dtype float32] [--steps 20] [--peers sevenn:cueq,mace:cueq] [--graph auto|on|off|both]
+        [--out DIR] [--trace-dir DIR]
 
 ``--model mace`` is the MACE-MP-0-medium-shaped model (models/build_mace_mp0_medium_shape.py,
 converted in process; needs mace-torch), the ``mace:*`` peers run the same weights.
@@ -189,7 +192,7 @@ def md_accel_potential(model: str, dtype: torch.dtype):
     return convert_sevenn(sevenn_checkpoint(model), dtype=dtype)
 
 
-def md_accel_step(potential, n: int, dtype: torch.dtype, cuda_graph: bool):
+def md_accel_step(potential, n: int, dtype: torch.dtype, cuda_graph: Optional[bool]):
     """An ASE-driven step: positions change (alternating +-1e-3 A, inside the Verlet skin), then
     energy, forces and stress are computed and copied to the host."""
     from ase import Atoms
@@ -292,8 +295,8 @@ def main(argv: Optional[List[str]] = None) -> List[Dict]:
     ap.add_argument("--repeats", type=int, default=30, help="timed steps (without the profiler)")
     ap.add_argument("--peers", default="", help="also profile these source-library backends, e.g. "
                     "sevenn:cueq,sevenn:oeq (--model a SevenNet checkpoint) or mace:cueq,mace:oeq (--model mace)")
-    ap.add_argument("--graph", default="both", choices=["both", "on", "off"],
-                    help="md_accel's step with the CUDA graph, without, or both")
+    ap.add_argument("--graph", default="auto", choices=["auto", "both", "on", "off"],
+                    help="md_accel's step as the Calculator chooses (auto), with the CUDA graph, without, or both")
     ap.add_argument("--out", default=None)
     ap.add_argument("--trace-dir", default=None, help="keep the chrome traces here")
     ap.add_argument("--tag", default="profile_step")
@@ -314,9 +317,12 @@ def main(argv: Optional[List[str]] = None) -> List[Dict]:
     log(f"[profile_step] md_accel potential ready in {time.perf_counter() - t0:.1f} s")
     recs: List[Dict] = []
     for n in sizes:
-        for graph in {"both": (False, True), "on": (True,), "off": (False,)}[args.graph]:
-            name = "md_accel+graph" if graph else "md_accel"
-            recs.append(measure(name, lambda: md_accel_step(potential, n, dtype, graph), n, args, trace_dir, log))
+        for graph in {"both": (False, True), "on": (True,), "off": (False,), "auto": (None,)}[args.graph]:
+            name = {None: "md_accel:auto", True: "md_accel+graph", False: "md_accel"}[graph]
+            rec = measure(name, lambda: md_accel_step(potential, n, dtype, graph), n, args, trace_dir, log)
+            if graph is None:  # say what the Calculator chose
+                rec["impl"] += " (graph)" if rec.get("graph_replays") else " (no graph)"
+            recs.append(rec)
         for spec in [v for v in args.peers.split(",") if v]:
             recs.append(measure(spec, lambda: peer_step(spec, args.model, n, dtype), n, args, trace_dir, log))
     common.write_json(os.path.join(out, f"{args.tag}.json"), {"env": env, "args": vars(args), "results": recs})
