@@ -116,29 +116,41 @@ class Calculator(_AseCalculator):
                 "set a cell (atoms.set_cell) or switch off pbc in those directions"
             )
 
-    def _edges(self, atoms, positions: torch.Tensor, species: torch.Tensor) -> Edges:
-        cell = torch.tensor(np.asarray(atoms.get_cell()), dtype=torch.float64, device=self.device)
-        edges = self.neighbors.update(positions, cell, atoms.get_pbc(), species)
-        if self.min_distance > 0 and edges.vec.shape[0] > 0:
-            d = torch.linalg.vector_norm(edges.vec.detach(), dim=-1)  # one kernel, then the min
-            d_min = float(d.min())  # one host sync per call
-            if d_min < self.min_distance:
-                k = int(torch.argmin(d))
-                i, j = int(edges.dst[k]), int(edges.src[k])
-                raise ValueError(
-                    f"atoms {i} and {j} are {d_min:.4f} A apart, closer than "
-                    f"min_distance={self.min_distance} A; check the structure (duplicate atoms? units?) "
-                    "or pass min_distance=0 to the Calculator"
-                )
-        return edges
+    def _edges(self, atoms, positions_np: np.ndarray, positions: torch.Tensor, species: torch.Tensor) -> Edges:
+        cell_np = np.array(atoms.get_cell(), dtype=np.float64)
+        cell = torch.tensor(cell_np, device=self.device)
+        # the Verlet list's reuse check on the host arrays: no wait on the device for it
+        host = (torch.from_numpy(positions_np), torch.from_numpy(cell_np), torch.from_numpy(atoms.get_atomic_numbers()))
+        return self.neighbors.update(positions, cell, atoms.get_pbc(), species, check_on=host)
+
+    def _min_distance(self, edges: Edges) -> Optional[torch.Tensor]:
+        """The shortest edge length, on the device ([1]; None when unchecked or no edges): read
+        with the results, so the check costs no synchronisation of its own."""
+        if self.min_distance <= 0 or edges.vec.shape[0] == 0:
+            return None
+        return torch.linalg.vector_norm(edges.vec.detach(), dim=-1).min().reshape(1)
+
+    def _check_min_distance(self, edges: Edges, d_min: float) -> None:
+        if d_min < self.min_distance:
+            k = int(torch.argmin(torch.linalg.vector_norm(edges.vec.detach(), dim=-1)))
+            i, j = int(edges.dst[k]), int(edges.src[k])
+            raise ValueError(
+                f"atoms {i} and {j} are {d_min:.4f} A apart, closer than "
+                f"min_distance={self.min_distance} A; check the structure (duplicate atoms? units?) "
+                "or pass min_distance=0 to the Calculator"
+            )
 
     def _evaluate(self, atoms, create_graph: bool = False):
+        """(positions, outputs, edges, shortest edge length on the device or None); the caller checks
+        the distance (``_check_min_distance``) before using the outputs."""
         self._check_geometry(atoms)
         species = self._species(atoms)
-        positions = torch.tensor(atoms.get_positions(), dtype=torch.float64, device=self.device)
+        positions_np = atoms.get_positions()
+        positions = torch.tensor(positions_np, dtype=torch.float64, device=self.device)
         if create_graph:
             positions.requires_grad_(True)
-        edges = self._edges(atoms, positions, species)
+        edges = self._edges(atoms, positions_np, positions, species)
+        d_min = self._min_distance(edges)
         self.stats = {"atoms": len(atoms), "edges": int(edges.src.numel())}
         try:
             if self.step is not None and not create_graph:
@@ -156,18 +168,21 @@ class Calculator(_AseCalculator):
                 "stored pairs), or LAMMPS on several GPUs for systems this size. Original error: "
                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
             ) from e
-        return positions, out
+        return positions, out, edges, d_min
 
     # -- ASE interface ------------------------------------------------------------------------
     def calculate(self, atoms=None, properties=None, system_changes=all_changes) -> None:
         super().calculate(atoms, properties or ["energy"], system_changes)
         atoms = self.atoms
-        _, out = self._evaluate(atoms)
+        _, out, edges, d_min = self._evaluate(atoms)
         n = len(atoms)
-        # one concatenation, one cast and one device-to-host copy: [node energies, forces, virial];
-        # the energy is their float64 sum on the host
+        # one concatenation, one cast and one device-to-host copy: [node energies, forces, virial,
+        # shortest edge]; the energy is their float64 sum on the host
         parts = [out[k].detach().reshape(-1) for k in ("node_energies", "forces", "virial")]
-        flat = torch.cat(parts).to(torch.float64).cpu().numpy()
+        flat = torch.cat(parts + ([d_min.to(parts[0].dtype)] if d_min is not None else [])).to(torch.float64)
+        flat = flat.cpu().numpy()
+        if d_min is not None:
+            self._check_min_distance(edges, float(flat[-1]))  # before any result is kept
         energy = float(flat[:n].sum())
         self.results = {
             "energy": energy,
@@ -176,7 +191,7 @@ class Calculator(_AseCalculator):
             "forces": flat[n : 4 * n].reshape(n, 3),
         }
         if atoms.cell.rank == 3:
-            w = flat[4 * n :].reshape(3, 3)
+            w = flat[4 * n : 4 * n + 9].reshape(3, 3)
             sigma = -0.5 * (w + w.T) / atoms.get_volume()
             self.results["stress"] = full_3x3_to_voigt_6_stress(sigma)  # ASE: no cell, no stress
 
@@ -184,7 +199,9 @@ class Calculator(_AseCalculator):
         """Analytic second derivatives ``d2E / dx_a dx_b`` ([3N, 3N], eV/A^2, float64), by
         double backward through the force computation."""
         atoms = self.atoms if atoms is None else atoms
-        positions, out = self._evaluate(atoms, create_graph=True)
+        positions, out, edges, d_min = self._evaluate(atoms, create_graph=True)
+        if d_min is not None:
+            self._check_min_distance(edges, float(d_min))
         forces = out["forces"].reshape(-1)
         n3 = forces.numel()
         if not forces.requires_grad:  # no edges: nothing depends on the positions

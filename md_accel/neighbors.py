@@ -121,14 +121,22 @@ class VerletNeighborList:
         return bool(margin > 0)
 
     def update(
-        self, positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[bool], species: torch.Tensor
+        self, positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[bool], species: torch.Tensor,
+        check_on: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None,
     ) -> Edges:
-        """Edges within the cutoff for the current positions, sorted by receiver."""
+        """Edges within the cutoff for the current positions, sorted by receiver.
+
+        ``check_on``: the same (positions, cell, species) as CPU tensors (e.g. ``torch.from_numpy``
+        of the arrays they were copied from; species may be any per-atom labels that change
+        exactly when the species do, such as atomic numbers): the reuse check then runs on the
+        host, so a GPU caller does not wait on the device for it (three synchronisations per step
+        fewer). Callers keep to one way: the reference of the last build is kept as given."""
         pbc = tuple(bool(p) for p in pbc)
         cell = cell.to(positions.dtype)
-        if not self._can_reuse(positions, cell, pbc, species):
+        probe = check_on if check_on is not None else (positions, cell, species)
+        if not self._can_reuse(probe[0], probe[1], pbc, probe[2]):
             self._pairs = _sorted_pairs(positions, cell, pbc, self.cutoff + self.skin)
-            self._ref = (positions.detach().to(torch.float64).clone(), cell.clone(), pbc, species.clone())
+            self._ref = (probe[0].detach().to(torch.float64).clone(), probe[1].clone(), pbc, probe[2].clone())
             self.num_builds += 1
         assert self._pairs is not None
         return _within_cutoff(positions, cell, self._pairs, self.cutoff)

@@ -180,28 +180,40 @@ def test_skin_reuse_gives_identical_results(lj_potential):
     assert 2 <= cached.neighbors.num_builds <= 30, cached.neighbors.num_builds
 
 
-def test_verlet_list_rebuilds_when_needed():
+@pytest.mark.parametrize("host_check", [False, True], ids=["on_device", "check_on_host"])
+def test_verlet_list_rebuilds_when_needed(host_check):
+    """Rebuilds exactly when a pair could have come within the cutoff unseen; the same decisions
+    when the check runs on host copies (``check_on``, as the Calculator passes them), and the
+    edges equal a fresh list's."""
     pos = torch.tensor(_cu(2).positions)
     cell = torch.tensor(np.asarray(_cu(2).cell))
     species = torch.zeros(len(pos), dtype=torch.int64)
     nl = VerletNeighborList(5.0, skin=1.0)
-    nl.update(pos, cell, (True,) * 3, species)
+
+    def update(p, c, pbc, s):
+        host = (p.clone(), c.clone(), s.clone()) if host_check else None
+        edges = nl.update(p, c, pbc, s, check_on=host)
+        fresh = neighbor_list(p, c, pbc, 5.0)
+        assert torch.equal(edges.src, fresh.src) and torch.equal(edges.dst, fresh.dst)
+        assert torch.equal(edges.vec, fresh.vec)
+
+    update(pos, cell, (True,) * 3, species)
     moved = pos.clone()
     moved[3, 0] += 0.49
-    nl.update(moved, cell, (True,) * 3, species)
+    update(moved, cell, (True,) * 3, species)
     assert nl.num_builds == 1
     moved[3, 0] += 0.02  # now 0.51 > skin / 2
-    nl.update(moved, cell, (True,) * 3, species)
+    update(moved, cell, (True,) * 3, species)
     assert nl.num_builds == 2
-    nl.update(moved, cell, (True, True, False), species)
+    update(moved, cell, (True, True, False), species)
     assert nl.num_builds == 3
-    nl.update(moved, cell, (True, True, False), species + 1)
+    update(moved, cell, (True, True, False), species + 1)
     assert nl.num_builds == 4
     # an affine expansion (positions follow the cell) cannot bring pairs closer: reuse
-    nl.update(moved * 1.05, cell * 1.05, (True, True, False), species + 1)
+    update(moved * 1.05, cell * 1.05, (True, True, False), species + 1)
     assert nl.num_builds == 4
     # compressing the cell under fixed positions moves images by up to 10% of 7 A: rebuild
-    nl.update(moved * 1.05, cell * 0.9, (True, True, False), species + 1)
+    update(moved * 1.05, cell * 0.9, (True, True, False), species + 1)
     assert nl.num_builds == 5
 
 
