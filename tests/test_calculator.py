@@ -267,13 +267,20 @@ def test_non_finite_positions(lj_potential):
         atoms.get_forces()
 
 
-def test_atoms_too_close(lj_potential):
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_atoms_too_close(lj_potential, dtype):
+    """The shortest distance travels to the host with the results (in the model's dtype): the
+    error names the pair and keeps no result; a smaller min_distance lets the step through."""
     atoms = _cu(1)
     atoms.positions[1] = atoms.positions[0] + [0.3, 0.0, 0.0]
-    atoms.calc = Calculator(lj_potential, device="cpu")
-    with pytest.raises(ValueError, match=r"atoms \d and \d are 0.3000 A apart"):
+    calc = Calculator(lj_potential, device="cpu", dtype=dtype)
+    atoms.calc = calc
+    with pytest.raises(ValueError, match=r"atoms [01] and [01] are 0.3000 A apart"):
         atoms.get_forces()
-    atoms.calc = Calculator(lj_potential, device="cpu", min_distance=0.2)
+    assert "forces" not in calc.results
+    with pytest.raises(ValueError, match="0.3000 A apart"):
+        calc.get_hessian(atoms)
+    atoms.calc = Calculator(lj_potential, device="cpu", dtype=dtype, min_distance=0.2)
     assert np.isfinite(atoms.get_forces()).all()
 
 
