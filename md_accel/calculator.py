@@ -101,13 +101,11 @@ class Calculator(_AseCalculator):
         return species
 
     @staticmethod
-    def _check_geometry(atoms) -> None:
-        pos = atoms.get_positions()
+    def _check_geometry(pos: np.ndarray, cell: np.ndarray, pbc: np.ndarray) -> None:
         if not np.all(np.isfinite(pos)):
             bad = np.nonzero(~np.all(np.isfinite(pos), axis=1))[0]
             raise ValueError(f"non-finite positions (NaN or inf) for atoms {bad[:10].tolist()}")
-        cell = np.asarray(atoms.get_cell())
-        pbc = np.asarray(atoms.get_pbc(), dtype=bool)
+        pbc = np.asarray(pbc, dtype=bool)
         if not np.all(np.isfinite(cell)):
             raise ValueError("non-finite cell")
         if pbc.any() and np.linalg.matrix_rank(cell[pbc], tol=1e-6) < pbc.sum():
@@ -116,8 +114,8 @@ class Calculator(_AseCalculator):
                 "set a cell (atoms.set_cell) or switch off pbc in those directions"
             )
 
-    def _edges(self, atoms, positions_np: np.ndarray, positions: torch.Tensor, species: torch.Tensor) -> Edges:
-        cell_np = np.array(atoms.get_cell(), dtype=np.float64)
+    def _edges(self, atoms, positions_np: np.ndarray, cell_np: np.ndarray, positions: torch.Tensor,
+               species: torch.Tensor) -> Edges:
         cell = torch.tensor(cell_np, device=self.device)
         # the Verlet list's reuse check on the host arrays: no wait on the device for it
         host = (torch.from_numpy(positions_np), torch.from_numpy(cell_np), torch.from_numpy(atoms.get_atomic_numbers()))
@@ -143,13 +141,14 @@ class Calculator(_AseCalculator):
     def _evaluate(self, atoms, create_graph: bool = False):
         """(positions, outputs, edges, shortest edge length on the device or None); the caller checks
         the distance (``_check_min_distance``) before using the outputs."""
-        self._check_geometry(atoms)
+        # the host arrays once: checked, uploaded, and the Verlet list's reuse check
+        positions_np, cell_np = atoms.get_positions(), np.array(atoms.get_cell(), dtype=np.float64)
+        self._check_geometry(positions_np, cell_np, atoms.get_pbc())
         species = self._species(atoms)
-        positions_np = atoms.get_positions()
         positions = torch.tensor(positions_np, dtype=torch.float64, device=self.device)
         if create_graph:
             positions.requires_grad_(True)
-        edges = self._edges(atoms, positions_np, positions, species)
+        edges = self._edges(atoms, positions_np, cell_np, positions, species)
         d_min = self._min_distance(edges)
         self.stats = {"atoms": len(atoms), "edges": int(edges.src.numel())}
         try:
