@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 6  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 7  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -58,8 +58,10 @@ TUNING_ENV = "MD_ACCEL_TP_TUNING"
 PF_FWD, PF_BWD32, PF_BWD64, PF_DBWD = 1, 2, 4, 8  # fwd and dfwd; bwd float32; bwd float64; dbwd part 1
 # Session 8 (H100, tools/gpu_tuning.sh): the prefetch made the forward up to 1.3x faster and the fp32
 # MACE backward 1.07x, but the fp64 SevenNet-l3i5 backward ~20 % slower (182 instead of 168 registers:
-# one resident block less per SM); so the fp64 backward does not prefetch.
-PF_DEFAULT = PF_FWD | PF_BWD32 | PF_DBWD
+# one resident block less per SM). Session 11 (H200): the fp64 MACE-medium backward 1.07x faster with
+# it, SevenNet-l3i5's 0.86x. So the fp64 backward is built both ways and the launcher takes the
+# prefetching kernel where it keeps as many resident blocks per SM (PF_BWD64: that choice; unset: never).
+PF_DEFAULT = PF_FWD | PF_BWD32 | PF_BWD64 | PF_DBWD
 
 
 class Tuning(NamedTuple):
@@ -624,11 +626,11 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
 
 
 def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
-    """The compile-time condition under which a backward kernel prefetches (None: never)."""
+    """The compile-time condition under which a backward kernel prefetches (None: never); the
+    backward's is its template parameter kPrefetch (set by bwd_launch, see PF_DEFAULT)."""
     if dbwd:
         return "true" if tune.prefetch & PF_DBWD else None
-    f32, f64 = bool(tune.prefetch & PF_BWD32), bool(tune.prefetch & PF_BWD64)
-    return "true" if f32 and f64 else "sizeof(T) == 4" if f32 else "sizeof(T) == 8" if f64 else None
+    return "kPrefetch" if tune.prefetch & (PF_BWD32 | PF_BWD64) else None
 
 
 def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str, tune: Tuning) -> Optional[str]:
@@ -656,7 +658,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str,
     red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
     return "".join(tables) + f"""
 // {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: block n = receiver; {len(groups)} pass(es) over its edges.
-template <typename T>
+{'template <typename T>' if dbwd else 'template <typename T, bool kPrefetch>  // kPrefetch: the next edge weights into L2 first'}
 __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
@@ -786,17 +788,36 @@ extern "C" const md_accel::TPSpec* md_accel_tp_spec_v1() {{ return &md_accel::kS
 """
 
 _BWD_LAUNCH = r"""
+// The float64 backward prefetches where that costs no resident block per SM (its extra registers
+// can: see PF_DEFAULT in _codegen.py); decided once per process.
+bool bwd64_prefetch() {
+  static const bool pf = [] {
+    int with = 0, without = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&with, bwd_kernel_BD<double, true>, kThreads, 0) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&without, bwd_kernel_BD<double, false>, kThreads, 0) !=
+            cudaSuccess) {
+      cudaGetLastError();  // clear only this query's error
+      return false;
+    }
+    return with >= without;
+  }();
+  return pf;
+}
+
 template <typename T>
 const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, const TPDims& d, T* work,
                        cudaStream_t stream) {
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
   if constexpr (sizeof(T) == 4)
-    bwd_kernel_BS<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
-                                                                      g.src, g.dst_ptr, cg, d);
+    bwd_kernel_BS<T, PF32><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
+                                                                           g.src, g.dst_ptr, cg, d);
+  else if (PF64 && bwd64_prefetch())
+    bwd_kernel_BD<T, true><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
+                                                                           g.src, g.dst_ptr, cg, d);
   else
-    bwd_kernel_BD<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
-                                                                      g.src, g.dst_ptr, cg, d);
+    bwd_kernel_BD<T, false><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
+                                                                            g.src, g.dst_ptr, cg, d);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
@@ -869,7 +890,9 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         src += _covered_fn("w_covered", [p.w_off + u * p.w_stride for p in live for u in range(p.mul)])
         src += bwd[0]
         launch = _BWD_LAUNCH.replace("bwd_kernel_BS", f"bwd_kernel_{bwd[1]}").replace(
-            "bwd_kernel_BD", f"bwd_kernel_{bwd[2]}")
+            "bwd_kernel_BD", f"bwd_kernel_{bwd[2]}").replace(
+            "PF32", "true" if tune.prefetch & PF_BWD32 else "false").replace(
+            "PF64", "true" if tune.prefetch & PF_BWD64 else "false")
         if dbwd is not None:
             src += _gen_fwd(live, dbwd=True, threads=threads, tune=tune) + dbwd[0]
             launch = launch.replace("dbwd_kernel_DS", f"dbwd_kernel_{dbwd[1]}").replace(
