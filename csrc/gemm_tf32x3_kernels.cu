@@ -19,7 +19,13 @@
 // [32][2*64+8] (hi, lo) pairs in shared memory; the paddings make the fragment loads
 // bank-conflict free); A's hi/lo split is done in registers after the fragment loads.
 // Out-of-range rows, columns and k are zero-filled by cp.async (src-size 0) and not stored.
-// 1-D grid: block = m_tile * n_tiles + n_tile (consecutive blocks share their A rows in L2).
+// 1-D grid: block = (split * m_tiles + m_tile) * n_tiles + n_tile (consecutive blocks share their A
+// rows in L2).
+//
+// Split K (k_splits): a grid whose last wave would run nearly empty (a few thousand rows: the
+// input gradient of a small system, a few hundred row tiles on 2 x 132 block slots) runs as up to
+// kMaxSplits grids of K ranges (whole 32-wide k tiles) writing partial products, which
+// sum_splits_kernel adds in split order: deterministic, one extra pass over S x M x N floats.
 //
 // The device primitives (cvt, mma, cp.async) are small functions so that tests can compile the
 // kernel for the host with their own versions of them (tests/test_gemm_tf32x3.py, through
@@ -28,6 +34,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 #include "mma.cuh"
 
@@ -40,6 +47,10 @@ constexpr int kBK = 32;   // k per pipeline stage
 constexpr int kStages = 3;
 constexpr int kThreads = 128;
 constexpr int kMaxDevices = 64;
+constexpr int kBlocksPerSM = 2;        // __launch_bounds__(kThreads, 2) with kSmemBytes each
+constexpr int kMaxSplits = 4;
+constexpr int kMinTilesPerSplit = 4;   // k tiles per split, at least
+constexpr int64_t kMaxPartialBytes = int64_t(256) << 20;
 constexpr int kWarpRows = 32;             // rows per warp
 constexpr int kMTiles = kWarpRows / 16;   // m16 tiles per warp
 constexpr int kNTiles = kBN / 8;          // n8 tiles per warp
@@ -128,17 +139,22 @@ __global__ void __launch_bounds__(256) split3_a_kernel(const float* __restrict__
   out[2 * K] = hi;
 }
 
-__global__ void __launch_bounds__(kThreads, 2)
+// c: C, or with several splits the partial products [splits][M][N]
+__global__ void __launch_bounds__(kThreads, kBlocksPerSM)
 gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, float* __restrict__ c, int64_t M,
-                   int K, int N, unsigned n_tiles) {
+                   int K, int N, unsigned n_tiles, unsigned tiles, int kt_per_split) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* const smem = reinterpret_cast<float*>(smem_raw);
   const int tid = int(threadIdx.x);
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int n0 = int(blockIdx.x % n_tiles) * kBN;
-  const int64_t m0 = int64_t(blockIdx.x / n_tiles) * kBM;
-  const int num_kt = (K + kBK - 1) / kBK;
+  const unsigned split = blockIdx.x / tiles, tile = blockIdx.x % tiles;
+  const int n0 = int(tile % n_tiles) * kBN;
+  const int64_t m0 = int64_t(tile / n_tiles) * kBM;
+  const int kt0 = int(split) * kt_per_split;  // this block's k tiles: kt0 + [0, num_kt)
+  const int kt_left = (K + kBK - 1) / kBK - kt0;
+  const int num_kt = kt_left < kt_per_split ? kt_left : kt_per_split;
+  c += int64_t(split) * M * N;
 
   // Tile loads, 16-byte chunks: thread tid copies A rows a_r + 16 i at k a_c..a_c+3 and B rows
   // b_r + 4 i at columns b_c, b_c+1 (4 floats: two (hi, lo) pairs). Offsets within the block's
@@ -154,7 +170,7 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
   auto load_tile = [&](int stage, int kt) {
     float* const As = smem + stage * kStageFloats;
     float* const Bs = As + kBM * kLdA;
-    const int k0 = kt * kBK;
+    const int k0 = (kt0 + kt) * kBK;
     const bool a_k_ok = k0 + a_c < K;  // K % 8 == 0: the whole chunk or none
 #pragma unroll
     for (int i = 0; i < kBM * kBK / 4 / kThreads; ++i) {
@@ -235,9 +251,73 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
   }
 }
 
+// c = the sum of the splits' partial products, in split order; 4 floats per thread (M * N % 4 == 0)
+__global__ void __launch_bounds__(256) sum_splits_kernel(const float4* __restrict__ part, float4* __restrict__ c,
+                                                         int64_t total4, int splits) {
+  const int64_t idx = int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (idx >= total4) return;
+  float4 s = part[idx];
+  for (int i = 1; i < splits; ++i) {
+    const float4 v = part[i * total4 + idx];
+    s.x += v.x;
+    s.y += v.y;
+    s.z += v.z;
+    s.w += v.w;
+  }
+  c[idx] = s;
+}
+
+// Streaming multiprocessors of the current device (cached per device; 0 if unknown).
+int num_sms() {
+  static std::atomic<int> known[kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    cudaGetLastError();
+    return 0;
+  }
+  int v = known[dev].load(std::memory_order_acquire);
+  if (v == 0) {
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    known[dev].store(v, std::memory_order_release);
+  }
+  return v;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// How many K ranges to run: the S that minimises the time in units of one full-K wave of blocks,
+// ceil(blocks * S / slots) / S, plus 0.1 for sum_splits_kernel's pass when S > 1.
+// MD_ACCEL_GEMM_SPLIT_K=0: never split (for comparisons).
+int k_splits(int64_t m, int64_t k, int64_t n) {
+  const char* env = std::getenv("MD_ACCEL_GEMM_SPLIT_K");
+  if (env != nullptr && env[0] == '0') return 1;
+  const int64_t slots = int64_t(kBlocksPerSM) * num_sms(), num_kt = ceil_div(k, kBK);
+  const int64_t blocks = ceil_div(m, kBM) * ceil_div(n, kBN);
+  if (slots <= 0 || blocks <= 0) return 1;
+  int best = 1;
+  double best_cost = double(ceil_div(blocks, slots));
+  for (int s = 2; s <= kMaxSplits; ++s) {
+    if (num_kt < int64_t(s) * kMinTilesPerSplit || s * m * n * int64_t(sizeof(float)) > kMaxPartialBytes) break;
+    const double cost = double(ceil_div(blocks * s, slots)) / s + 0.1;
+    if (cost < best_cost) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
 }  // namespace
 
-int64_t gemm_3xtf32_scratch_bytes(int64_t k, int64_t n) { return k * n * int64_t(sizeof(float2)); }
+int64_t gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n) {
+  const int splits = k_splits(m, k, n);
+  return align16(k * n * int64_t(sizeof(float2))) + (splits > 1 ? splits * m * n * int64_t(sizeof(float)) : 0);
+}
 
 // Whether the kernel runs on `device`: sm_80+ (tf32 mma, cp.async) and kSmemBytes of opt-in
 // shared memory per block (sm_86/89 parts have less). Cached per device.
@@ -257,13 +337,13 @@ bool gemm_3xtf32_supported(int device) {
 }
 
 // C[M, N] = A[M, K] @ B, B = b [K, N] or (trans_b) b^T with b [N, K]; float32, row-major,
-// contiguous, a 16-byte aligned; scratch: gemm_3xtf32_scratch_bytes(K, N) bytes, 16-byte aligned.
+// contiguous, a 16-byte aligned; scratch: gemm_3xtf32_scratch_bytes(M, K, N) bytes, 16-byte aligned.
 // Returns nullptr on success, else a static error message.
 const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
                                int64_t n, void* scratch, cudaStream_t stream) {
   if (m < 0 || k < 0 || n < 0 || k % 8 != 0 || n % 8 != 0) return "K and N must be multiples of 8";
   if (k >= (int64_t(1) << 24) || k * n > 0x7fffffffLL) return "K or K*N too large";
-  if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(scratch)) % 16 != 0)
+  if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(c) | reinterpret_cast<uintptr_t>(scratch)) % 16 != 0)
     return "operands must be 16-byte aligned";
   if (m == 0 || n == 0) return nullptr;
   float2* const b_split = static_cast<float2*>(scratch);
@@ -272,8 +352,10 @@ const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, flo
     const unsigned split_grid = unsigned((k * n + 255) / 256);
     split_b_kernel<<<split_grid, 256, 0, stream>>>(b, ki, ni, trans_b, BPairs{b_split});
   }
-  const int64_t n_tiles = (n + kBN - 1) / kBN, m_tiles = (m + kBM - 1) / kBM;
-  const int64_t blocks = m_tiles * n_tiles;
+  const int64_t n_tiles = ceil_div(n, kBN), tiles = ceil_div(m, kBM) * n_tiles;
+  const int splits = k_splits(m, k, n);
+  const int kt_per_split = int(ceil_div(ceil_div(k, kBK), splits));
+  const int64_t blocks = tiles * splits;
   if (blocks > 0x7fffffffLL) return "problem too large for one launch";
   // once per device (not again during CUDA graph capture, after a first eager call)
   static std::atomic<bool> smem_set[kMaxDevices];
@@ -287,8 +369,15 @@ const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, flo
     }
     smem_set[dev].store(true, std::memory_order_release);
   }
-  const unsigned grid = unsigned(blocks), nt = unsigned(n_tiles);
-  gemm_3xtf32_kernel<<<grid, kThreads, kSmemBytes, stream>>>(a, b_split, c, m, ki, ni, nt);
+  float* const part = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(scratch) + align16(k * n * 8)) : c;
+  gemm_3xtf32_kernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(a, b_split, part, m, ki, ni, unsigned(n_tiles),
+                                                                          unsigned(tiles), kt_per_split);
+  if (splits > 1) {
+    const int64_t total4 = m * n / 4;
+    const unsigned sum_grid = unsigned(ceil_div(total4, 256));
+    sum_splits_kernel<<<sum_grid, 256, 0, stream>>>(reinterpret_cast<const float4*>(part),
+                                                   reinterpret_cast<float4*>(c), total4, splits);
+  }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

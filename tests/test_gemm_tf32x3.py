@@ -96,8 +96,8 @@ extern "C" const char* emu_gemm_3xtf32(const float* a, const float* b, int trans
                                        int64_t k, int64_t n, void* scratch) {
   return md_accel::gemm_3xtf32_launch(a, b, trans_b != 0, c, m, k, n, scratch, nullptr);
 }
-extern "C" int64_t emu_gemm_3xtf32_scratch_bytes(int64_t k, int64_t n) {
-  return md_accel::gemm_3xtf32_scratch_bytes(k, n);
+extern "C" int64_t emu_gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n) {
+  return md_accel::gemm_3xtf32_scratch_bytes(m, k, n);
 }
 """
 
@@ -116,7 +116,7 @@ def emu_lib():
     lib.emu_gemm_3xtf32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                     ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     lib.emu_gemm_3xtf32_scratch_bytes.restype = ctypes.c_int64
-    lib.emu_gemm_3xtf32_scratch_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64]
+    lib.emu_gemm_3xtf32_scratch_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
     return lib
 
 
@@ -124,14 +124,18 @@ def _emu_gemm(lib, a, b, transpose_b):
     m, k = a.shape
     n = b.shape[0] if transpose_b else b.shape[1]
     out = torch.full((m, n), float("nan"))
-    scratch = torch.full((max(lib.emu_gemm_3xtf32_scratch_bytes(k, n) // 4, 4),), float("nan"))
+    scratch = torch.full((max(lib.emu_gemm_3xtf32_scratch_bytes(m, k, n) // 4, 4),), float("nan"))
     err = lib.emu_gemm_3xtf32(a.data_ptr(), b.data_ptr(), int(transpose_b), out.data_ptr(), m, k, n,
                               scratch.data_ptr())
     return out, err
 
 
-# (M, K, N, transpose_b): row and column tails, K tails (K % 32 != 0), more k tiles than stages
-EMU_CASES = [(130, 64, 72, False), (129, 104, 64, True), (5, 8, 8, False), (40, 40, 136, True), (3, 0, 8, False)]
+# (M, K, N, transpose_b): row and column tails, K tails (K % 32 != 0), more k tiles than stages;
+# the last two split K on the emulator's 2 SMs (4 block slots): 5 row tiles run as 4 K ranges of
+# 4 k tiles, and 10 tiles as 2 ranges of 9 and 8 k tiles (K tail in the last)
+EMU_CASES = [(130, 64, 72, False), (129, 104, 64, True), (5, 8, 8, False), (40, 40, 136, True), (3, 0, 8, False),
+             (600, 512, 64, True), (600, 536, 72, False)]
+SPLIT_CASES = EMU_CASES[-2:]
 
 
 @pytest.mark.parametrize("m,k,n,transpose_b", EMU_CASES)
@@ -141,6 +145,8 @@ def test_emulated_kernel(emu_lib, m, k, n, transpose_b):
     b = (torch.randn(n, k, generator=g) if transpose_b else torch.randn(k, n, generator=g)) / max(k, 1) ** 0.5
     out, err = _emu_gemm(emu_lib, a, b, transpose_b)
     assert err is None, err
+    split = emu_lib.emu_gemm_3xtf32_scratch_bytes(m, k, n) > k * n * 8  # partial products in the scratch
+    assert split == ((m, k, n, transpose_b) in SPLIT_CASES)
     ref = _ref(a, b, transpose_b)
     assert not out.isnan().any(), "output not fully written"
     scale = max(ref.abs().max().item(), 1e-30)
