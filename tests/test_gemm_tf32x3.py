@@ -139,7 +139,9 @@ SPLIT_CASES = EMU_CASES[-2:]
 
 
 @pytest.mark.parametrize("m,k,n,transpose_b", EMU_CASES)
-def test_emulated_kernel(emu_lib, m, k, n, transpose_b):
+def test_emulated_kernel(emu_lib, m, k, n, transpose_b, monkeypatch):
+    monkeypatch.setenv("EMU_SMS", "2")  # the emulated device SPLIT_CASES are chosen for
+    monkeypatch.setenv("EMU_PER_SM", "1")
     g = torch.Generator().manual_seed(7 + m + k + n)
     a = torch.randn(m, k, generator=g)
     b = (torch.randn(n, k, generator=g) if transpose_b else torch.randn(k, n, generator=g)) / max(k, 1) ** 0.5
