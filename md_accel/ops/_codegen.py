@@ -38,7 +38,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 GEN_VERSION = 7  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
@@ -925,25 +925,31 @@ def nvcc_command(cu: str, out: str, arch: str) -> List[str]:
             "-I", str(_CSRC), cu, "-o", out]
 
 
-def build(struct, arch: str) -> str:
-    """Path of the built library for this structure and GPU arch (e.g. 'sm_90'); cached."""
-    key = structure_key(struct)
-    d = _cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    tune = tuning()
-    so = d / f"{key}-{arch}-v{GEN_VERSION}{tune.suffix()}.so"
+def compile_cached(so: Path, source: Callable[[], str], name: str, arch: str, what: str) -> str:
+    """Path of the library `so`: built already, or `source()` compiled by nvcc for `arch` now (as
+    `name`.cu in a temporary folder beside it, moved into place atomically: concurrent builders
+    race harmlessly). `what` names the library in the error when nvcc fails."""
     if so.exists():
         return str(so)
-    src = generate(struct, tune)
-    with tempfile.TemporaryDirectory(dir=d) as tmp:
-        cu = os.path.join(tmp, f"tp_spec_{key}.cu")
+    so.parent.mkdir(parents=True, exist_ok=True)
+    src = source()
+    with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
+        cu = os.path.join(tmp, f"{name}.cu")
         Path(cu).write_text(src)
         out = os.path.join(tmp, "lib.so")
         r = subprocess.run(nvcc_command(cu, out, arch), capture_output=True, text=True)
         if r.returncode != 0:
-            raise RuntimeError(f"nvcc failed for tp_conv plan {key}:\n{r.stderr[-4000:]}")
-        os.replace(out, so)  # atomic: concurrent builders race harmlessly
+            raise RuntimeError(f"nvcc failed for {what}:\n{r.stderr[-4000:]}")
+        os.replace(out, so)
     return str(so)
+
+
+def build(struct, arch: str) -> str:
+    """Path of the built library for this structure and GPU arch (e.g. 'sm_90'); cached."""
+    key = structure_key(struct)
+    tune = tuning()
+    so = _cache_dir() / f"{key}-{arch}-v{GEN_VERSION}{tune.suffix()}.so"
+    return compile_cached(so, lambda: generate(struct, tune), f"tp_spec_{key}", arch, f"tp_conv plan {key}")
 
 
 def plan_structure(plan) -> tuple:

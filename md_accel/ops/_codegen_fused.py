@@ -27,13 +27,10 @@ Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/fused-<structure hash>-h<H>-<arch>-v<FUSED
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
-from ._codegen import Unsupported, _analyse, _cache_dir, _covered_fn, _Path, nvcc_command, structure_key
+from ._codegen import Unsupported, _analyse, _cache_dir, _covered_fn, _Path, compile_cached, structure_key
 
 FUSED_GEN_VERSION = 2  # bump when the generated code changes: names the cache entries
 THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
@@ -799,21 +796,9 @@ def generate_fused(struct, hidden: int) -> str:
 def build_fused(struct, hidden: int, arch: str) -> str:
     """Path of the built fused library for this structure, hidden width and GPU arch; cached."""
     key = structure_key(struct)
-    d = _cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    so = d / f"fused-{key}-h{hidden}-{arch}-v{FUSED_GEN_VERSION}.so"
-    if so.exists():
-        return str(so)
-    src = generate_fused(struct, hidden)
-    with tempfile.TemporaryDirectory(dir=d) as tmp:
-        cu = os.path.join(tmp, f"tp_fused_{key}.cu")
-        Path(cu).write_text(src)
-        out = os.path.join(tmp, "lib.so")
-        r = subprocess.run(nvcc_command(cu, out, arch), capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"nvcc failed for fused tp_conv plan {key} (H={hidden}):\n{r.stderr[-4000:]}")
-        os.replace(out, so)  # atomic: concurrent builders race harmlessly
-    return str(so)
+    so = _cache_dir() / f"fused-{key}-h{hidden}-{arch}-v{FUSED_GEN_VERSION}.so"
+    return compile_cached(so, lambda: generate_fused(struct, hidden), f"tp_fused_{key}", arch,
+                          f"fused tp_conv plan {key} (H={hidden})")
 
 
 def main(argv=None) -> None:
