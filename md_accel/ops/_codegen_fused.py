@@ -216,11 +216,18 @@ def _chunk_head(g: _Group, I: str) -> str:
             f"{I}  edge_weights<T, {g.P}>(aw, s_h, s_W + u, {g.P * g.M + 1}, {g.M});\n")
 
 
-def _x_loads(g: _Group, I: str, used: Dict, xr: str = "xr") -> str:
-    s = []
+def _edge_loads(g: _Group, I: str) -> str:
+    """Edge e's operands for channel u: its y columns the group uses, and the sender's x components
+    the group's CG non-zeros read."""
+    used: Dict = {}
+    for p in g.paths:
+        for (_, i, _, _) in p.nz:
+            used.setdefault(p.in1_key, set()).add(i)
+    s = [f"{I}const T* xr = a.x + __ldg(a.src + e) * a.d.in1;\n", f"{I}const T* yr = a.y + e * a.d.in2;\n"]
+    s += [f"{I}const T y{c} = __ldg(yr + {c});\n" for c in g.y_cols]
     for key in g.in1_keys:
         for i in sorted(used.get(key, ())):
-            s.append(f"{I}const T {_xn(key)}_{i} = __ldg({xr} + {key[0]} + u * {key[2]} + {i});\n")
+            s.append(f"{I}const T {_xn(key)}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
     return "".join(s)
 
 
@@ -266,15 +273,7 @@ def _fwd_group(gi: int, g: _Group, hidden: int, esize: int) -> str:
     s.append(f"{I6}  ++cur;\n{I6}}}\n")
     s.append(f"{I6}if (u < {g.mul}) {{\n")
     I7 = I6 + "  "
-    s.append(f"{I7}const T* xr = a.x + __ldg(a.src + e) * a.d.in1;\n")
-    s.append(f"{I7}const T* yr = a.y + e * a.d.in2;\n")
-    for c in g.y_cols:
-        s.append(f"{I7}const T y{c} = __ldg(yr + {c});\n")
-    used: Dict = {}
-    for p in g.paths:
-        for (_, i, _, _) in p.nz:
-            used.setdefault(p.in1_key, set()).add(i)
-    s.append(_x_loads(g, I7, used))
+    s.append(_edge_loads(g, I7))
     for p in g.paths:
         s.append(f"{I7}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         s.append(f"{I7}  const T wp = aw[b][{g.col(p)}];\n")
@@ -345,15 +344,7 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
     s.append(f"{I7}  }}\n{I7}}}\n")
     s.append(f"{I7}if (u < {g.mul}) {{\n")
     I8 = I7 + "  "
-    s.append(f"{I8}const T* xr = a.x + __ldg(a.src + e) * a.d.in1;\n")
-    s.append(f"{I8}const T* yr = a.y + e * a.d.in2;\n")
-    for c in g.y_cols:
-        s.append(f"{I8}const T y{c} = __ldg(yr + {c});\n")
-    used: Dict = {}
-    for p in g.paths:
-        for (_, i, _, _) in p.nz:
-            used.setdefault(p.in1_key, set()).add(i)
-    s.append(_x_loads(g, I8, used))
+    s.append(_edge_loads(g, I8))
     for key in g.in1_keys:
         s.append(f"{I8}T " + ", ".join(f"gx{key[0]}_{i} = T(0)" for i in range(key[2])) + ";\n")
     for pl in range(g.P):
