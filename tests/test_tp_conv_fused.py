@@ -157,7 +157,7 @@ def test_fused_partition(name):
                     assert not {p.out_key for p in g.paths} & {p.out_key for p in other.paths}
                     assert not {p.w_key for p in g.paths} & {p.w_key for p in other.paths}
         if esize == 4:
-            assert all(64 * (g.P * g.M + 1) * 4 <= _codegen_fused.W_TILE_BYTES for g in groups)
+            assert all(_codegen_fused._w_tile(g, 64, 4) * 4 <= _codegen_fused.W_TILE_BYTES for g in groups)
             _codegen_fused._layout(groups, nnz, 64, 4, bwd=True)
             assert _codegen_fused._smem_bytes(groups, nnz, 64, 4, True) <= _codegen_fused.BWD_SMEM_TARGET
     src = _codegen_fused.generate_fused(struct, 64)

@@ -13,14 +13,15 @@ at compile time, CG values read at run time), plus the hidden width H. Mapping (
 * Block b owns a contiguous range of receivers (near-equal edge counts); slot s a contiguous part
   of it. Groups run one after the other over the same receivers.
 * Per chunk of kB = 16 consecutive edges of a slot: the hidden rows are staged transposed in
-  shared memory, thread (slot, u) computes ``w[e, column (p, u)]`` for the kB edges and P columns
-  in registers (kB * P * H FMAs, W from shared memory, hidden rows broadcast), then runs the
-  conv body of the group on those weights. Receivers are flushed when the edge stream moves on.
+  shared memory and each warp computes the weights of its 32 channels of the P column blocks on
+  the tensor cores (``w = h @ W`` as 16 x 32 tiles: 3xTF32 ``mma.m16n8k8`` in float32, DMMA
+  ``mma.m8n8k4`` in float64; ``csrc/mma.cuh``) into a [column][edge] tile in shared memory, then
+  runs the conv body of the group, each thread reading its channel's weights from that tile.
 * Backward, per chunk: the same weights, the conv backward (grad_y by warp reduce-scatter,
-  grad_x contributions to a work row per edge, summed per sender afterwards), ``grad_w`` of the
-  chunk to shared memory (swizzled, bank-conflict free), then ``grad_hidden = grad_w @ W^T`` as
-  a block GEMM (K split over the slot's warps, fixed-order sums). ``grad_w`` goes to device
-  memory only when asked (training: ``grad_W_last = hidden^T @ grad_w`` is then a GEMM outside).
+  grad_x contributions to a work row per edge, summed per sender afterwards) overwriting each
+  weight with its ``grad_w`` in the tile, then ``grad_hidden = grad_w @ W^T`` on the tensor cores
+  (K split over the slot's warps, fixed-order sums). ``grad_w`` goes to device memory only when
+  asked (training: ``grad_W_last = hidden^T @ grad_w`` is then a GEMM outside).
 * Every sum has a fixed order that does not depend on the grid: results are bit-reproducible.
 
 Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/fused-<structure hash>-h<H>-<arch>-v<FUSED_GEN_VERSION>.so``.
@@ -32,17 +33,23 @@ from typing import Dict, List, Tuple
 
 from ._codegen import Unsupported, _analyse, _cache_dir, _covered_fn, _Path, compile_cached, structure_key
 
-FUSED_GEN_VERSION = 2  # bump when the generated code changes: names the cache entries
+FUSED_GEN_VERSION = 3  # bump when the generated code changes: names the cache entries
 THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
-CHUNK = 16             # edges per chunk (kB); the grad_hidden GEMM tiling assumes 16
+CHUNK = 16             # edges per chunk (kB): the m16 of the tensor-core tiles
 W_TILE_BYTES = 66 * 1024   # shared memory for one group's W_last tile (P chosen to fit)
-MAX_COLS = 4           # weight column blocks per group (P): kB * P weights per thread in registers
+MAX_COLS = 4           # weight column blocks per group (P)
 OUT_BUDGET = {4: 24, 8: 12}  # output / grad_out components per channel per group, by element size
 MAX_V = 32             # used y columns per group (grad_y reduce-scatter width)
 BWD_EDGE_UNROLL = 1    # backward edge loop: not unrolled keeps it within 128 registers
 SMEM_MAX = 227 * 1024
 BWD_SMEM_TARGET = 112 * 1024  # a backward group within this keeps two blocks per SM (H100 / H200)
 WAVES = 1              # blocks per resident block slot: the ranges are edge-balanced already
+
+
+def _pad(esize: int) -> int:
+    """Row padding (elements) of the shared-memory operands of the tensor-core tiles: 32 bytes,
+    so the rows a fragment load touches start in different banks."""
+    return 32 // esize
 
 
 def _round32(m: int) -> int:
@@ -114,7 +121,7 @@ def partition(live: List[_Path], esize: int, hidden: int, nnz: int) -> List[_Gro
         M = _round32(mul)
         if M > THREADS:
             raise Unsupported(f"multiplicity {mul} > {THREADS}")
-        pmax = max(1, min(MAX_COLS, (W_TILE_BYTES // (hidden * esize) - 1) // M))
+        pmax = max(1, min(MAX_COLS, (W_TILE_BYTES // (hidden * esize) - _pad(esize)) // M))
         units = _units([p for p in live if p.mul == mul])
         units.sort(key=lambda u: (min(p.in2_off for p in u), min(p.in1_off for p in u), min(p.idx for p in u)))
         cur: List[_Path] = []
@@ -133,7 +140,7 @@ def partition(live: List[_Path], esize: int, hidden: int, nnz: int) -> List[_Gro
     for g in groups:
         if len(g.y_cols) > MAX_V:
             raise Unsupported(f"a group uses {len(g.y_cols)} y columns > {MAX_V}")
-        if hidden * (g.P * g.M + 1) * esize > 2 * W_TILE_BYTES:
+        if _w_tile(g, hidden, esize) * esize > 2 * W_TILE_BYTES:
             raise Unsupported("a weight block too wide for a shared-memory tile")
     return groups
 
@@ -147,15 +154,21 @@ def _align(n: int, esize: int) -> int:
 
 
 def _slot_area(g: _Group, hidden: int, esize: int, bwd: bool) -> Tuple[int, int]:
-    """(hidden chunk, grad_w chunk) elements per edge slot of a group; backward: grad_y partials
-    reuse the first area, grad_hidden partials the second."""
-    hb = _align(max(hidden * CHUNK, CHUNK * g.WPS * g.V if bwd else 0), esize)
-    gwb = _align(max(g.P * g.M * CHUNK, g.WPS * CHUNK * hidden), esize) if bwd else 0
+    """(hidden chunk, weight chunk) elements per edge slot of a group: the hidden rows [j][edge]
+    (rows of CHUNK + pad), the weights [column][edge] (rows of CHUNK); backward: grad_y partials
+    reuse the first area, grad_w the second, then grad_hidden partials."""
+    hb = _align(max(hidden * (CHUNK + _pad(esize)), CHUNK * g.WPS * g.V if bwd else 0), esize)
+    gwb = _align(max(g.P * g.M * CHUNK, g.WPS * CHUNK * hidden if bwd else 0), esize)
     return hb, gwb
 
 
+def _ld_w(g: _Group, esize: int) -> int:
+    """Row stride of the group's W tile in shared memory (elements)."""
+    return g.P * g.M + _pad(esize)
+
+
 def _w_tile(g: _Group, hidden: int, esize: int) -> int:
-    return _align(hidden * (g.P * g.M + 1), esize)
+    return _align(hidden * _ld_w(g, esize), esize)
 
 
 def _smem_bytes(groups: List[_Group], nnz: int, hidden: int, esize: int, bwd: bool) -> int:
@@ -178,7 +191,7 @@ def _layout(groups: List[_Group], nnz: int, hidden: int, esize: int, bwd: bool) 
 
 # --- device code -----------------------------------------------------------------------------------
 
-def _w_fill(g: _Group, I: str) -> str:
+def _w_fill(g: _Group, I: str, esize: int) -> str:
     """Load the group's W_last columns into s_W[j * ldW + p * M + u] (zero for u >= mul)."""
     s = [f"{I}for (int q = threadIdx.x; q < kH * {g.P * g.M}; q += kThreads) {{\n",
          f"{I}  const int j = q / {g.P * g.M}, c = q - j * {g.P * g.M}, p = c / {g.M}, u = c - p * {g.M};\n",
@@ -186,7 +199,7 @@ def _w_fill(g: _Group, I: str) -> str:
          f"{I}  if (u < {g.mul}) {{\n"]
     for pl, (w_off, _, stride) in enumerate(g.wkeys):
         s.append(f"{I}    {'if' if pl == 0 else 'else if'} (p == {pl}) v = __ldg(a.W + int64_t(j) * a.d.w + {w_off} + u * {stride});\n")
-    s.append(f"{I}  }}\n{I}  s_W[j * {g.P * g.M + 1} + c] = v;\n{I}}}\n")
+    s.append(f"{I}  }}\n{I}  s_W[j * {_ld_w(g, esize)} + c] = v;\n{I}}}\n")
     return "".join(s)
 
 
@@ -195,25 +208,33 @@ def _group_head(gi: int, g: _Group, I: str, what: str, hidden: int, esize: int) 
             + f"; {g.mul} channels (M = {g.M}) x {g.S} slot(s); {g.P} weight column block(s); "
             f"y columns {g.y_cols}\n",
             f"{I}  __syncthreads();  // the previous group is done with shared memory (and s_cg is loaded)\n",
-            f"{I}  T* s_W = s_grp;  // W_last[:, group columns], row stride P * M + 1\n",
+            f"{I}  T* s_W = s_grp;  // W_last[:, group columns], row stride {_ld_w(g, esize)}\n",
             f"{I}  T* s_slots = s_grp + {_w_tile(g, hidden, esize)};\n",
-            _w_fill(g, I + "  "),
+            _w_fill(g, I + "  ", esize),
             f"{I}  __syncthreads();\n",
             f"{I}  const int slot = threadIdx.x / {g.M}, u = threadIdx.x % {g.M};\n",
+            f"{I}  const int lane = threadIdx.x & 31, warp = u >> 5;  // warp within the slot\n",
             f"{I}  if (slot < {g.S}) {{\n",
             f"{I}    int64_t n_lo, n_hi;\n",
             f"{I}    receiver_part(a.dst_ptr, bn0, bn1, slot, {g.S}, n_lo, n_hi);\n",
             f"{I}    const int64_t e_lo = a.dst_ptr[n_lo], e_hi = a.dst_ptr[n_hi];\n"]
 
 
-def _chunk_head(g: _Group, I: str) -> str:
+def _chunk_head(g: _Group, I: str, esize: int, s_w: str) -> str:
+    """Start of a chunk of kB edges: the slot stages their hidden rows, each warp writes the weights
+    of its channels into the slot's [column][edge] tile `s_w` (read back by the writing warp only)."""
     sync = "__syncwarp();" if g.M == 32 else f"slot_sync(1 + slot, {g.M});"
     return (f"{I}for (int64_t e0 = e_lo; e0 < e_hi; e0 += kB) {{\n"
             f"{I}  {sync}  // the slot is done with the previous chunk's shared memory\n"
             f"{I}  stage_hidden<T>(s_h, a.h, e0, e_hi, u, {g.M});\n"
             f"{I}  {sync}\n"
-            f"{I}  T aw[kB][{g.P}];  // w[e0 + b, column block p, channel u]\n"
-            f"{I}  edge_weights<T, {g.P}>(aw, s_h, s_W + u, {g.P * g.M + 1}, {g.M});\n")
+            f"{I}  edge_weights<T, {g.P}>({s_w}, s_h, s_W, {_ld_w(g, esize)}, {g.M}, warp, lane);\n"
+            f"{I}  __syncwarp();\n")
+
+
+def _weight(g: _Group, pl: int, s_w: str) -> str:
+    """The weight (or grad_w) of column block pl, channel u, edge b in the slot's tile."""
+    return f"{s_w}[({pl * g.M} + u) * kB + (b ^ gw_swizzle<T>({pl * g.M} + u))]"
 
 
 def _edge_loads(g: _Group, I: str) -> str:
@@ -258,11 +279,13 @@ def _fwd_group(gi: int, g: _Group, hidden: int, esize: int) -> str:
     I = "  "
     s = _group_head(gi, g, I, "forward", hidden, esize)
     I4 = I + "    "
-    s.append(f"{I4}T* s_h = s_slots + slot * {_slot_area(g, hidden, esize, False)[0]};  // the slot's hidden chunk\n")
+    hb, wb = _slot_area(g, hidden, esize, False)
+    s.append(f"{I4}T* s_h = s_slots + slot * {hb + wb};  // the slot's hidden chunk\n")
+    s.append(f"{I4}T* s_w = s_h + {hb};  // its weights [column][edge]\n")
     for key in g.out_keys:
         s.append(f"{I4}T " + ", ".join(f"{_acc(key)}_{k} = T(0)" for k in range(key[2])) + ";\n")
     s.append(f"{I4}int64_t cur = n_lo;  // receiver being accumulated\n")
-    s.append(_chunk_head(g, I4))
+    s.append(_chunk_head(g, I4, esize, "s_w"))
     I5 = I4 + "  "
     s.append(f"{I5}#pragma unroll\n{I5}for (int b = 0; b < kB; ++b) {{\n")
     I6 = I5 + "  "
@@ -276,7 +299,7 @@ def _fwd_group(gi: int, g: _Group, hidden: int, esize: int) -> str:
     s.append(_edge_loads(g, I7))
     for p in g.paths:
         s.append(f"{I7}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
-        s.append(f"{I7}  const T wp = aw[b][{g.col(p)}];\n")
+        s.append(f"{I7}  const T wp = {_weight(g, g.col(p), 's_w')};\n")
         xk, acc = _xn(p.in1_key), _acc(p.out_key)
         for k in sorted({k for (_, _, _, k) in p.nz}):
             expr = "T(0)"
@@ -315,17 +338,11 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
     if g.WPS > 1:
         s.append(f"{I4}T* s_red = s_h;  // grad_y partials of the slot's warps\n")
     s.append(f"{I4}T* s_gw = s_h + {hb};  // grad_w of the chunk [column][edge], then grad_hidden partials\n")
-    s.append(f"{I4}const int lane = threadIdx.x & 31, warp = u >> 5;\n")
     for key in g.out_keys:
         s.append(f"{I4}T " + ", ".join(f"{_gn(key)}_{k} = T(0)" for k in range(key[2])) + ";\n")
     s.append(f"{I4}int64_t cur = -1;  // receiver whose grad_out row is in registers\n")
-    s.append(_chunk_head(g, I4))
+    s.append(_chunk_head(g, I4, esize, "s_gw"))  # each thread overwrites its weights with grad_w
     I5 = I4 + "  "
-    s.append(f"{I5}#pragma unroll\n{I5}for (int p = 0; p < {g.P}; ++p) {{  // the weights wait in s_gw: each thread\n"
-             f"{I5}  const int c = p * {g.M} + u;                // overwrites its own with grad_w\n"
-             f"{I5}#pragma unroll\n"
-             f"{I5}  for (int b = 0; b < kB; ++b) s_gw[c * kB + (b ^ gw_swizzle<T>(c))] = aw[b][p];\n"
-             f"{I5}}}\n")
     s.append(f"{I5}{sync}  // s_h is read: it now holds grad_y partials\n")
     s.append(f"{I5}#pragma unroll {BWD_EDGE_UNROLL}\n{I5}for (int b = 0; b < kB; ++b) {{\n")
     I6 = I5 + "  "
@@ -348,7 +365,7 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
     for key in g.in1_keys:
         s.append(f"{I8}T " + ", ".join(f"gx{key[0]}_{i} = T(0)" for i in range(key[2])) + ";\n")
     for pl in range(g.P):
-        s.append(f"{I8}const T w{pl} = s_gw[({pl * g.M} + u) * kB + (b ^ gw_swizzle<T>({pl * g.M} + u))];\n")
+        s.append(f"{I8}const T w{pl} = {_weight(g, pl, 's_gw')};\n")
     for p in g.paths:
         s.append(f"{I8}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I9 = I8 + "  "
@@ -420,19 +437,19 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
         s.append(f"{I5}  }}\n{I5}}}\n")
     gop = "=" if gi == 0 else "+="
     s.append(f"{I5}{{  // grad_hidden[e0 + b, :] {gop} grad_w[b, group columns] @ W^T (K split over warps)\n")
-    s.append(f"{I5}  T acc[8][kH / 16];\n")
-    s.append(f"{I5}  grad_hidden_tile<T, {g.P}>(acc, s_gw, s_W, {g.P * g.M + 1}, warp * {32 * g.P}, lane);\n")
-    s.append(f"{I5}  const int bg = lane >> 4, jg = lane & 15;\n")
+    s.append(f"{I5}  T acc[kH / 2];  // the warp's 16 x kH tile: element i at (tile_row, tile_col)\n")
+    s.append(f"{I5}  grad_hidden<T, {g.P}>(acc, s_gw, s_W, {_ld_w(g, esize)}, {g.M}, warp, lane);\n")
     if g.WPS == 1:
-        s.append(f"{I5}  for (int bb = 0; bb < 8; ++bb) {{\n"
-                 f"{I5}    const int64_t e = e0 + 8 * bg + bb;\n"
-                 f"{I5}    if (e < e_hi)\n"
-                 f"{I5}      for (int t = 0; t < kH / 16; ++t) a.gh[e * kH + jg + 16 * t] {gop} acc[bb][t];\n"
+        s.append(f"{I5}  #pragma unroll\n"
+                 f"{I5}  for (int i = 0; i < kH / 2; ++i) {{\n"
+                 f"{I5}    const int64_t e = e0 + tile_row<T, kH>(i, lane);\n"
+                 f"{I5}    if (e < e_hi) a.gh[e * kH + tile_col<T, kH>(i, lane)] {gop} acc[i];\n"
                  f"{I5}  }}\n")
     else:
         s.append(f"{I5}  {sync}  // every warp is done reading s_gw: it now holds per-warp partials\n"
-                 f"{I5}  for (int bb = 0; bb < 8; ++bb)\n"
-                 f"{I5}    for (int t = 0; t < kH / 16; ++t) s_gw[(warp * kB + 8 * bg + bb) * kH + jg + 16 * t] = acc[bb][t];\n"
+                 f"{I5}  #pragma unroll\n"
+                 f"{I5}  for (int i = 0; i < kH / 2; ++i)\n"
+                 f"{I5}    s_gw[(warp * kB + tile_row<T, kH>(i, lane)) * kH + tile_col<T, kH>(i, lane)] = acc[i];\n"
                  f"{I5}  {sync}\n"
                  f"{I5}  for (int q = u; q < kB * kH; q += {g.M}) {{\n"
                  f"{I5}    const int b = q / kH;\n"
@@ -452,6 +469,7 @@ _PRELUDE = r"""
 // and the hidden width; do not edit. Structure key {key}: {num_paths} paths, {nnz} CG non-zeros.
 #include <cuda_runtime.h>
 #include <cstdint>
+#include "mma.cuh"
 #include "tp_fused_abi.h"
 
 namespace md_accel {{
@@ -516,7 +534,11 @@ __device__ __forceinline__ void receiver_part(const int64_t* __restrict__ dst_pt
   hi = k + 1 == parts ? n1 : first_receiver_at(dst_ptr, n0, n1, e0 + (e1 - e0) * (k + 1) / parts);
 }}
 
-// s_h[j * kB + b] = h[e0 + b, j] (zero past e_end), by the M threads of a slot (t = thread in slot).
+// Row stride of the staged hidden chunk: kB edges + 32 bytes, so that the A fragment loads of the
+// tensor-core tiles (8 edges x 4 hidden indices per instruction) hit distinct banks.
+template <typename T> constexpr int kLdH = kB + 32 / int(sizeof(T));
+
+// s_h[j * kLdH + b] = h[e0 + b, j] (zero past e_end), by the M threads of a slot (t = thread in slot).
 template <typename T>
 __device__ __forceinline__ void stage_hidden(T* __restrict__ s_h, const T* __restrict__ h, int64_t e0, int64_t e_end,
                                              int t, int M) {{
@@ -527,77 +549,99 @@ __device__ __forceinline__ void stage_hidden(T* __restrict__ s_h, const T* __res
     V v{{}};
     if (e0 + b < e_end) v = __ldg(reinterpret_cast<const V*>(h + (e0 + b) * kH + jv * n));
 #pragma unroll
-    for (int i = 0; i < n; ++i) s_h[(jv * n + i) * kB + b] = vget(v, i);
+    for (int i = 0; i < n; ++i) s_h[(jv * n + i) * kLdH<T> + b] = vget(v, i);
   }}
 }}
 
-// aw[b][p] = sum_j h[e0 + b, j] * W[j, column block p, channel u], j in order (s_Wu = s_W + u).
-template <typename T, int P>
-__device__ __forceinline__ void edge_weights(T (&aw)[kB][P], const T* __restrict__ s_h, const T* __restrict__ s_Wu,
-                                             int ldW, int M) {{
-  using V = typename Vec16<T>::type;
-  constexpr int n = Vec16<T>::n;
+// A warp's 16 x N tile on the tensor cores, C += A (16 x K) @ B (K x N), A and B read through
+// a(row, k) and b(k, col) (shared memory): float32 by 3xTF32 mma.m16n8k8, float64 by DMMA m8n8k4
+// (csrc/mma.cuh). Lane `lane` holds C's element i < N / 2 at (tile_row(i, lane), tile_col(i, lane)):
+// float32 i = 4 n8-tile + fragment slot; float64 i = 2 (m8-tile * N / 8 + n8-tile) + slot.
+template <typename T, int N>
+__device__ __forceinline__ int tile_row(int i, int lane) {{
+  if constexpr (sizeof(T) == 4) return (lane >> 2) + 8 * ((i >> 1) & 1);
+  else return 8 * (i / (N / 4)) + (lane >> 2);
+}}
+template <typename T, int N>
+__device__ __forceinline__ int tile_col(int i, int lane) {{
+  if constexpr (sizeof(T) == 4) return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+  else return 8 * ((i >> 1) % (N / 8)) + 2 * (lane & 3) + (i & 1);
+}}
+
+template <int K, int N, typename FA, typename FB>
+__device__ __forceinline__ void warp_mma16(float (&c)[N / 2], FA a, FB b, int lane) {{
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll 1
+  for (int k0 = 0; k0 < K; k0 += 8) {{
+    uint32_t ah[4], al[4];
 #pragma unroll
-  for (int b = 0; b < kB; ++b)
+    for (int v = 0; v < 4; ++v) split_tf32(a(g + 8 * (v & 1), k0 + t + 4 * (v >> 1)), ah[v], al[v]);
 #pragma unroll
-    for (int p = 0; p < P; ++p) aw[b][p] = T(0);
-#pragma unroll 4
-  for (int j = 0; j < kH; ++j) {{
-    T wv[P];
-#pragma unroll
-    for (int p = 0; p < P; ++p) wv[p] = s_Wu[j * ldW + p * M];
-#pragma unroll
-    for (int q = 0; q < kB / n; ++q) {{
-      const V hv = *reinterpret_cast<const V*>(s_h + j * kB + q * n);  // same address for the slot: broadcast
-#pragma unroll
-      for (int i = 0; i < n; ++i)
-#pragma unroll
-        for (int p = 0; p < P; ++p) aw[q * n + i][p] = fma(vget(hv, i), wv[p], aw[q * n + i][p]);
+    for (int nt = 0; nt < N / 8; ++nt) {{
+      uint32_t bh[2], bl[2];
+      split_tf32(b(k0 + t, 8 * nt + g), bh[0], bl[0]);
+      split_tf32(b(k0 + t + 4, 8 * nt + g), bh[1], bl[1]);
+      mma_3xtf32(*reinterpret_cast<float(*)[4]>(c + 4 * nt), ah, al, bh, bl);
     }}
   }}
 }}
 
-// Edge b of grad_w column c sits at b ^ gw_swizzle(c) in row c of s_gw (rows of kB): a warp's scalar
-// writes (32 consecutive columns, one edge) hit 32 different banks and 16-byte groups stay whole.
-// Depends on c & 31 only.
+template <int K, int N, typename FA, typename FB>
+__device__ __forceinline__ void warp_mma16(double (&c)[N / 2], FA a, FB b, int lane) {{
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll 1
+  for (int k = t; k < K; k += 4) {{
+    const double a0 = a(g, k), a1 = a(g + 8, k);
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {{
+      const double bv = b(k, 8 * nt + g);
+      mma_f64(*reinterpret_cast<double(*)[2]>(c + 2 * nt), a0, bv);
+      mma_f64(*reinterpret_cast<double(*)[2]>(c + 2 * (N / 8 + nt)), a1, bv);
+    }}
+  }}
+}}
+
+// Edge b of column c of a slot's [column][edge] tile (weights, then grad_w) sits at b ^ gw_swizzle(c)
+// in row c (rows of kB): a warp's scalar accesses (32 consecutive columns, one edge) and its
+// fragment accesses (8 or 4 edges x 4 consecutive columns) spread over the banks. Depends on c & 31.
 template <typename T> __device__ __forceinline__ int gw_swizzle(int c);
 template <> __device__ __forceinline__ int gw_swizzle<float>(int c) {{ return (c & 31) >> 1; }}
-template <> __device__ __forceinline__ int gw_swizzle<double>(int c) {{ return c & 15; }}
+template <> __device__ __forceinline__ int gw_swizzle<double>(int c) {{ return ((c & 3) << 2) | ((c >> 2) & 3); }}
 
-// grad_hidden tile of one lane (bg = lane >> 4, jg = lane & 15): acc[bb][t] = sum over the warp's
-// K-slice c = kbase + 32 i + r (i < P, r < 32) of grad_w[c][8 bg + bb] * W[jg + 16 t][c].
+// w[e0 + b, c] for the warp's columns c = p M + 32 warp + r (p < P, r < 32) into s_w[c * kB + (b ^
+// gw_swizzle(c))]: the staged hidden chunk (s_h) @ the W tile (s_W, rows of ldW), k in a fixed order.
 template <typename T, int P>
-__device__ __forceinline__ void grad_hidden_tile(T (&acc)[8][kH / 16], const T* __restrict__ s_gw,
-                                                 const T* __restrict__ s_W, int ldW, int kbase, int lane) {{
-  using V = typename Vec16<T>::type;
-  constexpr int n = Vec16<T>::n;
-  const int bg = lane >> 4, jg = lane & 15;
+__device__ __forceinline__ void edge_weights(T* __restrict__ s_w, const T* __restrict__ s_h, const T* __restrict__ s_W,
+                                             int ldW, int M, int warp, int lane) {{
 #pragma unroll
-  for (int bb = 0; bb < 8; ++bb)
+  for (int p = 0; p < P; ++p) {{
+    const int c0 = p * M + 32 * warp;
+    T acc[16];
 #pragma unroll
-    for (int t = 0; t < kH / 16; ++t) acc[bb][t] = T(0);
+    for (int i = 0; i < 16; ++i) acc[i] = T(0);
+    warp_mma16<kH, 32>(acc, [&](int r, int k) {{ return s_h[k * kLdH<T> + r]; }},
+                       [&](int k, int n) {{ return s_W[k * ldW + c0 + n]; }}, lane);
 #pragma unroll
-  for (int i = 0; i < P; ++i) {{
-#pragma unroll 8
-    for (int r = 0; r < 32; ++r) {{
-      const int c = kbase + 32 * i + r;
-      const int sw = gw_swizzle<T>(r);  // kbase + 32 i is a multiple of 32
-      T wv[kH / 16];
-#pragma unroll
-      for (int t = 0; t < kH / 16; ++t) wv[t] = s_W[(jg + 16 * t) * ldW + c];
-#pragma unroll
-      for (int q = 0; q < 8 / n; ++q) {{
-        const int lb = 8 * bg + q * n;
-        const V v = *reinterpret_cast<const V*>(s_gw + c * kB + ((lb ^ sw) & ~(n - 1)));
-#pragma unroll
-        for (int k = 0; k < n; ++k) {{
-          const T gv = vget(v, k ^ (sw & (n - 1)));  // edge lb + k
-#pragma unroll
-          for (int t = 0; t < kH / 16; ++t) acc[q * n + k][t] = fma(gv, wv[t], acc[q * n + k][t]);
-        }}
-      }}
+    for (int i = 0; i < 16; ++i) {{
+      const int c = c0 + tile_col<T, 32>(i, lane);
+      s_w[c * kB + (tile_row<T, 32>(i, lane) ^ gw_swizzle<T>(c))] = acc[i];
     }}
   }}
+}}
+
+// The warp's part of grad_hidden for the chunk: acc (16 x kH) = grad_w[:, the warp's columns] @
+// W[:, the warp's columns]^T (columns k = 32 p + r <-> c = p M + 32 warp + r, in that order).
+template <typename T, int P>
+__device__ __forceinline__ void grad_hidden(T (&acc)[kH / 2], const T* __restrict__ s_gw, const T* __restrict__ s_W,
+                                            int ldW, int M, int warp, int lane) {{
+#pragma unroll
+  for (int i = 0; i < kH / 2; ++i) acc[i] = T(0);
+  const int cw = 32 * warp;
+  warp_mma16<32 * P, kH>(acc, [&](int r, int k) {{
+                           const int c = (k >> 5) * M + cw + (k & 31);
+                           return s_gw[c * kB + (r ^ gw_swizzle<T>(c))];
+                         }},
+                         [&](int k, int n) {{ return s_W[n * ldW + (k >> 5) * M + cw + (k & 31)]; }}, lane);
 }}
 
 // Reduce-scatter of a[0..V) over a warp, fixed order. Level C (C = V, V/2, .., 2; partner lane

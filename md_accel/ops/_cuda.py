@@ -143,6 +143,8 @@ def specialise_fused(plan, hidden: int, device=None) -> Optional[str]:
     if not available():
         raise RuntimeError(f"md_accel CUDA library not available: {load_error()}")
     major, minor = torch.cuda.get_device_capability(device)
+    if major < 8:  # the fused kernels run the weights on the tensor cores (mma.sync, sm_80+)
+        return None
     try:
         path = _codegen_fused.build_fused(_codegen.plan_structure(plan), int(hidden), f"sm_{major}{minor}")
     except _codegen.Unsupported:
