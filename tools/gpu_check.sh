@@ -2,7 +2,7 @@
 # On the GPU machine (repo copied there, no install): JIT-build md_accel's CUDA library into
 # .gpu/build, run the GPU tests, then each benchmark script given as an argument.
 # Usage: tools/gpu_check.sh ["benchmarks/kernels.py --args" ...]   (env GPU_TESTS: test paths, or none;
-#        GPU_TEST_LIMIT: seconds for the tests; GPU_FUSED=1 also tests the opt-in fused-radial CUDA-core kernels, minutes of nvcc on a fresh machine)
+#        GPU_TEST_LIMIT: seconds for the tests; GPU_FUSED=1 also tests the opt-in fused-radial kernels, minutes of nvcc on a fresh machine)
 # Build cache across fresh machines: with $OUT set, the built op library and the generated kernel
 # libraries are packed into $OUT/gpu_lib.tar.xz and (GPU_PACK_SPECS=1) $OUT/gpu_specs.tar.xz (each
 # file that comes back must stay under 16 MiB; tools/prebuild_gpu_kernels.py builds specs here);
