@@ -41,14 +41,16 @@ def uvu(irreps_in1: str, lmax: int) -> TPProblem:
 
 # one multiplicity (a 32-channel warp, 8 edge slots) / three, with 4- and 8-slot groups and a
 # 2-warp slot (cross-warp grad_y and grad_hidden sums)
-PROBLEMS = {"narrow": lambda: uvu("8x0e+8x1o", 2), "mixed": lambda: uvu("40x0e+8x1o+8x2e", 2)}
+PROBLEMS = {"narrow": lambda: uvu("8x0e+8x1o", 2), "mixed": lambda: uvu("40x0e+8x1o+8x2e", 2),
+            "mace_medium": lambda: uvu("128x0e+128x1o", 3)}  # 4-warp slots, the models' hidden width
+HIDDEN_OF = {"mace_medium": 64}
 _LIBS = {}
 
 
 def library(name):
     if name not in _LIBS:
         plan = PROBLEMS[name]().lower()
-        src = _codegen_fused.generate_fused(_codegen.plan_structure(plan), HIDDEN)
+        src = _codegen_fused.generate_fused(_codegen.plan_structure(plan), HIDDEN_OF.get(name, HIDDEN))
         _LIBS[name] = (plan, emulate.FusedLibrary(src))
     return _LIBS[name]
 
@@ -71,10 +73,10 @@ def run(name, kind, dtype, seed, grid=(2, 1), grad_w=True):
     plan, lib = library(name)
     gen = torch.Generator().manual_seed(seed)
     n, g = graph(kind, gen)
-    e = g.src.numel()
+    e, hidden = g.src.numel(), HIDDEN_OF.get(name, HIDDEN)
     x, y, h, go = (torch.randn(*s, generator=gen, dtype=torch.float64)
-                   for s in ((n, plan.dim_in1), (e, plan.dim_in2), (e, HIDDEN), (n, plan.dim_out)))
-    W = torch.randn(HIDDEN, plan.weight_numel, generator=gen, dtype=torch.float64) / HIDDEN ** 0.5
+                   for s in ((n, plan.dim_in1), (e, plan.dim_in2), (e, hidden), (n, plan.dim_out)))
+    W = torch.randn(hidden, plan.weight_numel, generator=gen, dtype=torch.float64) / hidden ** 0.5
     os.environ["EMU_SMS"], os.environ["EMU_PER_SM"] = str(grid[0]), str(grid[1])
     ops = [t.to(dtype).contiguous() for t in (x, y, h, W, go)]
     cg = plan.cg_val.to(dtype)
