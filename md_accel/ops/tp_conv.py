@@ -72,7 +72,7 @@ _SPECIALISE_WARNED = []
 # ``use_fused`` takes it when the fused kernels are on, or when keeping the whole w for the backward
 # would take more than MD_ACCEL_SAVE_WEIGHTS_MIB (default 2048) MiB: above that the memory saved is
 # worth the backward's second GEMM.
-FUSED_RADIAL_DTYPES = (torch.float32,)
+FUSED_RADIAL_DTYPES = (torch.float32, torch.float64)  # float64 since the weights run on DMMA
 FUSED_RADIAL_ENV = "MD_ACCEL_FUSED_RADIAL"
 SAVE_WEIGHTS_ENV = "MD_ACCEL_SAVE_WEIGHTS_MIB"
 

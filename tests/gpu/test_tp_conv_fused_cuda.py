@@ -384,8 +384,9 @@ def test_torchscript_forces_and_double_backward(fused_specs):
 
 
 @pytest.mark.skipif(SKIP_FUSED, reason="fused-radial kernel tests off (MD_ACCEL_SKIP_FUSED_KERNEL_TESTS=1)")
-def test_sevennet_model_fused_equals_unfused(monkeypatch):
-    """Whole SevenNet-0 on CUDA in float32: the layers' fused branch (opt-in) against materialised weights."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_sevennet_model_fused_equals_unfused(monkeypatch, dtype):
+    """Whole SevenNet-0 on CUDA: the layers' fused branch (opt-in) against materialised weights."""
     pytest.importorskip("sevenn")
     from md_accel.ops.tp_conv import FUSED_RADIAL_ENV
 
@@ -396,22 +397,25 @@ def test_sevennet_model_fused_equals_unfused(monkeypatch):
     from md_accel.model import energy_forces_virial
     from md_accel.neighbors import neighbor_list
 
-    pot = convert_sevenn("sevennet-0", dtype=torch.float32).to(DEV)
-    assert all(layer.conv.fused_f32 for layer in pot.layers), "fused kernels not built for the model"
+    flag = "fused_f32" if dtype == torch.float32 else "fused_f64"
+    pot = convert_sevenn("sevennet-0", dtype=dtype).to(DEV)
+    assert all(getattr(layer.conv, flag) for layer in pot.layers), "fused kernels not built for the model"
     atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((3, 3, 3))
     atoms.rattle(0.05, seed=0)
-    pos = torch.tensor(atoms.positions, device=DEV)
-    cell = torch.tensor(atoms.cell.array, device=DEV)
+    pos = torch.tensor(atoms.positions, device=DEV, dtype=torch.float64)
+    cell = torch.tensor(atoms.cell.array, device=DEV, dtype=torch.float64)
     edges = neighbor_list(pos, cell, atoms.pbc, pot.cutoff)
     species = torch.full((len(atoms),), pot.elements.index("Cu"), device=DEV)
 
     def run():
-        out = energy_forces_virial(pot, species, edges.vec.float(), edges.src, edges.dst)
+        out = energy_forces_virial(pot, species, edges.vec.to(dtype), edges.src, edges.dst)
         return out["energy"].detach(), out["forces"].detach()
 
     e1, f1 = run()
     for layer in pot.layers:
-        layer.conv.fused_f32 = False
+        setattr(layer.conv, flag, False)
     e0, f0 = run()
-    assert abs(e1.item() - e0.item()) <= 1e-5 * abs(e0.item())
-    assert rel_err(f1, f0) <= 1e-4  # forces: differences of near-equal float32 sums
+    # float32: differences of near-equal sums; float64: the same arithmetic up to summation order
+    tol_e, tol_f = (1e-5, 1e-4) if dtype == torch.float32 else (1e-12, 1e-10)
+    assert abs(e1.item() - e0.item()) <= tol_e * abs(e0.item())
+    assert rel_err(f1, f0) <= tol_f
