@@ -47,12 +47,12 @@ HIDDEN_OF = {"mace_medium": 64}
 _LIBS = {}
 
 
-def library(name):
-    if name not in _LIBS:
+def library(name, w_global=False):
+    if (name, w_global) not in _LIBS:
         plan = PROBLEMS[name]().lower()
-        src = _codegen_fused.generate_fused(_codegen.plan_structure(plan), HIDDEN_OF.get(name, HIDDEN))
-        _LIBS[name] = (plan, emulate.FusedLibrary(src))
-    return _LIBS[name]
+        src = _codegen_fused.generate_fused(_codegen.plan_structure(plan), HIDDEN_OF.get(name, HIDDEN), w_global)
+        _LIBS[name, w_global] = (plan, emulate.FusedLibrary(src))
+    return _LIBS[name, w_global]
 
 
 def graph(kind: str, gen: torch.Generator):
@@ -69,8 +69,8 @@ def graph(kind: str, gen: torch.Generator):
     return n, build_graph(src, dst, n)
 
 
-def run(name, kind, dtype, seed, grid=(2, 1), grad_w=True):
-    plan, lib = library(name)
+def run(name, kind, dtype, seed, grid=(2, 1), grad_w=True, w_global=False):
+    plan, lib = library(name, w_global)
     gen = torch.Generator().manual_seed(seed)
     n, g = graph(kind, gen)
     e, hidden = g.src.numel(), HIDDEN_OF.get(name, HIDDEN)
@@ -98,10 +98,11 @@ def rel_err(a, b):
     return (a.double() - b).abs().max().item() / (scale or 1.0) if a.numel() else 0.0
 
 
+@pytest.mark.parametrize("w_global", [False, True], ids=["W_smem", "W_global"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", list(PROBLEMS))
-def test_matches_reference(name, dtype):
-    got, want = run(name, "random", dtype, seed=1)
+def test_matches_reference(name, dtype, w_global):
+    got, want = run(name, "random", dtype, seed=1, w_global=w_global)
     for what, a, b in zip(("out", "grad_x", "grad_y", "grad_hidden", "grad_w"), got, want):
         assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
 

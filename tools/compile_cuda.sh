@@ -78,6 +78,13 @@ if "$PYTHON" -m md_accel.ops._codegen_fused "128x0e+128x1o" "1x0e+1x1o+1x2e+1x3o
 else
   echo "FAIL codegen fused"; status=1
 fi
+# the same MACE library with W_last read through L1 / L2 (MD_ACCEL_FUSED_W=global)
+if MD_ACCEL_FUSED_W=global "$PYTHON" -m md_accel.ops._codegen_fused "128x0e+128x1o" "1x0e+1x1o+1x2e+1x3o" 3 64 "$GEN/mace_fused_wg.cu" parity; then
+  "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -shared -Xcompiler -fPIC -Icsrc "$GEN/mace_fused_wg.cu" -o "$GEN/mace_fused_wg.so" &
+  pids+=("$!:generated mace_mp_medium fused radial, W through L1 / L2")
+else
+  echo "FAIL codegen fused"; status=1
+fi
 if "$PYTHON" -m md_accel.ops._codegen_fused "64x0e+32x1o+32x2e+32x3o" "1x0e+1x1o+1x2e+1x3o" 3 64 "$GEN/l3i5_fused.cu"; then
   "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -shared -Xcompiler -fPIC -Icsrc "$GEN/l3i5_fused.cu" -o "$GEN/l3i5_fused.so" &
   pids+=("$!:generated sevennet_l3i5_like fused radial")

@@ -28,6 +28,7 @@ Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/fused-<structure hash>-h<H>-<arch>-v<FUSED
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -43,6 +44,7 @@ MAX_V = 32             # used y columns per group (grad_y reduce-scatter width)
 BWD_EDGE_UNROLL = 1    # backward edge loop: not unrolled keeps it within 128 registers
 SMEM_MAX = 227 * 1024
 BWD_SMEM_TARGET = 112 * 1024  # a backward group within this keeps two blocks per SM (H100 / H200)
+W_SOURCE_ENV = "MD_ACCEL_FUSED_W"  # "smem" (default) or "global": where the kernels read W_last
 WAVES = 1              # blocks per resident block slot: the ranges are edge-balanced already
 
 
@@ -87,6 +89,7 @@ class _Group:
         self.y_cols = sorted({p.in2_off + j for p in paths for (_, _, j, _) in p.nz})
         self.V = _pow2(len(self.y_cols))
         self.comps = sum(k[2] for k in self.out_keys)
+        self.w_global = False  # W_last read from global memory (L1 / L2) instead of a shared-memory tile
 
     def col(self, p: _Path) -> int:
         return self.wkeys.index(p.w_key)
@@ -140,7 +143,7 @@ def partition(live: List[_Path], esize: int, hidden: int, nnz: int) -> List[_Gro
     for g in groups:
         if len(g.y_cols) > MAX_V:
             raise Unsupported(f"a group uses {len(g.y_cols)} y columns > {MAX_V}")
-        if _w_tile(g, hidden, esize) * esize > 2 * W_TILE_BYTES:
+        if _align(hidden * _ld_w(g, esize), esize) * esize > 2 * W_TILE_BYTES:
             raise Unsupported("a weight block too wide for a shared-memory tile")
     return groups
 
@@ -168,7 +171,7 @@ def _ld_w(g: _Group, esize: int) -> int:
 
 
 def _w_tile(g: _Group, hidden: int, esize: int) -> int:
-    return _align(hidden * _ld_w(g, esize), esize)
+    return 0 if g.w_global else _align(hidden * _ld_w(g, esize), esize)
 
 
 def _smem_bytes(groups: List[_Group], nnz: int, hidden: int, esize: int, bwd: bool) -> int:
@@ -203,14 +206,30 @@ def _w_fill(g: _Group, I: str, esize: int) -> str:
     return "".join(s)
 
 
+def _w_source(g: _Group, I: str, esize: int) -> str:
+    """`wt(k, c)` = W_last[k, group column c] (c = p M + u; zero for u >= mul): from a shared-memory
+    tile filled here, or (g.w_global) read through L1 / L2."""
+    if not g.w_global:
+        return (f"{I}T* s_W = s_grp;  // W_last[:, group columns], row stride {_ld_w(g, esize)}\n"
+                + _w_fill(g, I, esize)
+                + f"{I}auto wt = [&](int k, int c) {{ return s_W[k * {_ld_w(g, esize)} + c]; }};\n")
+    col = "-1"
+    for pl in reversed(range(g.P)):
+        w_off, _, stride = g.wkeys[pl]
+        col = f"{w_off} + u * {stride}" if pl == g.P - 1 else f"p == {pl} ? {w_off} + u * {stride} : {col}"
+    return (f"{I}auto wt = [&](int k, int c) {{\n"
+            f"{I}  const int p = c / {g.M}, u = c - p * {g.M};\n"
+            f"{I}  return u < {g.mul} ? __ldg(a.W + int64_t(k) * a.d.w + ({col})) : T(0);\n"
+            f"{I}}};\n")
+
+
 def _group_head(gi: int, g: _Group, I: str, what: str, hidden: int, esize: int) -> List[str]:
     return [f"{I}{{  // {what} group {gi}: paths " + ", ".join(str(p.idx) for p in g.paths)
             + f"; {g.mul} channels (M = {g.M}) x {g.S} slot(s); {g.P} weight column block(s); "
             f"y columns {g.y_cols}\n",
             f"{I}  __syncthreads();  // the previous group is done with shared memory (and s_cg is loaded)\n",
-            f"{I}  T* s_W = s_grp;  // W_last[:, group columns], row stride {_ld_w(g, esize)}\n",
+            _w_source(g, I + "  ", esize),
             f"{I}  T* s_slots = s_grp + {_w_tile(g, hidden, esize)};\n",
-            _w_fill(g, I + "  ", esize),
             f"{I}  __syncthreads();\n",
             f"{I}  const int slot = threadIdx.x / {g.M}, u = threadIdx.x % {g.M};\n",
             f"{I}  const int lane = threadIdx.x & 31, warp = u >> 5;  // warp within the slot\n",
@@ -228,7 +247,7 @@ def _chunk_head(g: _Group, I: str, esize: int, s_w: str) -> str:
             f"{I}  {sync}  // the slot is done with the previous chunk's shared memory\n"
             f"{I}  stage_hidden<T>(s_h, a.h, e0, e_hi, u, {g.M});\n"
             f"{I}  {sync}\n"
-            f"{I}  edge_weights<T, {g.P}>({s_w}, s_h, s_W, {_ld_w(g, esize)}, {g.M}, warp, lane);\n"
+            f"{I}  edge_weights<T, {g.P}>({s_w}, s_h, wt, {g.M}, warp, lane);\n"
             f"{I}  __syncwarp();\n")
 
 
@@ -438,7 +457,7 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
     gop = "=" if gi == 0 else "+="
     s.append(f"{I5}{{  // grad_hidden[e0 + b, :] {gop} grad_w[b, group columns] @ W^T (K split over warps)\n")
     s.append(f"{I5}  T acc[kH / 2];  // the warp's 16 x kH tile: element i at (tile_row, tile_col)\n")
-    s.append(f"{I5}  grad_hidden<T, {g.P}>(acc, s_gw, s_W, {_ld_w(g, esize)}, {g.M}, warp, lane);\n")
+    s.append(f"{I5}  grad_hidden<T, {g.P}>(acc, s_gw, wt, {g.M}, warp, lane);\n")
     if g.WPS == 1:
         s.append(f"{I5}  #pragma unroll\n"
                  f"{I5}  for (int i = 0; i < kH / 2; ++i) {{\n"
@@ -609,10 +628,11 @@ template <> __device__ __forceinline__ int gw_swizzle<float>(int c) {{ return (c
 template <> __device__ __forceinline__ int gw_swizzle<double>(int c) {{ return ((c & 3) << 2) | ((c >> 2) & 3); }}
 
 // w[e0 + b, c] for the warp's columns c = p M + 32 warp + r (p < P, r < 32) into s_w[c * kB + (b ^
-// gw_swizzle(c))]: the staged hidden chunk (s_h) @ the W tile (s_W, rows of ldW), k in a fixed order.
-template <typename T, int P>
-__device__ __forceinline__ void edge_weights(T* __restrict__ s_w, const T* __restrict__ s_h, const T* __restrict__ s_W,
-                                             int ldW, int M, int warp, int lane) {{
+// gw_swizzle(c))]: the staged hidden chunk (s_h) @ W_last (wt(k, c): row k, group column c), k in a
+// fixed order.
+template <typename T, int P, typename FW>
+__device__ __forceinline__ void edge_weights(T* __restrict__ s_w, const T* __restrict__ s_h, FW wt, int M, int warp,
+                                             int lane) {{
 #pragma unroll
   for (int p = 0; p < P; ++p) {{
     const int c0 = p * M + 32 * warp;
@@ -620,7 +640,7 @@ __device__ __forceinline__ void edge_weights(T* __restrict__ s_w, const T* __res
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc[i] = T(0);
     warp_mma16<kH, 32>(acc, [&](int r, int k) {{ return s_h[k * kLdH<T> + r]; }},
-                       [&](int k, int n) {{ return s_W[k * ldW + c0 + n]; }}, lane);
+                       [&](int k, int n) {{ return wt(k, c0 + n); }}, lane);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {{
       const int c = c0 + tile_col<T, 32>(i, lane);
@@ -631,9 +651,9 @@ __device__ __forceinline__ void edge_weights(T* __restrict__ s_w, const T* __res
 
 // The warp's part of grad_hidden for the chunk: acc (16 x kH) = grad_w[:, the warp's columns] @
 // W[:, the warp's columns]^T (columns k = 32 p + r <-> c = p M + 32 warp + r, in that order).
-template <typename T, int P>
-__device__ __forceinline__ void grad_hidden(T (&acc)[kH / 2], const T* __restrict__ s_gw, const T* __restrict__ s_W,
-                                            int ldW, int M, int warp, int lane) {{
+template <typename T, int P, typename FW>
+__device__ __forceinline__ void grad_hidden(T (&acc)[kH / 2], const T* __restrict__ s_gw, FW wt, int M, int warp,
+                                            int lane) {{
 #pragma unroll
   for (int i = 0; i < kH / 2; ++i) acc[i] = T(0);
   const int cw = 32 * warp;
@@ -641,7 +661,7 @@ __device__ __forceinline__ void grad_hidden(T (&acc)[kH / 2], const T* __restric
                            const int c = (k >> 5) * M + cw + (k & 31);
                            return s_gw[c * kB + (r ^ gw_swizzle<T>(c))];
                          }},
-                         [&](int k, int n) {{ return s_W[n * ldW + (k >> 5) * M + cw + (k & 31)]; }}, lane);
+                         [&](int k, int n) {{ return wt(n, (k >> 5) * M + cw + (k & 31)); }}, lane);
 }}
 
 // Reduce-scatter of a[0..V) over a warp, fixed order. Level C (C = V, V/2, .., 2; partner lane
@@ -785,8 +805,9 @@ def dtype_groups(struct, hidden: int, esize: int) -> List[_Group]:
     return partition(live, esize, hidden, nnz)
 
 
-def generate_fused(struct, hidden: int) -> str:
-    """CUDA source of the fused library for one plan structure and hidden width (raises Unsupported)."""
+def generate_fused(struct, hidden: int, w_global: bool = False) -> str:
+    """CUDA source of the fused library for one plan structure and hidden width (raises Unsupported);
+    `w_global`: the kernels read W_last through L1 / L2 instead of shared-memory tiles (same groups)."""
     if hidden % 16 or not 16 <= hidden <= 128:
         raise Unsupported(f"hidden width {hidden}: the fused kernels need a multiple of 16 in [16, 128]")
     _, live, _, nnz = _analyse(struct)
@@ -803,6 +824,8 @@ def generate_fused(struct, hidden: int) -> str:
     for esize, tag, T in ((4, "s", "float"), (8, "d", "double")):
         try:
             groups = partition(live, esize, hidden, nnz)
+            for g in groups:
+                g.w_global = w_global
             lay_f = _layout(groups, nnz, hidden, esize, bwd=False)
             fwd_body = "".join(_fwd_group(gi, g, hidden, esize) for gi, g in enumerate(groups))
             lay_b = _layout(groups, nnz, hidden, esize, bwd=True)
@@ -828,16 +851,25 @@ def generate_fused(struct, hidden: int) -> str:
 
 # --- build -----------------------------------------------------------------------------------------
 
+def w_global() -> bool:
+    """MD_ACCEL_FUSED_W=global: the fused kernels read W_last through L1 / L2 (default: shared memory)."""
+    v = os.environ.get(W_SOURCE_ENV, "smem").strip()
+    if v not in ("smem", "global"):
+        raise ValueError(f"{W_SOURCE_ENV}={v!r}: 'smem' or 'global'")
+    return v == "global"
+
+
 def build_fused(struct, hidden: int, arch: str) -> str:
-    """Path of the built fused library for this structure, hidden width and GPU arch; cached."""
-    key = structure_key(struct)
-    so = _cache_dir() / f"fused-{key}-h{hidden}-{arch}-v{FUSED_GEN_VERSION}.so"
-    return compile_cached(so, lambda: generate_fused(struct, hidden), f"tp_fused_{key}", arch,
+    """Path of the built fused library for this structure, hidden width and GPU arch (and W source,
+    MD_ACCEL_FUSED_W); cached."""
+    key, wg = structure_key(struct), w_global()
+    so = _cache_dir() / f"fused-{key}-h{hidden}-{arch}-v{FUSED_GEN_VERSION}{'-wg' if wg else ''}.so"
+    return compile_cached(so, lambda: generate_fused(struct, hidden, wg), f"tp_fused_{key}", arch,
                           f"fused tp_conv plan {key} (H={hidden})")
 
 
 def main(argv=None) -> None:
-    """Write the generated source for a test-style 'uvu' problem:
+    """Write the generated source for a test-style 'uvu' problem (W source from MD_ACCEL_FUSED_W):
     python -m md_accel.ops._codegen_fused IN1 IN2 LMAX HIDDEN OUT.cu [parity]"""
     import sys
 
@@ -857,7 +889,7 @@ def main(argv=None) -> None:
                 ins.append((x, y, len(out), "uvu", True))
                 out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
     plan = TPProblem.create(a[0], a[1], "+".join(out), ins).lower()
-    Path(path).write_text(generate_fused(plan_structure(plan), hidden))
+    Path(path).write_text(generate_fused(plan_structure(plan), hidden, w_global()))
 
 
 if __name__ == "__main__":
