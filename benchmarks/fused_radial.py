@@ -1,6 +1,7 @@
 """Fused radial layer (md_accel::tp_conv_fused_*: w = hidden @ W_last inside the tensor-product
-kernels) against the path it replaces (cuBLAS GEMM for w, specialised tp_conv_* kernels, and the
-grad_hidden = grad_w @ W^T GEMM), on the real MACE-MP-0 medium / SevenNet convolutions
+kernels) against the path it replaces, as the models run it (w = hidden @ W_last and grad_hidden =
+grad_w @ W^T by md_accel::linear_tf32x3, the specialised tp_conv_* kernels), on the real MACE-MP-0
+medium / SevenNet convolutions
 (benchmarks/workloads.py) over a synthetic MD-like graph (random senders, ~78 per receiver).
 
 Columns (ms, median of CUDA-event timings): fwd; f+b = forward + backward as MD needs it (grads of
@@ -14,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,9 +24,10 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+import common  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
-from md_accel.ops import _cuda, _custom_ops  # noqa: E402
+from md_accel.ops import _codegen_fused, _cuda, _custom_ops  # noqa: E402
 from md_accel.ops.tp_conv import build_graph  # noqa: E402
 from md_accel.ops.tp_problem import TPProblem  # noqa: E402
 
@@ -34,17 +35,7 @@ CONFIGS = ["mace_mp0_medium", "sevennet_l3i5", "sevennet_0"]
 
 
 def timed(fn, reps: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    return common.time_gpu(fn, "cuda", warmup=1, repeats=reps)["median_ms"]
 
 
 def peak_mib(fn) -> float:
@@ -75,7 +66,7 @@ def main() -> None:
     dev = torch.device("cuda")
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "nodes": args.nodes, "edges": args.edges, "hidden": args.hidden,
-           "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+           "fused_w": _codegen_fused.w_global() and "global" or "smem"}
     print(" ".join(f"{k}={v}" for k, v in env.items()))
     gen = torch.Generator(device=dev).manual_seed(0)
     n, e, H = args.nodes, args.edges, args.hidden
@@ -104,14 +95,16 @@ def main() -> None:
             W = torch.randn(H, plan.weight_numel, device=dev, dtype=dtype, generator=gen) / H ** 0.5
             go = torch.randn(n, plan.dim_out, device=dev, dtype=dtype, generator=gen)
 
+            Wt = W.t().contiguous()
+
             def unf_fwd():
-                return ops.tp_conv_fwd(x, y, h @ W, *ga, *pl, plan.dim_out)
+                return ops.tp_conv_fwd(x, y, ops.linear_tf32x3(h, W), *ga, *pl, plan.dim_out)
 
             def unf_fb(train=False):
-                wt = h @ W
+                wt = ops.linear_tf32x3(h, W)
                 out = ops.tp_conv_fwd(x, y, wt, *ga, *pl, plan.dim_out)
                 gx, gy, gw = ops.tp_conv_bwd(go, x, y, wt, *ga, *pl)
-                return (out, gx, gy, gw @ W.t()) + ((h.t() @ gw,) if train else ())
+                return (out, gx, gy, ops.linear_tf32x3(gw, Wt)) + ((h.t() @ gw,) if train else ())
 
             def fus_fwd():
                 return ops.tp_conv_fused_fwd(x, y, h, W, *ga, *pl, plan.dim_out)
@@ -124,7 +117,7 @@ def main() -> None:
             diff = max(rel(a, b) for a, b in zip(fus_fb(True), unf_fb(True)))
             r = {"config": name, "dtype": str(dtype).replace("torch.", ""), "specialised": spec is not None,
                  "fused_built": fused is not None, "build_s": build_s, "max_rel_diff": diff,
-                 "gemm_ms": timed(lambda: h @ W, args.reps),
+                 "gemm_ms": timed(lambda: ops.linear_tf32x3(h, W), args.reps),
                  "fwd_unfused_ms": timed(unf_fwd, args.reps), "fwd_fused_ms": timed(fus_fwd, args.reps),
                  "fb_unfused_ms": timed(unf_fb, args.reps), "fb_fused_ms": timed(fus_fb, args.reps),
                  "train_unfused_ms": timed(lambda: unf_fb(True), args.reps),
@@ -137,7 +130,7 @@ def main() -> None:
                   f"{r['train_fused_ms']:9.3f} {r['train_unfused_ms'] / r['train_fused_ms']:5.2f} | "
                   f"{r['fb_unfused_peak_mib']:8.0f} {r['fb_fused_peak_mib']:8.0f} | {r['gemm_ms']:6.3f} {diff:8.1e}",
                   flush=True)
-            del x, y, h, W, go
+            del x, y, h, W, Wt, go
             torch.cuda.empty_cache()
     os.makedirs(args.out_dir, exist_ok=True)
     path = os.path.join(args.out_dir, "fused_radial.json")
