@@ -13,7 +13,10 @@ inside try/except; at the smallest size energies and forces are cross-checked wi
 md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, like the peers);
 ``md_accel:WHAT+graph`` is the Calculator's step: replayed from a CUDA graph up to
 ``GraphedStep.AUTO_MAX_EDGES`` edges, uncaptured above (padding would cost more than launches);
-``md_accel:WHAT+whole`` keeps the whole per-edge weights for the backward at every size.
+``md_accel:WHAT+whole`` keeps the whole per-edge weights for the backward at every size;
+``+fused`` runs the fused-radial kernels (the radial MLP's last layer inside the conv kernels,
+``MD_ACCEL_FUSED_RADIAL``), every other md_accel row materialised weights. Options combine
+(``md_accel:mace+graph+fused``).
 
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
         [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
@@ -100,14 +103,15 @@ class MdAccel(Backend):
         # WHAT+whole: keep the whole per-edge weights for the backward at any size (the default
         # recomputes them chunk by chunk above MD_ACCEL_SAVE_WEIGHTS_MIB, see md_accel/ops/tp_conv.py).
         # WHAT+graph: the Calculator's step (md_accel.step.GraphedStep: a CUDA graph up to
-        # AUTO_MAX_EDGES edges; the stress is computed too)
-        what, _, option = what.partition("+")
-        if option not in ("", "whole", "graph"):
-            raise ValueError(f"unknown md_accel option +{option} (known: +whole, +graph)")
+        # AUTO_MAX_EDGES edges; the stress is computed too). WHAT+fused: the fused-radial kernels.
+        what, *options = what.split("+")
+        unknown = [o for o in options if o not in ("whole", "graph", "fused")]
+        if unknown or len(set(options)) != len(options):
+            raise ValueError(f"bad md_accel options {options} (known: +whole, +graph, +fused, each once)")
         self.what, self.args = what, args
-        self.whole, self.graph = option == "whole", option == "graph"
+        self.whole, self.graph, self.fused = ("whole" in options), ("graph" in options), ("fused" in options)
         self.keeps_pool = self.graph
-        self.name = f"md_accel:{os.path.basename(what)}" + (f"+{option}" if option else "")
+        self.name = f"md_accel:{os.path.basename(what)}" + "".join(f"+{o}" for o in options)
         if what.endswith(".mdx"):
             self.model = os.path.basename(what)
         elif what == "mace":
@@ -149,9 +153,15 @@ class MdAccel(Backend):
             p.requires_grad_(False)
         from md_accel.ops.tp_conv import TensorProductConv, _save_weights_bytes
 
-        for m in self.pot.modules():
+        for m in self.pot.modules():  # the converted potential is shared by the variants: set each
             if isinstance(m, TensorProductConv):
                 m.save_weights_bytes = 2 ** 62 if self.whole else _save_weights_bytes()
+                fused = False
+                if self.fused and m.fused_hidden > 0 and torch.device(device).type == "cuda":
+                    fused = _cuda.specialise_fused(m, m.fused_hidden, device) is not None
+                    if not fused:
+                        raise RuntimeError("+fused: the fused-radial generator does not handle this layer")
+                m.fused_f32 = m.fused_f64 = fused
         self.cutoff = float(self.pot.cutoff)
         self.dtype, self.device = dtype, device
 
