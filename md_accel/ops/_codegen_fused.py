@@ -9,7 +9,7 @@ at compile time, CG values read at run time), plus the hidden width H. Mapping (
 * The paths are partitioned into *groups* (one multiplicity each; an output block and a weight
   block never straddle two groups). A group owns P weight-column blocks of M = mul rounded up to
   a warp: its tile ``W_last[:, group columns]`` (H x P*M) sits in shared memory, shared by the
-  block's S = kThreads / M edge *slots*.
+  block's S = kThreads / M edge *slots* (``MD_ACCEL_FUSED_W=global``: read through L1 / L2).
 * Block b owns a contiguous range of receivers (near-equal edge counts); slot s a contiguous part
   of it. Groups run one after the other over the same receivers.
 * Per chunk of kB = 16 consecutive edges of a slot: the hidden rows are staged transposed in
@@ -24,7 +24,7 @@ at compile time, CG values read at run time), plus the hidden width H. Mapping (
   asked (training: ``grad_W_last = hidden^T @ grad_w`` is then a GEMM outside).
 * Every sum has a fixed order that does not depend on the grid: results are bit-reproducible.
 
-Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/fused-<structure hash>-h<H>-<arch>-v<FUSED_GEN_VERSION>.so``.
+Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/fused-<structure hash>-h<H>-<arch>-v<FUSED_GEN_VERSION>[-wg].so``.
 """
 from __future__ import annotations
 

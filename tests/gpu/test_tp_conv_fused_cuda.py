@@ -51,7 +51,7 @@ CONFIGS = {  # name -> (problem, hidden width)
 }
 
 
-# The CUDA-core fused kernels are opt-in (MD_ACCEL_FUSED_RADIAL=1) and take minutes of nvcc on a
+# The fused-radial kernels are opt-in (MD_ACCEL_FUSED_RADIAL=1) and take minutes of nvcc on a
 # fresh machine; tools/gpu_check.sh skips their tests unless GPU_FUSED=1.
 SKIP_FUSED = os.environ.get("MD_ACCEL_SKIP_FUSED_KERNEL_TESTS") == "1"
 
