@@ -66,7 +66,7 @@ def main() -> None:
     dev = torch.device("cuda")
     env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "nodes": args.nodes, "edges": args.edges, "hidden": args.hidden,
-           "fused_w": _codegen_fused.w_global() and "global" or "smem"}
+           "fused_w": "global" if _codegen_fused.w_global() else "smem"}
     print(" ".join(f"{k}={v}" for k, v in env.items()))
     gen = torch.Generator(device=dev).manual_seed(0)
     n, e, H = args.nodes, args.edges, args.hidden

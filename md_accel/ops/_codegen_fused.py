@@ -34,7 +34,7 @@ from typing import Dict, List, Tuple
 
 from ._codegen import Unsupported, _analyse, _cache_dir, _covered_fn, _Path, compile_cached, structure_key
 
-FUSED_GEN_VERSION = 3  # bump when the generated code changes: names the cache entries
+FUSED_GEN_VERSION = 4  # bump when the generated code changes: names the cache entries
 THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
 CHUNK = 16             # edges per chunk (kB): the m16 of the tensor-core tiles
 W_TILE_BYTES = 66 * 1024   # shared memory for one group's W_last tile (P chosen to fit)
@@ -207,18 +207,17 @@ def _w_fill(g: _Group, I: str, esize: int) -> str:
 
 
 def _w_source(g: _Group, I: str, esize: int) -> str:
-    """`wt(k, c)` = W_last[k, group column c] (c = p M + u; zero for u >= mul): from a shared-memory
-    tile filled here, or (g.w_global) read through L1 / L2."""
+    """`wt(k, p, u)` = W_last[k, column of block p, channel u] (zero for u >= mul): from a
+    shared-memory tile filled here, or (g.w_global) read through L1 / L2."""
     if not g.w_global:
         return (f"{I}T* s_W = s_grp;  // W_last[:, group columns], row stride {_ld_w(g, esize)}\n"
                 + _w_fill(g, I, esize)
-                + f"{I}auto wt = [&](int k, int c) {{ return s_W[k * {_ld_w(g, esize)} + c]; }};\n")
+                + f"{I}auto wt = [&](int k, int p, int u) {{ return s_W[k * {_ld_w(g, esize)} + p * {g.M} + u]; }};\n")
     col = "-1"
     for pl in reversed(range(g.P)):
         w_off, _, stride = g.wkeys[pl]
         col = f"{w_off} + u * {stride}" if pl == g.P - 1 else f"p == {pl} ? {w_off} + u * {stride} : {col}"
-    return (f"{I}auto wt = [&](int k, int c) {{\n"
-            f"{I}  const int p = c / {g.M}, u = c - p * {g.M};\n"
+    return (f"{I}auto wt = [&](int k, int p, int u) {{\n"
             f"{I}  return u < {g.mul} ? __ldg(a.W + int64_t(k) * a.d.w + ({col})) : T(0);\n"
             f"{I}}};\n")
 
@@ -628,8 +627,8 @@ template <> __device__ __forceinline__ int gw_swizzle<float>(int c) {{ return (c
 template <> __device__ __forceinline__ int gw_swizzle<double>(int c) {{ return ((c & 3) << 2) | ((c >> 2) & 3); }}
 
 // w[e0 + b, c] for the warp's columns c = p M + 32 warp + r (p < P, r < 32) into s_w[c * kB + (b ^
-// gw_swizzle(c))]: the staged hidden chunk (s_h) @ W_last (wt(k, c): row k, group column c), k in a
-// fixed order.
+// gw_swizzle(c))]: the staged hidden chunk (s_h) @ W_last (wt(k, p, u): row k, block p, channel u),
+// k in a fixed order.
 template <typename T, int P, typename FW>
 __device__ __forceinline__ void edge_weights(T* __restrict__ s_w, const T* __restrict__ s_h, FW wt, int M, int warp,
                                              int lane) {{
@@ -640,7 +639,7 @@ __device__ __forceinline__ void edge_weights(T* __restrict__ s_w, const T* __res
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc[i] = T(0);
     warp_mma16<kH, 32>(acc, [&](int r, int k) {{ return s_h[k * kLdH<T> + r]; }},
-                       [&](int k, int n) {{ return wt(k, c0 + n); }}, lane);
+                       [&](int k, int n) {{ return wt(k, p, 32 * warp + n); }}, lane);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {{
       const int c = c0 + tile_col<T, 32>(i, lane);
@@ -661,7 +660,7 @@ __device__ __forceinline__ void grad_hidden(T (&acc)[kH / 2], const T* __restric
                            const int c = (k >> 5) * M + cw + (k & 31);
                            return s_gw[c * kB + (r ^ gw_swizzle<T>(c))];
                          }},
-                         [&](int k, int n) {{ return wt(n, (k >> 5) * M + cw + (k & 31)); }}, lane);
+                         [&](int k, int n) {{ return wt(n, k >> 5, cw + (k & 31)); }}, lane);
 }}
 
 // Reduce-scatter of a[0..V) over a warp, fixed order. Level C (C = V, V/2, .., 2; partner lane
