@@ -30,9 +30,10 @@ namespace md_accel {
 
 // gemm_tf32x3_kernels.cu
 bool gemm_3xtf32_supported(int device);
-int64_t gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n);
+int gemm_3xtf32_splits(int64_t m, int64_t k, int64_t n);
+int64_t gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n, int splits);
 const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
-                               int64_t n, void* scratch, cudaStream_t stream);
+                               int64_t n, int splits, void* scratch, cudaStream_t stream);
 const char* gemm_3xtf32_split3(const float* a, const float* b, bool trans_b, float* a3, float* b3, int64_t m,
                                int64_t k, int64_t n, cudaStream_t stream);
 
@@ -127,10 +128,11 @@ Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
   const int64_t M = a.size(0);
   Tensor out = at::empty({M, N}, a.options());
   if (M == 0 || N == 0) return out;
-  const Tensor scratch = at::empty({gemm_3xtf32_scratch_bytes(M, K, N)}, a.options().dtype(at::kByte));
+  const int splits = gemm_3xtf32_splits(M, K, N);  // once: the scratch and the launch agree
+  const Tensor scratch = at::empty({gemm_3xtf32_scratch_bytes(M, K, N, splits)}, a.options().dtype(at::kByte));
   auto stream = c10::cuda::getCurrentCUDAStream(a.device().index()).stream();
   const char* err = gemm_3xtf32_launch(a.data_ptr<float>(), b.data_ptr<float>(), transpose_b, out.data_ptr<float>(),
-                                       M, K, N, scratch.data_ptr(), stream);
+                                       M, K, N, splits, scratch.data_ptr(), stream);
   TORCH_CHECK(err == nullptr, "md_accel gemm_3xtf32: ", err);
   return out;
 }

@@ -288,10 +288,14 @@ int num_sms() {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
+}  // namespace
+
 // How many K ranges to run: the S that minimises the time in units of one full-K wave of blocks,
 // ceil(blocks * S / slots) / S, plus 0.1 for sum_splits_kernel's pass when S > 1.
 // MD_ACCEL_GEMM_SPLIT_K=0: never split (for comparisons).
-int k_splits(int64_t m, int64_t k, int64_t n) {
+int gemm_3xtf32_splits(int64_t m, int64_t k, int64_t n) {
   const char* env = std::getenv("MD_ACCEL_GEMM_SPLIT_K");
   if (env != nullptr && env[0] == '0') return 1;
   const int64_t slots = int64_t(kBlocksPerSM) * num_sms(), num_kt = ceil_div(k, kBK);
@@ -310,12 +314,7 @@ int k_splits(int64_t m, int64_t k, int64_t n) {
   return best;
 }
 
-int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
-
-}  // namespace
-
-int64_t gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n) {
-  const int splits = k_splits(m, k, n);
+int64_t gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n, int splits) {
   return align16(k * n * int64_t(sizeof(float2))) + (splits > 1 ? splits * m * n * int64_t(sizeof(float)) : 0);
 }
 
@@ -337,11 +336,13 @@ bool gemm_3xtf32_supported(int device) {
 }
 
 // C[M, N] = A[M, K] @ B, B = b [K, N] or (trans_b) b^T with b [N, K]; float32, row-major,
-// contiguous, a 16-byte aligned; scratch: gemm_3xtf32_scratch_bytes(M, K, N) bytes, 16-byte aligned.
+// contiguous, a 16-byte aligned; splits: gemm_3xtf32_splits(M, K, N) (or 1); scratch:
+// gemm_3xtf32_scratch_bytes(M, K, N, splits) bytes, 16-byte aligned.
 // Returns nullptr on success, else a static error message.
 const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
-                               int64_t n, void* scratch, cudaStream_t stream) {
+                               int64_t n, int splits, void* scratch, cudaStream_t stream) {
   if (m < 0 || k < 0 || n < 0 || k % 8 != 0 || n % 8 != 0) return "K and N must be multiples of 8";
+  if (splits < 1 || splits > kMaxSplits) return "splits out of range";
   if (k >= (int64_t(1) << 24) || k * n > 0x7fffffffLL) return "K or K*N too large";
   if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(c) | reinterpret_cast<uintptr_t>(scratch)) % 16 != 0)
     return "operands must be 16-byte aligned";
@@ -353,7 +354,6 @@ const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, flo
     split_b_kernel<<<split_grid, 256, 0, stream>>>(b, ki, ni, trans_b, BPairs{b_split});
   }
   const int64_t n_tiles = ceil_div(n, kBN), tiles = ceil_div(m, kBM) * n_tiles;
-  const int splits = k_splits(m, k, n);
   const int kt_per_split = int(ceil_div(ceil_div(k, kBK), splits));
   const int64_t blocks = tiles * splits;
   if (blocks > 0x7fffffffLL) return "problem too large for one launch";

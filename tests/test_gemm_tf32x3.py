@@ -94,10 +94,11 @@ template <int N> inline void cp_async_wait() {}
 _WRAPPER = r"""
 extern "C" const char* emu_gemm_3xtf32(const float* a, const float* b, int trans_b, float* c, int64_t m,
                                        int64_t k, int64_t n, void* scratch) {
-  return md_accel::gemm_3xtf32_launch(a, b, trans_b != 0, c, m, k, n, scratch, nullptr);
+  return md_accel::gemm_3xtf32_launch(a, b, trans_b != 0, c, m, k, n, md_accel::gemm_3xtf32_splits(m, k, n),
+                                      scratch, nullptr);
 }
 extern "C" int64_t emu_gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n) {
-  return md_accel::gemm_3xtf32_scratch_bytes(m, k, n);
+  return md_accel::gemm_3xtf32_scratch_bytes(m, k, n, md_accel::gemm_3xtf32_splits(m, k, n));
 }
 """
 
