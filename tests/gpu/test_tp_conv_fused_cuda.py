@@ -385,9 +385,16 @@ def test_torchscript_forces_and_double_backward(fused_specs):
 
 @pytest.mark.skipif(SKIP_FUSED, reason="fused-radial kernel tests off (MD_ACCEL_SKIP_FUSED_KERNEL_TESTS=1)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
-def test_sevennet_model_fused_equals_unfused(monkeypatch, dtype):
-    """Whole SevenNet-0 on CUDA: the layers' fused branch (opt-in) against materialised weights."""
+@pytest.mark.parametrize("model", ["sevennet-0", "sevennet-l3i5"])
+def test_sevennet_model_fused_equals_unfused(monkeypatch, dtype, model):
+    """A whole SevenNet model on CUDA: the layers' fused branch (opt-in) against materialised weights."""
     pytest.importorskip("sevenn")
+    from md_accel.convert.sevenn import resolve_checkpoint
+
+    try:
+        resolve_checkpoint(model)
+    except FileNotFoundError as e:  # trimmed sevenn bundles ship one checkpoint
+        pytest.skip(str(e))
     from md_accel.ops.tp_conv import FUSED_RADIAL_ENV
 
     monkeypatch.setenv(FUSED_RADIAL_ENV, "1")
@@ -398,7 +405,7 @@ def test_sevennet_model_fused_equals_unfused(monkeypatch, dtype):
     from md_accel.neighbors import neighbor_list
 
     flag = "fused_f32" if dtype == torch.float32 else "fused_f64"
-    pot = convert_sevenn("sevennet-0", dtype=dtype).to(DEV)
+    pot = convert_sevenn(model, dtype=dtype).to(DEV)
     assert all(getattr(layer.conv, flag) for layer in pot.layers), "fused kernels not built for the model"
     atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((3, 3, 3))
     atoms.rattle(0.05, seed=0)
