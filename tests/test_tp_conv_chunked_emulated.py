@@ -22,7 +22,7 @@ if not emulate.available():
 from md_accel.ops import _codegen  # noqa: E402
 from md_accel.ops.tp_conv import build_graph  # noqa: E402
 from md_accel.ops.tp_problem import TPProblem  # noqa: E402
-from md_accel.ops.tp_reference import tp_conv_bwd_ref, tp_conv_fwd_ref  # noqa: E402
+from md_accel.ops.tp_reference import tp_conv_bwd_ref, tp_conv_dbwd_ref, tp_conv_fwd_ref  # noqa: E402
 
 TOL = {torch.float64: 1e-13, torch.float32: 2e-6}
 _LIB = {}
@@ -95,6 +95,33 @@ def test_chunks_match_reference(step, dtype, tuning):
         work = torch.full((e1 - e0, plan.dim_in1), nan, dtype=dtype)
         lib.bwd(gos, xs, ys[e0:e1], ws[e0:e1], cg_graph, cg, gx, gy[e0:e1], gw[e0:e1], work, accumulate=e0 > 0)
     for what, a, b in (("out", out, ref_out), ("grad_x", gx, ref_gx), ("grad_y", gy, ref_gy), ("grad_w", gw, ref_gw)):
+        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
+
+
+@pytest.mark.parametrize("tuning", list(TUNINGS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_double_backward_matches_reference(dtype, tuning):
+    """The generated double backward (g_grad_out, then grad_x, grad_y, grad_w of <gg, dF>) on the
+    whole graph, every output poisoned first, against tp_conv_dbwd_ref."""
+    plan, lib = plan_and_library(tuning)
+    gen = torch.Generator().manual_seed(7)
+    n = 30
+    src = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.randint(0, 24, (60,), generator=gen)])
+    dst = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.full((60,), 3)])
+    g = build_graph(src, dst, n)
+    e = src.numel()
+    shapes = ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out))
+    x, y, w, go = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes)
+    ggx, ggy, ggw = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes[:3])
+    dense = [c.double() for c in plan.dense]
+    ref = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
+    args = [t.to(dtype).contiguous() for t in (ggx, ggy, ggw, go, x, y, w)]
+    nan = float("nan")
+    outs = [torch.full(s, nan, dtype=dtype) for s in (shapes[3], shapes[0], shapes[1], shapes[2])]
+    work = torch.full((e, plan.dim_in1), nan, dtype=dtype)
+    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+    lib.dbwd(*args, graph, plan.cg_val.to(dtype), *outs, work)
+    for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), outs, ref):
         assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
 
 

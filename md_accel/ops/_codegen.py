@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 7  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 8  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -241,6 +241,32 @@ def _fwd_slots(mul: int, comps: int, threads: int) -> Tuple[int, int]:
 def _out_width(paths: List[_Path]) -> int:
     """grad_out / output components per channel of the paths' distinct output blocks."""
     return sum(k[2] for k in {p.out_key for p in paths})
+
+
+def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = None) -> str:
+    """Path p's per-edge partial contractions with the receiver's grad_out (registers gk_k):
+    py_j = sum_ik cg g_k x_i and px_i = sum_jk cg g_k y_j, and for the double backward (hk: the
+    ggx registers, z: ggy) py_j with ggx, qy_j with x, px_i with ggy, qx_i with y."""
+    out = []
+    for (q, i, j, k) in p.nz:
+        c = p.in2_off + j
+        if hk is None:
+            out.append(f"{I}{{ const T cg = s_cg[{q}] * {gk}_{k}; py{j} = fma(cg, {xk}_{i}, py{j}); "
+                       f"px{i} = fma(cg, y{c}, px{i}); }}\n")
+        else:
+            out.append(f"{I}{{ const T cg = s_cg[{q}] * {gk}_{k}; py{j} = fma(cg, {hk}_{i}, py{j}); "
+                       f"qy{j} = fma(cg, {xk}_{i}, qy{j}); px{i} = fma(cg, z{c}, px{i}); "
+                       f"qx{i} = fma(cg, y{c}, qx{i}); }}\n")
+    return "".join(out)
+
+
+def _bwd_weight_grad(p: _Path, xk: str, hk: Optional[str] = None) -> str:
+    """The path's weight gradient from the contractions above, not per non-zero: sum_ijk cg g_k x_i
+    y_j = sum_i x_i px_i (double backward: ggx with y plus x with ggy = sum_i ggx_i qx_i + x_i px_i)."""
+    sw = "T(0)"
+    for i in sorted({i for (_, i, _, _) in p.nz}):
+        sw = f"fma({hk}_{i}, qx{i}, fma({xk}_{i}, px{i}, {sw}))" if hk else f"fma({xk}_{i}, px{i}, {sw})"
+    return sw
 
 
 def _prefetch_lines(group: List[_Path], elem: int) -> List[int]:
@@ -538,20 +564,10 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         if dbwd:
             s.append(f"{I5}T " + ", ".join(f"qy{j} = T(0)" for j in js) + ";\n")
             s.append(f"{I5}T " + ", ".join(f"qx{i} = T(0)" for i in iset) + ";\n")
-        s.append(f"{I5}T sw = T(0);\n")
         gk = _bname('g', p.out_key)
         xk, hk, gxk = _bname('x', p.in1_key), _bname('h', p.in1_key), _bname('gx', p.in1_key)
-        for (q, i, j, k) in p.nz:
-            c = p.in2_off + j
-            if not dbwd:
-                s.append(f"{I5}{{ const T cg = s_cg[{q}] * {gk}_{k}; const T t = cg * {xk}_{i}; "
-                         f"sw = fma(t, y{c}, sw); py{j} += t; px{i} = fma(cg, y{c}, px{i}); }}\n")
-            else:
-                # g_w: ggx (x substituted) with y, x with ggy; g_y: w with ggx, ggw with x;
-                # g_x: w with ggy, ggw with y
-                s.append(f"{I5}{{ const T cg = s_cg[{q}] * {gk}_{k}; const T t = cg * {xk}_{i}; "
-                         f"const T th = cg * {hk}_{i}; sw = fma(th, y{c}, fma(t, z{c}, sw)); "
-                         f"py{j} += th; qy{j} += t; px{i} = fma(cg, z{c}, px{i}); qx{i} = fma(cg, y{c}, qx{i}); }}\n")
+        s.append(_bwd_contractions(p, I5, xk, gk, hk if dbwd else None))
+        s.append(f"{I5}const T sw = {_bwd_weight_grad(p, xk, hk if dbwd else None)};\n")
         for j in js:
             v = slot[p.in2_off + j]
             if dbwd:

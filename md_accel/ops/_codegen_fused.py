@@ -32,9 +32,10 @@ import os
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ._codegen import Unsupported, _analyse, _cache_dir, _covered_fn, _Path, compile_cached, structure_key
+from ._codegen import (Unsupported, _analyse, _bwd_contractions, _bwd_weight_grad, _cache_dir, _covered_fn, _Path,
+                       compile_cached, structure_key)
 
-FUSED_GEN_VERSION = 4  # bump when the generated code changes: names the cache entries
+FUSED_GEN_VERSION = 5  # bump when the generated code changes: names the cache entries
 THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
 CHUNK = 16             # edges per chunk (kB): the m16 of the tensor-core tiles
 W_TILE_BYTES = 66 * 1024   # shared memory for one group's W_last tile (P chosen to fit)
@@ -392,18 +393,14 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
         iset = sorted({i for (_, i, _, _) in p.nz})
         s.append(f"{I9}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
         s.append(f"{I9}T " + ", ".join(f"px{i} = T(0)" for i in iset) + ";\n")
-        s.append(f"{I9}T t_sw = T(0);\n")
         xk, gk = _xn(p.in1_key), _gn(p.out_key)
-        for (q, i, j, k) in p.nz:
-            c = p.in2_off + j
-            s.append(f"{I9}{{ const T cg = s_cg[{q}] * {gk}_{k}; const T t = cg * {xk}_{i}; "
-                     f"t_sw = fma(t, y{c}, t_sw); py{j} += t; px{i} = fma(cg, y{c}, px{i}); }}\n")
+        s.append(_bwd_contractions(p, I9, xk, gk))
         for j in js:
             v = slot_of[p.in2_off + j]
             s.append(f"{I9}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
         for i in iset:
             s.append(f"{I9}gx{p.in1_key[0]}_{i} = fma(wp, px{i}, gx{p.in1_key[0]}_{i});\n")
-        s.append(f"{I9}sw[{g.col(p)}] += t_sw;\n")
+        s.append(f"{I9}sw[{g.col(p)}] += {_bwd_weight_grad(p, xk)};\n")
         s.append(f"{I8}}}\n")
     s.append(f"{I8}if (a.gw != nullptr) {{\n")
     for pl, (w_off, _, stride) in enumerate(g.wkeys):

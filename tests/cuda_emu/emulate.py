@@ -189,6 +189,15 @@ class SpecLibrary:
                                                    ctypes.byref(d), None)
         assert err is None, err
 
+    def dbwd(self, ggx, ggy, ggw, grad_out, x, y, w, graph, cg_val, g_out, gx, gy, gw, work):
+        """The double backward (tp_conv_dbwd_launch): g_grad_out into g_out, then grad_x, grad_y, grad_w."""
+        t = Tensors(_ptr(x), _ptr(y), _ptr(w), _ptr(grad_out), _ptr(ggx), _ptr(ggy), _ptr(ggw), _ptr(g_out), _ptr(gx),
+                    _ptr(gy), _ptr(gw))
+        d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], 0)
+        err = self._fn("dbwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), _ptr(cg_val),
+                                                    ctypes.byref(d), _ptr(work), None)
+        assert err is None, err
+
     def bwd(self, grad_out, x, y, w, graph, cg_val, gx, gy, gw, work, accumulate=False):
         t = Tensors(_ptr(x), _ptr(y), _ptr(w), _ptr(grad_out), None, None, None, None, _ptr(gx), _ptr(gy), _ptr(gw))
         d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], int(accumulate))
