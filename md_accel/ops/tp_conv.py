@@ -64,9 +64,10 @@ def graph_order(edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.
 _SPECIALISE_WARNED = []
 
 # ``forward_fused`` (w = hidden @ W_last inside md_accel::tp_conv_fused_*) runs one of two ways on CUDA:
-# - fused kernels that compute w on the CUDA cores and never store it (opt-in, float32 only: H200
-#   2026-11-22, SevenNet-l3i5 32k Cu atoms, fp32 energy+forces 425 ms vs 222 ms materialised,
-#   benchmarks/results/2026-11-22-h200-run5);
+# - fused kernels that compute w per 16-edge tile on the tensor cores and never store it (opt-in,
+#   MD_ACCEL_FUSED_RADIAL=1: 4-5x less memory but slower; H200 2026-11-26, SevenNet-l3i5 32k Cu
+#   atoms, energy+forces float32 495 ms vs 189 ms materialised, float64 672 vs 328 ms;
+#   docs/benchmarks.md, session 13);
 # - otherwise materialised one chunk of edges at a time (csrc/tp_conv_chunked.h): w_c = hidden_c @ W
 #   on tensor cores, recomputed in the backward, so neither w nor grad_w exists whole.
 # ``use_fused`` takes it when the fused kernels are on, or when keeping the whole w for the backward
