@@ -93,14 +93,10 @@ Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0
 // The backward needs every chunk's w_c again. A chunk the forward kept is not recomputed; the
 // forward keeps chunks while the kept chunks alive on the device (all layers, all steps: a chunk
 // counts until autograd frees it) stay within a budget: MD_ACCEL_KEEP_WEIGHTS_MIB (read per call;
-// 0 keeps none), by default 2 Gi weights (8 GiB in float32, 16 GiB in float64: the same edges kept
-// in either dtype) but at most a quarter of the device's memory. Kept and recomputed chunks are
-// bit-identical (the same deterministic GEMM on the same operands). Float64 keeps twice the bytes
-// because its recompute costs twice as much: H200, MACE-MP-0-medium shape, 32k Cu atoms, float64
-// step 153.7 ms / 22.5 GiB with 8 GiB kept, 147.7 ms / 30.1 GiB with 16 GiB (mace + cuEquivariance
-// 192.8 ms / 68.9 GiB in the same run).
+// 0 keeps none), by default 8 GiB but at most a quarter of the device's memory. Kept and
+// recomputed chunks are bit-identical (the same deterministic GEMM on the same operands).
 
-int64_t keep_budget_bytes(int device, int64_t elem_size) {
+int64_t keep_budget_bytes(int device) {
   const char* v = std::getenv("MD_ACCEL_KEEP_WEIGHTS_MIB");
   if (v != nullptr) {
     const double mib = std::atof(v);
@@ -119,14 +115,14 @@ int64_t keep_budget_bytes(int device, int64_t elem_size) {
       cudaGetLastError();  // clear only this call's error
     }
   }
-  return std::min<int64_t>((int64_t(2) << 30) * elem_size, total[device] / 4);
+  return std::min<int64_t>(int64_t(8) << 30, total[device] / 4);
 }
 
 class KeptChunks {
  public:
   // Whether `bytes` more fit in device's budget; if so they are counted from now on as `t`'s storage.
   bool admit(const Tensor& t, int device) {
-    const int64_t budget = keep_budget_bytes(device, t.element_size()), bytes = int64_t(t.storage().nbytes());
+    const int64_t budget = keep_budget_bytes(device), bytes = int64_t(t.storage().nbytes());
     std::lock_guard<std::mutex> lock(m_);
     entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.storage.expired(); }),
                    entries_.end());
