@@ -62,6 +62,14 @@ def chunk_graph(g, e0: int, e1: int):
     return g.src[e0:e1], g.dst[e0:e1], dst_ptr, src_perm, src_ptr
 
 
+def hub_graph(gen):
+    """30 nodes: 24..29 neither send nor receive; node 3 receives 60 edges (cut by small chunks)."""
+    n = 30
+    src = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.randint(0, 24, (60,), generator=gen)])
+    dst = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.full((60,), 3)])
+    return n, build_graph(src, dst, n)
+
+
 def rel_err(a, b):
     assert torch.isfinite(a).all(), "unwritten (NaN) element"
     return (a.double() - b).abs().max().item() / max(b.abs().max().item(), 1e-300)
@@ -73,11 +81,8 @@ def rel_err(a, b):
 def test_chunks_match_reference(step, dtype, tuning):
     plan, lib = plan_and_library(tuning)
     gen = torch.Generator().manual_seed(step)
-    n = 30  # nodes 24..29 neither send nor receive; node 3 receives 60 edges (cut by small chunks)
-    src = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.randint(0, 24, (60,), generator=gen)])
-    dst = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.full((60,), 3)])
-    g = build_graph(src, dst, n)
-    e = src.numel()
+    n, g = hub_graph(gen)
+    e = g.src.numel()
     x, y, w, go = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in
                    ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out)))
     dense = [c.double() for c in plan.dense]
@@ -105,11 +110,8 @@ def test_double_backward_matches_reference(dtype, tuning):
     whole graph, every output poisoned first, against tp_conv_dbwd_ref."""
     plan, lib = plan_and_library(tuning)
     gen = torch.Generator().manual_seed(7)
-    n = 30
-    src = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.randint(0, 24, (60,), generator=gen)])
-    dst = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.full((60,), 3)])
-    g = build_graph(src, dst, n)
-    e = src.numel()
+    n, g = hub_graph(gen)
+    e = g.src.numel()
     shapes = ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out))
     x, y, w, go = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes)
     ggx, ggy, ggw = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes[:3])
