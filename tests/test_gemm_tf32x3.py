@@ -92,13 +92,15 @@ template <int N> inline void cp_async_wait() {}
 """
 
 _WRAPPER = r"""
-extern "C" const char* emu_gemm_3xtf32(const float* a, const float* b, int trans_b, float* c, int64_t m,
-                                       int64_t k, int64_t n, void* scratch) {
-  return md_accel::gemm_3xtf32_launch(a, b, trans_b != 0, c, m, k, n, md_accel::gemm_3xtf32_splits(m, k, n),
-                                      scratch, nullptr);
+extern "C" int emu_gemm_3xtf32_splits(int64_t m, int64_t k, int64_t n) {
+  return md_accel::gemm_3xtf32_splits(m, k, n);
 }
-extern "C" int64_t emu_gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n) {
-  return md_accel::gemm_3xtf32_scratch_bytes(m, k, n, md_accel::gemm_3xtf32_splits(m, k, n));
+extern "C" const char* emu_gemm_3xtf32(const float* a, const float* b, int trans_b, float* c, int64_t m,
+                                       int64_t k, int64_t n, int splits, void* scratch) {
+  return md_accel::gemm_3xtf32_launch(a, b, trans_b != 0, c, m, k, n, splits, scratch, nullptr);
+}
+extern "C" int64_t emu_gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n, int splits) {
+  return md_accel::gemm_3xtf32_scratch_bytes(m, k, n, splits);
 }
 """
 
@@ -113,20 +115,29 @@ def _emu_library(wrapper: str) -> ctypes.CDLL:
 @pytest.fixture(scope="module")
 def emu_lib():
     lib = _emu_library(_WRAPPER)
+    lib.emu_gemm_3xtf32_splits.restype = ctypes.c_int
+    lib.emu_gemm_3xtf32_splits.argtypes = [ctypes.c_int64] * 3
     lib.emu_gemm_3xtf32.restype = ctypes.c_char_p
     lib.emu_gemm_3xtf32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                                    ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+                                    ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p]
     lib.emu_gemm_3xtf32_scratch_bytes.restype = ctypes.c_int64
-    lib.emu_gemm_3xtf32_scratch_bytes.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+    lib.emu_gemm_3xtf32_scratch_bytes.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_int]
     return lib
+
+
+def _emu_scratch_bytes(lib, m, k, n):
+    """(splits, scratch bytes) as the op computes them: the split count once, for both."""
+    splits = lib.emu_gemm_3xtf32_splits(m, k, n)
+    return splits, lib.emu_gemm_3xtf32_scratch_bytes(m, k, n, splits)
 
 
 def _emu_gemm(lib, a, b, transpose_b):
     m, k = a.shape
     n = b.shape[0] if transpose_b else b.shape[1]
     out = torch.full((m, n), float("nan"))
-    scratch = torch.full((max(lib.emu_gemm_3xtf32_scratch_bytes(m, k, n) // 4, 4),), float("nan"))
-    err = lib.emu_gemm_3xtf32(a.data_ptr(), b.data_ptr(), int(transpose_b), out.data_ptr(), m, k, n,
+    splits, nbytes = _emu_scratch_bytes(lib, m, k, n)
+    scratch = torch.full((max(nbytes // 4, 4),), float("nan"))
+    err = lib.emu_gemm_3xtf32(a.data_ptr(), b.data_ptr(), int(transpose_b), out.data_ptr(), m, k, n, splits,
                               scratch.data_ptr())
     return out, err
 
@@ -148,7 +159,7 @@ def test_emulated_kernel(emu_lib, m, k, n, transpose_b, monkeypatch):
     b = (torch.randn(n, k, generator=g) if transpose_b else torch.randn(k, n, generator=g)) / max(k, 1) ** 0.5
     out, err = _emu_gemm(emu_lib, a, b, transpose_b)
     assert err is None, err
-    split = emu_lib.emu_gemm_3xtf32_scratch_bytes(m, k, n) > k * n * 8  # partial products in the scratch
+    split = _emu_scratch_bytes(emu_lib, m, k, n)[1] > k * n * 8  # partial products in the scratch
     assert split == ((m, k, n, transpose_b) in SPLIT_CASES)
     ref = _ref(a, b, transpose_b)
     assert not out.isnan().any(), "output not fully written"
