@@ -166,7 +166,7 @@ Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, C
   using FwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
   const int64_t N = dst_ptr.numel() - 1, E = src.numel();
   const int64_t step = chunk_edges(W.size(1), x.element_size());
-  const TPSpec* spec = E > step ? tp_conv_spec_for(x, paths, cg_ptr, cg_idx) : nullptr;
+  const TPSpec* spec = E > step ? tp_conv_spec_for(x, paths, cg_ptr, cg_idx, cg_val) : nullptr;
   bool refused = false;
   if (spec == nullptr) {
     static const auto fwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_fwd", "").typed<FwdSig>();
@@ -180,7 +180,7 @@ Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, C
     const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, false);
     const Tensor w_c = linear(h.narrow(0, e0, e1 - e0), W);
     maybe_keep(kept, w_c, refused);
-    tp_conv_chunk_launch(spec, false, x, y.narrow(0, e0, e1 - e0), w_c, Tensor(), c.graph, cg_val, dim_out, e0 > 0,
+    tp_conv_chunk_launch(spec, false, x, y.narrow(0, e0, e1 - e0), w_c, Tensor(), c.graph, dim_out, e0 > 0,
                          out, Tensor(), Tensor(), Tensor());
   }
   return out;
@@ -195,7 +195,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
   const int64_t step = chunk_edges(W.size(1), x.element_size());
   const Tensor Wt = W.t().contiguous();
   const Tensor no_W = at::empty({0, W.size(1)}, W.options());
-  const TPSpec* spec = E > step ? tp_conv_spec_for(x, paths, cg_ptr, cg_idx) : nullptr;
+  const TPSpec* spec = E > step ? tp_conv_spec_for(x, paths, cg_ptr, cg_idx, cg_val) : nullptr;
   if (spec == nullptr) {
     static const auto bwd = c10::Dispatcher::singleton().findSchemaOrThrow("md_accel::tp_conv_bwd", "").typed<BwdSig>();
     Tensor w = kept_chunk(kept, 0, E, W.size(1));
@@ -218,7 +218,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
     if (!w_c.defined()) w_c = linear(h_c, W);  // recomputed: the forward did not keep it
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
-    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, c.graph, cg_val, g.size(1), e0 > 0, gx,
+    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, c.graph, g.size(1), e0 > 0, gx,
                          gy.narrow(0, e0, Ec), gw_c, work_c);
     gh.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
     if (need_W) gW.addmm_(h_c.t(), gw_c);

@@ -23,22 +23,32 @@ namespace {
 using at::Tensor;
 
 // ---------------------------------------------------------------------------------------------
-// Plan-specialised kernel libraries (md_accel/ops/_codegen.py, csrc/tp_spec_abi.h). A plan uses
-// the most recently loaded library whose integer tables equal its own; otherwise the generic
-// kernels. MD_ACCEL_TP_KERNELS (colon-separated .so paths) preloads libraries for C++ users.
+// Plan-specialised kernel libraries (md_accel/ops/_codegen.py, csrc/tp_spec_abi.h). A call uses
+// the most recently loaded library whose integer tables equal its plan's and whose compiled-in CG
+// values equal the call's cg_val in the call's dtype; otherwise the generic kernels.
+// MD_ACCEL_TP_KERNELS (colon-separated .so paths) preloads libraries for C++ users.
 SpecRegistry<TPSpec> g_specs("tp_conv", "md_accel_tp_spec_v1", kTPSpecAbiVersion, "MD_ACCEL_TP_KERNELS");
 
 int64_t load_specialised(std::string path) { return g_specs.load(path); }
 
 bool set_specialised(bool enabled) { return g_specs.set_enabled(enabled); }
 
-const TPSpec* find_spec(const Tensor& paths, const Tensor& ptr, const Tensor& idx) {
+// The compiled-in values serve a call whose cg_val (vals: its values, exactly, as double) converts
+// to the same numbers in the call's dtype.
+bool values_match(const double* compiled, const double* vals, int64_t nnz, bool f64) {
+  for (int64_t q = 0; q < nnz; ++q)
+    if (f64 ? compiled[q] != vals[q] : float(compiled[q]) != float(vals[q])) return false;
+  return true;
+}
+
+const TPSpec* find_spec(const Tensor& paths, const Tensor& ptr, const Tensor& idx, const Tensor& vals, bool f64) {
   const int64_t P = paths.size(0), nnz = idx.size(0);
   return g_specs.find([&](const TPSpec* s) {
     return s->num_paths == P && s->nnz == nnz &&
            std::memcmp(s->paths, paths.data_ptr<int>(), sizeof(int32_t) * P * kPathCols) == 0 &&
            std::memcmp(s->cg_ptr, ptr.data_ptr<int>(), sizeof(int32_t) * (P + 1)) == 0 &&
-           std::memcmp(s->cg_idx, idx.data_ptr<int>(), sizeof(int32_t) * nnz * 3) == 0;
+           std::memcmp(s->cg_idx, idx.data_ptr<int>(), sizeof(int32_t) * nnz * 3) == 0 &&
+           values_match(s->cg_val, vals.data_ptr<double>(), nnz, f64);
   });
 }
 
@@ -53,14 +63,31 @@ struct PlanEntry {
   int num_paths = 0, nnz = 0, max_mul = 0;
   int64_t ext_in1 = 0, ext_in2 = 0, ext_out = 0, ext_w = 0;  // minimal row widths
   Tensor h_paths, h_cg_ptr, h_cg_idx;  // int32 host copies (matched against specialised libraries)
-  const TPSpec* spec = nullptr;
+  // The specialised libraries per dtype (null: none) for the CG values of the call that matched
+  // them last: that call's cg_val (a strong reference) at its version, and the registry generation.
+  const TPSpec* spec_f32 = nullptr;
+  const TPSpec* spec_f64 = nullptr;
+  Tensor matched_val;
+  int64_t v_matched_val = -1;
   int spec_generation = -1;
 };
 
-void attach_spec(PlanEntry& pe) {
+// Finds the libraries serving the call's cg_val, unless that tensor (same version) was matched
+// since the last library was loaded: one device->host copy of cg_val when it changes.
+void attach_spec(PlanEntry& pe, const Tensor& cg_val) {
   const int gen = g_specs.generation();
-  if (pe.spec_generation == gen) return;
-  pe.spec = find_spec(pe.h_paths, pe.h_cg_ptr, pe.h_cg_idx);
+  if (pe.spec_generation == gen && pe.matched_val.defined() &&
+      pe.matched_val.unsafeGetTensorImpl() == cg_val.unsafeGetTensorImpl() &&
+      pe.v_matched_val == cg_val._version())
+    return;
+  pe.spec_f32 = pe.spec_f64 = nullptr;
+  if (cg_val.dim() == 1 && cg_val.numel() == pe.nnz && cg_val.is_floating_point()) {
+    const Tensor vals = cg_val.to(at::kCPU, at::kDouble).contiguous();  // exact for float32 and float64
+    pe.spec_f32 = find_spec(pe.h_paths, pe.h_cg_ptr, pe.h_cg_idx, vals, false);
+    pe.spec_f64 = find_spec(pe.h_paths, pe.h_cg_ptr, pe.h_cg_idx, vals, true);
+  }
+  pe.matched_val = cg_val;
+  pe.v_matched_val = cg_val._version();
   pe.spec_generation = gen;
 }
 
@@ -113,11 +140,10 @@ void build_entry(PlanEntry& pe) {
   pe.h_paths = paths;
   pe.h_cg_ptr = ptr;
   pe.h_cg_idx = idx.reshape({nnz, 3});
-  attach_spec(pe);
 }
 
-PlanEntry plan_entry(const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx,
-                            int device) {
+PlanEntry plan_entry(const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx, const Tensor& cg_val,
+                     int device) {
   static std::mutex mutex;
   static std::vector<PlanEntry> cache;
   std::lock_guard<std::mutex> lock(mutex);
@@ -127,12 +153,13 @@ PlanEntry plan_entry(const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg
         pe.cg_idx.unsafeGetTensorImpl() == cg_idx.unsafeGetTensorImpl()) {
       if (pe.v_paths == paths._version() && pe.v_ptr == cg_ptr._version() &&
           pe.v_idx == cg_idx._version()) {
-        attach_spec(pe);
+        attach_spec(pe, cg_val);
         return pe;
       }
       PlanEntry fresh{paths, cg_ptr, cg_idx, paths._version(), cg_ptr._version(),
                       cg_idx._version(), device};
       build_entry(fresh);
+      attach_spec(fresh, cg_val);
       pe = fresh;
       return fresh;
     }
@@ -140,6 +167,7 @@ PlanEntry plan_entry(const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg
   PlanEntry fresh{paths, cg_ptr, cg_idx, paths._version(), cg_ptr._version(), cg_idx._version(),
                   device};
   build_entry(fresh);
+  attach_spec(fresh, cg_val);
   cache.push_back(fresh);
   return fresh;  // a copy: the cache may change once the lock is released
 }
@@ -193,13 +221,13 @@ Prepared prepare(const Tensor& x, const Tensor& y, const Tensor& w, const Tensor
   check_features(y, x, E, "y");
   check_features(w, x, E, "w");
 
-  const PlanEntry pe = plan_entry(paths, cg_ptr, cg_idx, dev.index());
+  const PlanEntry pe = plan_entry(paths, cg_ptr, cg_idx, cg_val, dev.index());
   TORCH_CHECK(cg_val.dim() == 1 && cg_val.numel() == pe.nnz, "md_accel tp_conv: cg_val must be [nnz]");
   p.cg_val = cg_val.to(dev, x.scalar_type()).contiguous();
   p.d_paths = pe.d_paths;
   p.d_cg_ptr = pe.d_cg_ptr;
   p.d_cg_ijk = pe.d_cg_ijk;
-  p.spec = g_specs.enabled() ? pe.spec : nullptr;
+  p.spec = g_specs.enabled() ? (x.scalar_type() == at::kDouble ? pe.spec_f64 : pe.spec_f32) : nullptr;
   TORCH_CHECK(x.size(1) >= pe.ext_in1, "md_accel tp_conv: x has ", x.size(1), " columns, the plan needs ", pe.ext_in1);
   TORCH_CHECK(y.size(1) >= pe.ext_in2, "md_accel tp_conv: y has ", y.size(1), " columns, the plan needs ", pe.ext_in2);
   TORCH_CHECK(w.size(1) >= pe.ext_w, "md_accel tp_conv: w has ", w.size(1), " columns, the plan needs ", pe.ext_w);
@@ -246,13 +274,13 @@ Tensor tp_conv_fwd_cuda(const Tensor& x_, const Tensor& y_, const Tensor& w_, co
   if (x.scalar_type() == at::kDouble) {
     const auto t = tensors<double>(x, y, w, none, none, none, none, out, none, none, none);
     if (p.spec && p.spec->fwd_f64)
-      check_launch(p.spec->fwd_f64(t, p.graph, p.cg_val.data_ptr<double>(), p.dims, stream));
+      check_launch(p.spec->fwd_f64(t, p.graph, p.dims, stream));
     else
       check_launch(tp_conv_fwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
   } else {
     const auto t = tensors<float>(x, y, w, none, none, none, none, out, none, none, none);
     if (p.spec && p.spec->fwd_f32)
-      check_launch(p.spec->fwd_f32(t, p.graph, p.cg_val.data_ptr<float>(), p.dims, stream));
+      check_launch(p.spec->fwd_f32(t, p.graph, p.dims, stream));
     else
       check_launch(tp_conv_fwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
   }
@@ -278,13 +306,13 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
   if (x.scalar_type() == at::kDouble) {
     const auto t = tensors<double>(x, y, w, g, none, none, none, none, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->bwd_f64(t, p.graph, p.cg_val.data_ptr<double>(), p.dims, work.data_ptr<double>(), stream));
+      check_launch(p.spec->bwd_f64(t, p.graph, p.dims, work.data_ptr<double>(), stream));
     else
       check_launch(tp_conv_bwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
   } else {
     const auto t = tensors<float>(x, y, w, g, none, none, none, none, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->bwd_f32(t, p.graph, p.cg_val.data_ptr<float>(), p.dims, work.data_ptr<float>(), stream));
+      check_launch(p.spec->bwd_f32(t, p.graph, p.dims, work.data_ptr<float>(), stream));
     else
       check_launch(tp_conv_bwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
   }
@@ -316,13 +344,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   if (x.scalar_type() == at::kDouble) {
     const auto t = tensors<double>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->dbwd_f64(t, p.graph, p.cg_val.data_ptr<double>(), p.dims, work.data_ptr<double>(), stream));
+      check_launch(p.spec->dbwd_f64(t, p.graph, p.dims, work.data_ptr<double>(), stream));
     else
       check_launch(tp_conv_dbwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
   } else {
     const auto t = tensors<float>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->dbwd_f32(t, p.graph, p.cg_val.data_ptr<float>(), p.dims, work.data_ptr<float>(), stream));
+      check_launch(p.spec->dbwd_f32(t, p.graph, p.dims, work.data_ptr<float>(), stream));
     else
       check_launch(tp_conv_dbwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
   }
@@ -332,50 +360,56 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
 }  // namespace
 
 // --- edge chunks (tp_conv_chunked.h) -----------------------------------------------------------------
-const TPSpec* tp_conv_spec_for(const Tensor& x, const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx) {
+const TPSpec* tp_conv_spec_for(const Tensor& x, const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx,
+                               const Tensor& cg_val) {
   if (!g_specs.enabled() || !x.is_cuda()) return nullptr;
-  const TPSpec* s = plan_entry(paths, cg_ptr, cg_idx, x.device().index()).spec;
-  if (s == nullptr) return nullptr;
   const bool f64 = x.scalar_type() == at::kDouble;
+  const PlanEntry pe = plan_entry(paths, cg_ptr, cg_idx, cg_val, x.device().index());
+  const TPSpec* s = f64 ? pe.spec_f64 : pe.spec_f32;
+  if (s == nullptr) return nullptr;
   return (f64 ? (s->fwd_f64 && s->bwd_f64) : (s->fwd_f32 && s->bwd_f32)) ? s : nullptr;
 }
 
 namespace {
 template <typename T>
 void chunk_launch(TPSpecFwdFn<T> fwd, TPSpecBwdFn<T> bwd, bool backward, const Tensor& x, const Tensor& y_c,
-                  const Tensor& w_c, const Tensor& g, const TPGraph& chunk, const Tensor& cg_val, const TPDims& d,
-                  const Tensor& out_or_gx, const Tensor& gy_c, const Tensor& gw_c, const Tensor& work_c) {
+                  const Tensor& w_c, const Tensor& g, const TPGraph& chunk, const TPDims& d, const Tensor& out_or_gx,
+                  const Tensor& gy_c, const Tensor& gw_c, const Tensor& work_c) {
   const Tensor none;
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  const T* cg = cg_val.data_ptr<T>();
   if (backward)
-    check_launch(bwd(tensors<T>(x, y_c, w_c, g, none, none, none, none, out_or_gx, gy_c, gw_c), chunk, cg, d,
+    check_launch(bwd(tensors<T>(x, y_c, w_c, g, none, none, none, none, out_or_gx, gy_c, gw_c), chunk, d,
                      work_c.data_ptr<T>(), stream));
   else
-    check_launch(fwd(tensors<T>(x, y_c, w_c, none, none, none, none, out_or_gx, none, none, none), chunk, cg, d,
-                     stream));
+    check_launch(fwd(tensors<T>(x, y_c, w_c, none, none, none, none, out_or_gx, none, none, none), chunk, d, stream));
 }
 }  // namespace
 
 void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const Tensor& x, const Tensor& y_c, const Tensor& w_c,
-                          const Tensor& g, const TPGraph& chunk, const Tensor& cg_val, int64_t dim_out,
-                          bool accumulate, const Tensor& out_or_gx, const Tensor& gy_c, const Tensor& gw_c,
-                          const Tensor& work_c) {
+                          const Tensor& g, const TPGraph& chunk, int64_t dim_out, bool accumulate,
+                          const Tensor& out_or_gx, const Tensor& gy_c, const Tensor& gw_c, const Tensor& work_c) {
   const TPDims d{int(x.size(1)), int(y_c.size(1)), int(w_c.size(1)), int(dim_out), accumulate ? 1 : 0};
   if (x.scalar_type() == at::kDouble)
-    chunk_launch<double>(spec->fwd_f64, spec->bwd_f64, backward, x, y_c, w_c, g, chunk, cg_val, d, out_or_gx, gy_c,
-                         gw_c, work_c);
+    chunk_launch<double>(spec->fwd_f64, spec->bwd_f64, backward, x, y_c, w_c, g, chunk, d, out_or_gx, gy_c, gw_c,
+                         work_c);
   else
-    chunk_launch<float>(spec->fwd_f32, spec->bwd_f32, backward, x, y_c, w_c, g, chunk, cg_val, d, out_or_gx, gy_c,
-                        gw_c, work_c);
+    chunk_launch<float>(spec->fwd_f32, spec->bwd_f32, backward, x, y_c, w_c, g, chunk, d, out_or_gx, gy_c, gw_c,
+                        work_c);
 }
 
 }  // namespace md_accel
 
-// Management of the specialised kernel libraries (no tensor arguments: catch-all kernels).
+// Management of the specialised kernel libraries (catch-all kernels). _tp_conv_specialised_for:
+// whether a loaded library serves calls with features like x and this plan and cg_val (forward
+// and backward), i.e. whether tp_conv runs generated kernels for them.
 TORCH_LIBRARY_FRAGMENT(md_accel, m) {
   m.def("_tp_conv_load_specialised(str path) -> int", md_accel::load_specialised);
   m.def("_tp_conv_set_specialised(bool enabled) -> bool", md_accel::set_specialised);
+  m.def("_tp_conv_specialised_for(Tensor x, Tensor paths, Tensor cg_ptr, Tensor cg_idx, Tensor cg_val) -> bool",
+        [](const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr, const at::Tensor& cg_idx,
+           const at::Tensor& cg_val) {
+          return md_accel::tp_conv_spec_for(x, paths, cg_ptr, cg_idx, cg_val) != nullptr;
+        });
 }
 
 TORCH_LIBRARY_IMPL(md_accel, CUDA, m) {

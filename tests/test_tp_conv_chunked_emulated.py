@@ -20,6 +20,7 @@ if not emulate.available():
     pytest.skip("needs g++", allow_module_level=True)
 
 from md_accel.ops import _codegen  # noqa: E402
+from md_accel.ops._custom_ops import _dense_cg  # noqa: E402
 from md_accel.ops.tp_conv import build_graph  # noqa: E402
 from md_accel.ops.tp_problem import TPProblem  # noqa: E402
 from md_accel.ops.tp_reference import tp_conv_bwd_ref, tp_conv_dbwd_ref, tp_conv_fwd_ref  # noqa: E402
@@ -89,16 +90,15 @@ def test_chunks_match_reference(step, dtype, tuning):
     ref_out = tp_conv_fwd_ref(x, y, w, g.src, g.dst, n, plan.paths.tolist(), dense, plan.dim_out)
     ref_gx, ref_gy, ref_gw = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
     xs, ys, ws, gos = (t.to(dtype).contiguous() for t in (x, y, w, go))
-    cg = plan.cg_val.to(dtype)
     nan = float("nan")
     out = torch.full((n, plan.dim_out), nan, dtype=dtype)
     gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
     for e0 in range(0, e, step):
         e1 = min(e, e0 + step)
         cg_graph = chunk_graph(g, e0, e1)
-        lib.fwd(xs, ys[e0:e1], ws[e0:e1], cg_graph, cg, out, accumulate=e0 > 0)
+        lib.fwd(xs, ys[e0:e1], ws[e0:e1], cg_graph, out, accumulate=e0 > 0)
         work = torch.full((e1 - e0, plan.dim_in1), nan, dtype=dtype)
-        lib.bwd(gos, xs, ys[e0:e1], ws[e0:e1], cg_graph, cg, gx, gy[e0:e1], gw[e0:e1], work, accumulate=e0 > 0)
+        lib.bwd(gos, xs, ys[e0:e1], ws[e0:e1], cg_graph, gx, gy[e0:e1], gw[e0:e1], work, accumulate=e0 > 0)
     for what, a, b in (("out", out, ref_out), ("grad_x", gx, ref_gx), ("grad_y", gy, ref_gy), ("grad_w", gw, ref_gw)):
         assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
 
@@ -122,7 +122,7 @@ def test_double_backward_matches_reference(dtype, tuning):
     outs = [torch.full(s, nan, dtype=dtype) for s in (shapes[3], shapes[0], shapes[1], shapes[2])]
     work = torch.full((e, plan.dim_in1), nan, dtype=dtype)
     graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
-    lib.dbwd(*args, graph, plan.cg_val.to(dtype), *outs, work)
+    lib.dbwd(*args, graph, *outs, work)
     for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), outs, ref):
         assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
 
@@ -135,14 +135,48 @@ def test_accumulate_leaves_rows_without_edges_untouched():
     x, y, w, go = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in
                    ((n, plan.dim_in1), (2, plan.dim_in2), (2, plan.weight_numel), (n, plan.dim_out)))
     out = torch.full((n, plan.dim_out), 7.0, dtype=torch.float64)
-    lib.fwd(x, y, w, chunk_graph(g, 0, 2), plan.cg_val, out, accumulate=True)
+    lib.fwd(x, y, w, chunk_graph(g, 0, 2), out, accumulate=True)
     dense = [c.double() for c in plan.dense]
     ref = tp_conv_fwd_ref(x, y, w, g.src, g.dst, n, plan.paths.tolist(), dense, plan.dim_out)
     assert torch.equal(out[[0, 2, 3, 4]], torch.full((4, plan.dim_out), 7.0, dtype=torch.float64))
     assert rel_err(out[1] - 7.0, ref[1]) <= 1e-13
     gx = torch.full_like(x, 5.0)
     gy, gw, work = torch.empty_like(y), torch.empty_like(w), torch.empty(2, plan.dim_in1, dtype=torch.float64)
-    lib.bwd(go, x, y, w, chunk_graph(g, 0, 2), plan.cg_val, gx, gy, gw, work, accumulate=True)
+    lib.bwd(go, x, y, w, chunk_graph(g, 0, 2), gx, gy, gw, work, accumulate=True)
     ref_gx = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)[0]
     assert torch.equal(gx[[1, 2, 3]], torch.full((3, plan.dim_in1), 5.0, dtype=torch.float64))
     assert rel_err(gx[[0, 4]] - 5.0, ref_gx[[0, 4]]) <= 1e-13
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_compiled_values_are_the_structures(dtype):
+    """The CG values are compiled into the kernels: a library generated from perturbed values (each
+    non-zero scaled by its own factor) records exactly those values and computes with them, forward,
+    backward and double backward, against the reference built from the same perturbed values."""
+    plan, _ = plan_and_library()
+    gen = torch.Generator().manual_seed(11)
+    vals = plan.cg_val * (0.5 + torch.rand(plan.cg_val.shape, generator=gen, dtype=torch.float64))
+    struct = _codegen.structure(plan.paths.tolist(), plan.cg_ptr.tolist(), plan.cg_idx.tolist(), vals.tolist())
+    lib = emulate.SpecLibrary(_codegen.generate(struct))
+    assert torch.equal(lib.cg_val(), vals)
+    plist, dense = _dense_cg(plan.paths, plan.cg_ptr, plan.cg_idx, vals, torch.float64)
+    n, g = hub_graph(gen)
+    e = g.src.numel()
+    shapes = ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out))
+    x, y, w, go = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes)
+    ggx, ggy, ggw = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes[:3])
+    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+    xs, ys, ws, gos = (t.to(dtype).contiguous() for t in (x, y, w, go))
+    nan = float("nan")
+    out = torch.full(shapes[3], nan, dtype=dtype)
+    lib.fwd(xs, ys, ws, graph, out)
+    assert rel_err(out, tp_conv_fwd_ref(x, y, w, g.src, g.dst, n, plist, dense, plan.dim_out)) <= TOL[dtype]
+    grads = [torch.full(s, nan, dtype=dtype) for s in shapes[:3]]
+    lib.bwd(gos, xs, ys, ws, graph, *grads, torch.full((e, plan.dim_in1), nan, dtype=dtype))
+    for a, b in zip(grads, tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plist, dense)):
+        assert rel_err(a, b) <= TOL[dtype]
+    outs = [torch.full(s, nan, dtype=dtype) for s in (shapes[3], shapes[0], shapes[1], shapes[2])]
+    args = [t.to(dtype).contiguous() for t in (ggx, ggy, ggw, go, x, y, w)]
+    lib.dbwd(*args, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype))
+    for a, b in zip(outs, tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plist, dense)):
+        assert rel_err(a, b) <= TOL[dtype]

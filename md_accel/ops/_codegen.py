@@ -4,8 +4,9 @@ library, and loaded by the op library (``csrc/tp_spec_abi.h``).
 
 What the generated kernels fix at compile time: every path's offsets, multiplicities and l's,
 and the (i, j, k) positions of its CG non-zeros (loops fully unrolled, zeros never visited).
-The CG *values* are read at run time from ``cg_val`` (staged in shared memory), so one build
-serves every normalisation of the same structure. Mapping (see .notes/kernels.md):
+and the CG *values* (exact constants, ``kCg<q>``: no load per non-zero; the op library uses a
+library only for calls whose ``cg_val`` equals them in the call's dtype). Mapping (see
+.notes/kernels.md):
 
 * fwd: one block per receiver; passes over its incoming edges, each for a group of output blocks
   of one multiplicity (accumulators out[u, k] in registers, at most FWD_ACC_BUDGET per channel).
@@ -40,7 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 8  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 9  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -103,10 +104,12 @@ class Unsupported(ValueError):
 
 # --- plan structure ----------------------------------------------------------------------------
 
-def structure(paths: Sequence[Sequence[int]], cg_ptr: Sequence[int], cg_idx: Sequence[Sequence[int]]):
-    """The integer tables as plain tuples (what the op library compares)."""
+def structure(paths: Sequence[Sequence[int]], cg_ptr: Sequence[int], cg_idx: Sequence[Sequence[int]],
+              cg_val: Sequence[float]):
+    """Everything the generated code depends on, as plain tuples (what the op library compares):
+    the integer tables and the CG values as exact hex floats."""
     return (tuple(tuple(int(v) for v in r) for r in paths), tuple(int(v) for v in cg_ptr),
-            tuple(tuple(int(v) for v in r) for r in cg_idx))
+            tuple(tuple(int(v) for v in r) for r in cg_idx), tuple(float(v).hex() for v in cg_val))
 
 
 def structure_key(struct) -> str:
@@ -160,7 +163,7 @@ class _Path:
 
 
 def _analyse(struct):
-    paths, cg_ptr, cg_idx = struct
+    paths, cg_ptr, cg_idx, _ = struct
     nnz = len(cg_idx)
     if nnz > MAX_NNZ:
         raise Unsupported(f"{nnz} CG non-zeros > {MAX_NNZ}")
@@ -243,18 +246,33 @@ def _out_width(paths: List[_Path]) -> int:
     return sum(k[2] for k in {p.out_key for p in paths})
 
 
-def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = None) -> str:
+def _cg_const(q: int) -> str:
+    """CG value q as the generated kernels use it: the compiled-in constant kCg<q> (see _cg_decls)."""
+    return f"T(kCg{q})"
+
+
+def _cg_decls(cg_idx, cg_val) -> str:
+    """The CG values as exact constants (hex floats; decimal and (i, j, k) in the comment), and the
+    table of them the op library compares against a call's cg_val."""
+    lines = [f"constexpr double kCg{q} = {v};  // {float.fromhex(v):.17g} at (i, j, k) = {tuple(ijk)}\n"
+             for q, (v, ijk) in enumerate(zip(cg_val, cg_idx))]
+    return "".join(lines) + f"constexpr double kCgVal[] = {{{', '.join(f'kCg{q}' for q in range(len(cg_val)))}}};\n"
+
+
+def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = None,
+                      cg: Callable[[int], str] = _cg_const) -> str:
     """Path p's per-edge partial contractions with the receiver's grad_out (registers gk_k):
     py_j = sum_ik cg g_k x_i and px_i = sum_jk cg g_k y_j, and for the double backward (hk: the
-    ggx registers, z: ggy) py_j with ggx, qy_j with x, px_i with ggy, qx_i with y."""
+    ggx registers, z: ggy) py_j with ggx, qy_j with x, px_i with ggy, qx_i with y. ``cg(q)``: the
+    expression of CG value q."""
     out = []
     for (q, i, j, k) in p.nz:
         c = p.in2_off + j
         if hk is None:
-            out.append(f"{I}{{ const T cg = s_cg[{q}] * {gk}_{k}; py{j} = fma(cg, {xk}_{i}, py{j}); "
+            out.append(f"{I}{{ const T cg = {cg(q)} * {gk}_{k}; py{j} = fma(cg, {xk}_{i}, py{j}); "
                        f"px{i} = fma(cg, y{c}, px{i}); }}\n")
         else:
-            out.append(f"{I}{{ const T cg = s_cg[{q}] * {gk}_{k}; py{j} = fma(cg, {hk}_{i}, py{j}); "
+            out.append(f"{I}{{ const T cg = {cg(q)} * {gk}_{k}; py{j} = fma(cg, {hk}_{i}, py{j}); "
                        f"qy{j} = fma(cg, {xk}_{i}, qy{j}); px{i} = fma(cg, z{c}, px{i}); "
                        f"qx{i} = fma(cg, y{c}, qx{i}); }}\n")
     return "".join(out)
@@ -365,14 +383,14 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
             if not dbwd:
                 expr = "T(0)"
                 for (q, i, j) in terms:
-                    expr = f"fma(s_cg[{q}] * y{p.in2_off + j}, {xk}_{i}, {expr})"
+                    expr = f"fma({_cg_const(q)} * y{p.in2_off + j}, {xk}_{i}, {expr})"
                 s.append(f"{I5}{acc}_{k} = fma(wp, {expr}, {acc}_{k});\n")
             else:
                 ew, eg = "T(0)", "T(0)"
                 for (q, i, j) in terms:
                     c = p.in2_off + j
-                    ew = f"fma(s_cg[{q}], fma(y{c}, {hk}_{i}, z{c} * {xk}_{i}), {ew})"
-                    eg = f"fma(s_cg[{q}] * y{c}, {xk}_{i}, {eg})"
+                    ew = f"fma({_cg_const(q)}, fma(y{c}, {hk}_{i}, z{c} * {xk}_{i}), {ew})"
+                    eg = f"fma({_cg_const(q)} * y{c}, {xk}_{i}, {eg})"
                 s.append(f"{I5}{acc}_{k} = fma(wp, {ew}, fma(vp, {eg}, {acc}_{k}));\n")
         s.append(f"{I3}}}\n")
     s.append(f"{I2}}}\n")
@@ -422,14 +440,11 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
 template <typename T>
 __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}T* __restrict__ out, const int64_t* __restrict__ src,
-    const int64_t* __restrict__ dst_ptr, const T* __restrict__ cg_val, TPDims d) {{
+    const int64_t* __restrict__ dst_ptr, TPDims d) {{
   const int64_t n = blockIdx.x;
   const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
   if (d.accumulate && e_begin == e_end) return;  // the whole block, before any barrier: nothing to add
-  __shared__ T s_cg[kNnz];
-{smem}  for (int q = threadIdx.x; q < kNnz; q += kThreads) s_cg[q] = cg_val[q];
-  __syncthreads();
-  T* orow = out + n * d.out;
+{smem}  T* orow = out + n * d.out;
 {body}  if (!d.accumulate)
     for (int q = threadIdx.x; q < d.out; q += kThreads)
       if (!out_covered(q)) orow[q] = T(0);
@@ -504,7 +519,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
             out_keys.append(p.out_key)
     for key in out_keys:
         for k in range(key[2]):
-            s.append(f"{I1}const T {_bname('g', key)}_{k} = chan ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
+            s.append(f"{I1}T {_bname('g', key)}_{k} = chan ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
     if WPS == 1:
         s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}) {{\n")
     else:
@@ -531,6 +546,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
             s.append(f"{I3}const T z{c} = __ldg(zr + {c});\n")
     s.append(f"{I3}if (u < {mul}) {{\n")
     I4 = I3 + "  "
+    gregs = [f"{_bname('g', key)}_{k}" for key in out_keys for k in range(key[2])]
+    s.append(f"{I4}per_iteration({', '.join(gregs)});  // cg * g products stay in the loop\n")
     s.append(f"{I4}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
     s.append(f"{I4}const T* wr = w + e * d.w;\n")
@@ -678,14 +695,11 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str,
 __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
-    const T* __restrict__ cg_val, TPDims d) {{
+    TPDims d) {{
   const int64_t n = blockIdx.x;
   const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
   if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
-  __shared__ T s_cg[kNnz];
-{red}  for (int q = threadIdx.x; q < kNnz; q += kThreads) s_cg[q] = cg_val[q];
-  __syncthreads();
-  const T* grow = g + n * d.out;
+{red}  const T* grow = g + n * d.out;
 {"".join(bodies)}}}
 """
 
@@ -705,8 +719,23 @@ constexpr int kNnz = {nnz};
 constexpr int32_t kPaths[] = {{{paths}}};
 constexpr int32_t kCgPtr[] = {{{cg_ptr}}};
 constexpr int32_t kCgIdx[] = {{{cg_idx}}};
-
+{cg_decls}
 {covered}
+// Makes the optimiser treat the values as changed here (no instruction is emitted): the backward
+// calls it per edge on the receiver's grad_out, so the products kCg<q> * g, one per CG non-zero,
+// are formed in the edge loop instead of being hoisted out of it into a register each (which
+// spills on the larger plans).
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ void opaque_reg(float& v) {{ asm volatile("" : "+f"(v)); }}
+__device__ __forceinline__ void opaque_reg(double& v) {{ asm volatile("" : "+d"(v)); }}
+#endif
+template <typename... T>
+__device__ __forceinline__ void per_iteration(T&... v) {{
+#ifdef __CUDA_ARCH__
+  (opaque_reg(v), ...);
+#endif
+}}
+
 // After warp_butterfly<T, V>, lanes whose bits under this mask are zero hold their slot's sum.
 template <int V>
 __device__ constexpr int plain_mask() {{ return 32 / V - 1; }}
@@ -786,15 +815,14 @@ const char* last_error() {{
 }}
 
 template <typename T>
-const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, const TPDims& d,
-                       cudaStream_t stream) {{
+const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {{
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
-  fwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, cg, d);
+  fwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, d);
   return last_error();
 }}
 {bwd_launch}
-const TPSpec kSpec = {{kTPSpecAbiVersion, {num_paths}, kNnz, kPaths, kCgPtr, kCgIdx,
+const TPSpec kSpec = {{kTPSpecAbiVersion, {num_paths}, kNnz, kPaths, kCgPtr, kCgIdx, kCgVal,
                       fwd_launch<float>, fwd_launch<double>, {bwd_f32}, {bwd_f64}, {dbwd_f32}, {dbwd_f64}}};
 
 }}  // namespace
@@ -821,19 +849,18 @@ bool bwd64_prefetch() {
 }
 
 template <typename T>
-const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, const TPDims& d, T* work,
-                       cudaStream_t stream) {
+const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, T* work, cudaStream_t stream) {
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
   if constexpr (sizeof(T) == 4)
     bwd_kernel_BS<T, PF32><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
-                                                                           g.src, g.dst_ptr, cg, d);
+                                                                           g.src, g.dst_ptr, d);
   else if (PF64 && bwd64_prefetch())
     bwd_kernel_BD<T, true><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
-                                                                           g.src, g.dst_ptr, cg, d);
+                                                                           g.src, g.dst_ptr, d);
   else
     bwd_kernel_BD<T, false><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
-                                                                            g.src, g.dst_ptr, cg, d);
+                                                                            g.src, g.dst_ptr, d);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
@@ -842,19 +869,18 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, con
 // Double backward: t.out = g_grad_out (forward with substituted arguments), then g_x, g_y, g_w as
 // a backward with substituted arguments (g_x through the work rows and the per-sender sum).
 template <typename T>
-const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const T* cg, const TPDims& d, T* work,
-                        cudaStream_t stream) {
+const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, T* work, cudaStream_t stream) {
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
   dfwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.out,
-                                                                  g.src, g.dst_ptr, cg, d);
+                                                                  g.src, g.dst_ptr, d);
   if (const char* err = last_error()) return err;
   if constexpr (sizeof(T) == 4)
     dbwd_kernel_DS<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
-                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, cg, d);
+                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, d);
   else
     dbwd_kernel_DD<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
-                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, cg, d);
+                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, d);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
@@ -889,12 +915,13 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
     """CUDA source of the specialised library for one plan structure (raises Unsupported)."""
     tune = tune or Tuning()
     ps, live, threads, nnz = _analyse(struct)
-    paths, cg_ptr, cg_idx = struct
+    paths, cg_ptr, cg_idx, cg_val = struct
     covered = _covered_fn("out_covered", [p.out_off + q for p in live for q in range(p.mul * p.d3)])
     src = _PRELUDE.format(
         gen=GEN_VERSION, key=structure_key(struct), num_paths=len(paths), nnz=nnz, threads=threads,
         paths=", ".join(str(v) for r in paths for v in r), cg_ptr=", ".join(str(v) for v in cg_ptr),
-        cg_idx=", ".join(str(v) for r in cg_idx for v in r), covered=covered)
+        cg_idx=", ".join(str(v) for r in cg_idx for v in r), cg_decls=_cg_decls(cg_idx, cg_val),
+        covered=covered)
     if tune.prefetch:
         src += _PREFETCH
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
@@ -969,8 +996,11 @@ def build(struct, arch: str) -> str:
 
 
 def plan_structure(plan) -> tuple:
-    """Structure tuple of a ``tp_problem.Plan`` (or anything with paths/cg_ptr/cg_idx tensors)."""
-    return structure(plan.paths.tolist(), plan.cg_ptr.tolist(), plan.cg_idx.tolist())
+    """Structure tuple of a ``tp_problem.Plan`` (or anything with paths/cg_ptr/cg_idx/cg_val tensors).
+    A ``TensorProductConv`` gives its float64 CG values (``cg_values``), not its ``cg_val`` buffer,
+    which follows the module's dtype: one library then serves the module in float32 and float64."""
+    vals = plan.cg_values if hasattr(plan, "cg_values") else plan.cg_val.tolist()
+    return structure(plan.paths.tolist(), plan.cg_ptr.tolist(), plan.cg_idx.tolist(), vals)
 
 
 def main(argv=None) -> None:

@@ -49,6 +49,17 @@ W_SOURCE_ENV = "MD_ACCEL_FUSED_W"  # "smem" (default) or "global": where the ker
 WAVES = 1              # blocks per resident block slot: the ranges are edge-balanced already
 
 
+def _fused_key(struct) -> str:
+    """Cache key of the fused library: the integer tables only (the values are read at run time)."""
+    return structure_key(struct[:3])
+
+
+def _cg_smem(q: int) -> str:
+    """CG value q as the fused kernels read it: staged in shared memory from the call's cg_val (these
+    kernels do not compile the values in)."""
+    return f"s_cg[{q}]"
+
+
 def _pad(esize: int) -> int:
     """Row padding (elements) of the shared-memory operands of the tensor-core tiles: 32 bytes,
     so the rows a fragment load touches start in different banks."""
@@ -324,7 +335,7 @@ def _fwd_group(gi: int, g: _Group, hidden: int, esize: int) -> str:
             expr = "T(0)"
             for (q, i, j, kk) in p.nz:
                 if kk == k:
-                    expr = f"fma(s_cg[{q}] * y{p.in2_off + j}, {xk}_{i}, {expr})"
+                    expr = f"fma({_cg_smem(q)} * y{p.in2_off + j}, {xk}_{i}, {expr})"
             s.append(f"{I7}  {acc}_{k} = fma(wp, {expr}, {acc}_{k});\n")
         s.append(f"{I7}}}\n")
     s.append(f"{I6}}}\n{I5}}}\n{I4}}}\n")
@@ -394,7 +405,7 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
         s.append(f"{I9}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
         s.append(f"{I9}T " + ", ".join(f"px{i} = T(0)" for i in iset) + ";\n")
         xk, gk = _xn(p.in1_key), _gn(p.out_key)
-        s.append(_bwd_contractions(p, I9, xk, gk))
+        s.append(_bwd_contractions(p, I9, xk, gk, cg=_cg_smem))
         for j in js:
             v = slot_of[p.in2_off + j]
             s.append(f"{I9}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
@@ -807,12 +818,12 @@ def generate_fused(struct, hidden: int, w_global: bool = False) -> str:
     if hidden % 16 or not 16 <= hidden <= 128:
         raise Unsupported(f"hidden width {hidden}: the fused kernels need a multiple of 16 in [16, 128]")
     _, live, _, nnz = _analyse(struct)
-    paths, cg_ptr, cg_idx = struct
+    paths, cg_ptr, cg_idx, _ = struct
     covered = (_covered_fn("out_covered", [p.out_off + q for p in live for q in range(p.mul * p.d3)])
                + _covered_fn("in1_covered", [p.in1_off + q for p in live for q in range(p.mul * p.d1)])
                + _covered_fn("w_covered", [p.w_off + u * p.w_stride for p in live for u in range(p.mul)]))
     src = _PRELUDE.format(
-        gen=FUSED_GEN_VERSION, key=structure_key(struct), num_paths=len(paths), nnz=nnz, threads=THREADS,
+        gen=FUSED_GEN_VERSION, key=_fused_key(struct), num_paths=len(paths), nnz=nnz, threads=THREADS,
         hidden=hidden, chunk=CHUNK, waves=WAVES, paths=", ".join(str(v) for r in paths for v in r),
         cg_ptr=", ".join(str(v) for v in cg_ptr), cg_idx=", ".join(str(v) for r in cg_idx for v in r),
         covered=covered)
@@ -858,7 +869,7 @@ def w_global() -> bool:
 def build_fused(struct, hidden: int, arch: str) -> str:
     """Path of the built fused library for this structure, hidden width and GPU arch (and W source,
     MD_ACCEL_FUSED_W); cached."""
-    key, wg = structure_key(struct), w_global()
+    key, wg = _fused_key(struct), w_global()
     so = _cache_dir() / f"fused-{key}-h{hidden}-{arch}-v{FUSED_GEN_VERSION}{'-wg' if wg else ''}.so"
     return compile_cached(so, lambda: generate_fused(struct, hidden, wg), f"tp_fused_{key}", arch,
                           f"fused tp_conv plan {key} (H={hidden})")

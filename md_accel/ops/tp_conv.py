@@ -148,6 +148,8 @@ class TensorProductConv(torch.nn.Module):
         self.register_buffer("cg_ptr", plan.cg_ptr, persistent=False)
         self.register_buffer("cg_idx", plan.cg_idx, persistent=False)
         self.register_buffer("cg_val", plan.cg_val, persistent=False)
+        # the float64 values whatever the module's dtype: compiled into the generated kernels
+        self.cg_values: List[float] = plan.cg_val.tolist()
         self.fused_hidden: int = 0  # hidden width of the fused radial layer (0: none)
         self.fused_f32: bool = False  # use_fused, per dtype (set when moved to CUDA)
         self.fused_f64: bool = False

@@ -153,14 +153,14 @@ class Tensors(ctypes.Structure):
 
 class Spec(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in ("abi_version", "num_paths", "nnz")] + [
-        (n, ctypes.c_void_p) for n in ("paths", "cg_ptr", "cg_idx", "fwd_f32", "fwd_f64", "bwd_f32", "bwd_f64",
-                                       "dbwd_f32", "dbwd_f64")]
+        (n, ctypes.c_void_p) for n in ("paths", "cg_ptr", "cg_idx", "cg_val", "fwd_f32", "fwd_f64", "bwd_f32",
+                                       "bwd_f64", "dbwd_f32", "dbwd_f64")]
 
 
-_SPEC_FWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.POINTER(Graph), ctypes.c_void_p,
-                             ctypes.POINTER(Dims), ctypes.c_void_p)
-_SPEC_BWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.POINTER(Graph), ctypes.c_void_p,
-                             ctypes.POINTER(Dims), ctypes.c_void_p, ctypes.c_void_p)
+_SPEC_FWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.POINTER(Graph), ctypes.POINTER(Dims),
+                             ctypes.c_void_p)
+_SPEC_BWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.POINTER(Graph), ctypes.POINTER(Dims),
+                             ctypes.c_void_p, ctypes.c_void_p)
 
 
 class SpecLibrary:
@@ -182,25 +182,30 @@ class SpecLibrary:
     def _graph(src, dst, dst_ptr, src_perm, src_ptr):
         return Graph(*(_ptr(t) for t in (src, dst, dst_ptr, src_perm, src_ptr)), dst_ptr.numel() - 1, src.numel())
 
-    def fwd(self, x, y, w, graph, cg_val, out, accumulate=False):
+    def cg_val(self) -> torch.Tensor:
+        """The CG values compiled into the library (float64)."""
+        return torch.tensor([ctypes.cast(self.spec.cg_val, ctypes.POINTER(ctypes.c_double))[q]
+                             for q in range(self.spec.nnz)], dtype=torch.float64)
+
+    def fwd(self, x, y, w, graph, out, accumulate=False):
         t = Tensors(_ptr(x), _ptr(y), _ptr(w), None, None, None, None, _ptr(out), None, None, None)
         d = Dims(x.shape[1], y.shape[1], w.shape[1], out.shape[1], int(accumulate))
-        err = self._fn("fwd", x.dtype, _SPEC_FWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), _ptr(cg_val),
-                                                   ctypes.byref(d), None)
+        err = self._fn("fwd", x.dtype, _SPEC_FWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), ctypes.byref(d),
+                                                   None)
         assert err is None, err
 
-    def dbwd(self, ggx, ggy, ggw, grad_out, x, y, w, graph, cg_val, g_out, gx, gy, gw, work):
+    def dbwd(self, ggx, ggy, ggw, grad_out, x, y, w, graph, g_out, gx, gy, gw, work):
         """The double backward (tp_conv_dbwd_launch): g_grad_out into g_out, then grad_x, grad_y, grad_w."""
         t = Tensors(_ptr(x), _ptr(y), _ptr(w), _ptr(grad_out), _ptr(ggx), _ptr(ggy), _ptr(ggw), _ptr(g_out), _ptr(gx),
                     _ptr(gy), _ptr(gw))
         d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], 0)
-        err = self._fn("dbwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), _ptr(cg_val),
-                                                    ctypes.byref(d), _ptr(work), None)
+        err = self._fn("dbwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), ctypes.byref(d),
+                                                    _ptr(work), None)
         assert err is None, err
 
-    def bwd(self, grad_out, x, y, w, graph, cg_val, gx, gy, gw, work, accumulate=False):
+    def bwd(self, grad_out, x, y, w, graph, gx, gy, gw, work, accumulate=False):
         t = Tensors(_ptr(x), _ptr(y), _ptr(w), _ptr(grad_out), None, None, None, None, _ptr(gx), _ptr(gy), _ptr(gw))
         d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], int(accumulate))
-        err = self._fn("bwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), _ptr(cg_val),
-                                                   ctypes.byref(d), _ptr(work), None)
+        err = self._fn("bwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), ctypes.byref(d),
+                                                   _ptr(work), None)
         assert err is None, err

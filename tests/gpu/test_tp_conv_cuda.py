@@ -147,10 +147,14 @@ def test_specialised_built(specs):
         assert ("dbwd_launch<float>" in src) == with_bwd, name
 
 
-def run_all(problem, g, num_nodes, dtype, seed):
+def run_all(problem, g, num_nodes, dtype, seed, specialised=None):
+    """Every pass against the reference; ``specialised`` (bool): whether generated kernels must
+    (True) or must not (False) serve the calls."""
     gen = torch.Generator().manual_seed(seed)
     plan, pl = plan_tensors(problem, dtype)
     x, y, w = inputs(problem, plan, g, num_nodes, dtype, gen)
+    if specialised is not None:
+        assert OPS._tp_conv_specialised_for(x, *pl) == specialised
     e = y.shape[0]
     ga = graph_args(g)
     tol = TOL[dtype]
@@ -184,7 +188,36 @@ def test_matches_reference(name, dtype, kernels):
     gen = torch.Generator().manual_seed(1)
     num_nodes = 40
     g = random_graph(num_nodes, 300, gen, hub=3, hub_degree=40)
-    run_all(problem, g, num_nodes, dtype, seed=2)
+    must = MUST_SPECIALISE.get(name) if kernels == "specialised" else False
+    run_all(problem, g, num_nodes, dtype, seed=2, specialised=must)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_other_cg_values_not_served_by_compiled_ones(dtype, specs):
+    """The generated kernels have the plan's CG values compiled in: a call with the same sparsity
+    but other values (one non-zero changed by one unit in the last place, or all scaled) runs the
+    generic kernels and matches the reference computed with its own values."""
+    problem = CONFIGS["sevennet_l3i5_like"]()
+    gen = torch.Generator().manual_seed(8)
+    num_nodes = 40
+    g = random_graph(num_nodes, 300, gen, hub=3, hub_degree=40)
+    plan, pl = plan_tensors(problem, dtype)
+    x, y, w = inputs(problem, plan, g, num_nodes, dtype, gen)
+    assert OPS._tp_conv_specialised_for(x, *pl)
+    one_ulp = plan.cg_val.clone()
+    one_ulp[5] = torch.nextafter(one_ulp[5], torch.tensor(2.0, dtype=torch.float64))
+    if dtype == torch.float32:  # a change the float32 cast keeps
+        one_ulp[5] = one_ulp[5] * (1 + 2 ** -20)
+    for vals in (one_ulp, plan.cg_val * 1.25):
+        cg = vals.to(DEV, dtype)
+        assert not OPS._tp_conv_specialised_for(x, *pl[:3], cg)
+        out = OPS.tp_conv_fwd(x, y, w, *graph_args(g), *pl[:3], cg, plan.dim_out)
+        plist, dense = _custom_ops._dense_cg(plan.paths, plan.cg_ptr, plan.cg_idx, vals, torch.float64)
+        ref = tp_conv_fwd_ref(*(t.cpu().double() for t in (x, y, w)), g.src.cpu(), g.dst.cpu(), num_nodes,
+                              plist, dense, plan.dim_out)
+        assert rel_err(out, ref) <= TOL[dtype]
+    # the same values again (new tensors): served
+    assert OPS._tp_conv_specialised_for(x, *pl[:3], plan.cg_val.clone().to(DEV, dtype))
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
