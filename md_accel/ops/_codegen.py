@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 9  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 10  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -50,6 +50,11 @@ FWD_SLOT_SMEM = 24 * 1024  # shared-memory bytes (float64) for the fwd edge slot
 # grad_out components per channel held in registers by one bwd / dbwd pass, (float32, float64)
 BWD_G_BUDGET = (48, 24)
 DBWD_G_BUDGET = (32, 16)
+# Minimum resident warps per SM asked of the compiler for the float64 kernels (__launch_bounds__):
+# 12 caps them at ~168 registers. Session 14 (H200, kernels.py, 312k edges): SevenNet-l3i5 float64
+# fwd 1.23x, fwd + bwd 1.08x, double backward 1.06x faster than without (up to 254 registers, a few
+# small spills now); MACE medium float64 1.01-1.04x. The float32 kernels get no minimum (0).
+MIN_WARPS64 = 12
 GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one barrier
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
 MAX_NNZ = 2048        # shared-memory staging of the CG values, and compile time
@@ -75,7 +80,7 @@ class Tuning(NamedTuple):
     dbwd_g32: int = DBWD_G_BUDGET[0]
     dbwd_g64: int = DBWD_G_BUDGET[1]
     min_warps32: int = 0
-    min_warps64: int = 0
+    min_warps64: int = MIN_WARPS64
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks L2 for its next edge's weights first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
 
@@ -904,10 +909,11 @@ def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> 
 
 
 def _bounds(tune: Tuning, threads: int) -> str:
-    """The kernels' __launch_bounds__: block size, and with min_warps a minimum of resident blocks."""
+    """The kernels' __launch_bounds__: block size, and with min_warps a minimum of resident blocks per
+    dtype (0: none, as without the second argument)."""
     if not (tune.min_warps32 or tune.min_warps64):
         return "__launch_bounds__(kThreads)"
-    b32, b64 = (max(1, w * 32 // threads) for w in (tune.min_warps32, tune.min_warps64))
+    b32, b64 = (max(1, w * 32 // threads) if w else 0 for w in (tune.min_warps32, tune.min_warps64))
     return f"__launch_bounds__(kThreads, sizeof(T) == 4 ? {b32} : {b64})"
 
 
