@@ -79,14 +79,19 @@ def test_tuning_overrides_name_their_own_build(monkeypatch):
     struct = _codegen.plan_structure(_conv())
     monkeypatch.delenv(_codegen.TUNING_ENV, raising=False)
     default = _codegen.generate(struct, _codegen.tuning())
-    assert _codegen.tuning().suffix() == "" and "__launch_bounds__(kThreads)" in default
+    threads = _codegen._analyse(struct)[2]
+    b64 = _codegen.MIN_WARPS64 * 32 // threads  # the float64 kernels' minimum of resident blocks
+    assert _codegen.tuning().suffix() == ""
+    # no minimum for float32, MIN_WARPS64 for float64, every kernel
+    assert f"__launch_bounds__(kThreads, sizeof(T) == 4 ? 0 : {b64}) bwd_kernel" in default
+    assert f"__launch_bounds__(kThreads, sizeof(T) == 4 ? 0 : {b64}) fwd_kernel" in default
     monkeypatch.setenv(_codegen.TUNING_ENV, "min_warps32=32, bwd_g32=8")
     tuned = _codegen.tuning()
     assert (tuned.min_warps32, tuned.bwd_g32, tuned.bwd_g64) == (32, 8, _codegen.BWD_G_BUDGET[1])
     assert tuned.suffix().startswith("-t") and tuned.suffix() != _codegen.Tuning(min_warps32=32).suffix()
     src = _codegen.generate(struct, tuned)
-    # 32 warps of 32-thread blocks: at least 32 resident blocks in float32, no minimum in float64
-    assert "__launch_bounds__(kThreads, sizeof(T) == 4 ? 32 : 1)" in src and src != default
+    # 32 warps: 32 * 32 / threads resident blocks in float32, the default minimum in float64
+    assert f"__launch_bounds__(kThreads, sizeof(T) == 4 ? {32 * 32 // threads} : {b64})" in src and src != default
     monkeypatch.setenv(_codegen.TUNING_ENV, "bwd_g32=lots")
     with pytest.raises(ValueError, match="fwd_acc"):
         _codegen.tuning()
