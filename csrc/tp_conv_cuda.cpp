@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -33,25 +34,6 @@ int64_t load_specialised(std::string path) { return g_specs.load(path); }
 
 bool set_specialised(bool enabled) { return g_specs.set_enabled(enabled); }
 
-// The compiled-in values serve a call whose cg_val (vals: its values, exactly, as double) converts
-// to the same numbers in the call's dtype.
-bool values_match(const double* compiled, const double* vals, int64_t nnz, bool f64) {
-  for (int64_t q = 0; q < nnz; ++q)
-    if (f64 ? compiled[q] != vals[q] : float(compiled[q]) != float(vals[q])) return false;
-  return true;
-}
-
-const TPSpec* find_spec(const Tensor& paths, const Tensor& ptr, const Tensor& idx, const Tensor& vals, bool f64) {
-  const int64_t P = paths.size(0), nnz = idx.size(0);
-  return g_specs.find([&](const TPSpec* s) {
-    return s->num_paths == P && s->nnz == nnz &&
-           std::memcmp(s->paths, paths.data_ptr<int>(), sizeof(int32_t) * P * kPathCols) == 0 &&
-           std::memcmp(s->cg_ptr, ptr.data_ptr<int>(), sizeof(int32_t) * (P + 1)) == 0 &&
-           std::memcmp(s->cg_idx, idx.data_ptr<int>(), sizeof(int32_t) * nnz * 3) == 0 &&
-           values_match(s->cg_val, vals.data_ptr<double>(), nnz, f64);
-  });
-}
-
 // Host-side facts about one plan, and its device tables. The paths/cg tables are read on the
 // host once per plan (one device->host copy); entries hold strong references to the key tensors
 // so their addresses cannot be reused, and a changed version counter invalidates the entry.
@@ -72,23 +54,59 @@ struct PlanEntry {
   int spec_generation = -1;
 };
 
-// Finds the libraries serving the call's cg_val, unless that tensor (same version) was matched
-// since the last library was loaded: one device->host copy of cg_val when it changes.
+bool tables_match(const TPSpec* s, const PlanEntry& pe) {
+  const int64_t P = pe.num_paths, nnz = pe.nnz;
+  return s->num_paths == P && s->nnz == nnz &&
+         std::memcmp(s->paths, pe.h_paths.data_ptr<int>(), sizeof(int32_t) * P * kPathCols) == 0 &&
+         std::memcmp(s->cg_ptr, pe.h_cg_ptr.data_ptr<int>(), sizeof(int32_t) * (P + 1)) == 0 &&
+         std::memcmp(s->cg_idx, pe.h_cg_idx.data_ptr<int>(), sizeof(int32_t) * nnz * 3) == 0;
+}
+
+// The compiled-in values serve a call whose cg_val (vals: its values, exactly, as double) converts
+// to the same numbers in the call's dtype.
+bool values_match(const double* compiled, const double* vals, int64_t nnz, bool f64) {
+  for (int64_t q = 0; q < nnz; ++q)
+    if (f64 ? compiled[q] != vals[q] : float(compiled[q]) != float(vals[q])) return false;
+  return true;
+}
+
+// Finds the libraries serving the call's cg_val. Its values are read (one device->host copy) only
+// when a library has the plan's integer tables and cg_val is not the tensor, at the same version,
+// matched last. Inference tensors have no version counter: matched on every call. During CUDA
+// graph capture (no copy allowed) an unmatched cg_val gets the generic kernels for that call.
+// cg_val must change only through tensor operations: a write that leaves its version counter alone
+// (through .data, a raw pointer) is not seen.
 void attach_spec(PlanEntry& pe, const Tensor& cg_val) {
+  if (!g_specs.enabled()) return;  // nothing is used, nothing recorded
   const int gen = g_specs.generation();
-  if (pe.spec_generation == gen && pe.matched_val.defined() &&
+  const bool versioned = !cg_val.is_inference();
+  if (pe.spec_generation == gen && versioned && pe.matched_val.defined() &&
       pe.matched_val.unsafeGetTensorImpl() == cg_val.unsafeGetTensorImpl() &&
       pe.v_matched_val == cg_val._version())
     return;
   pe.spec_f32 = pe.spec_f64 = nullptr;
-  if (cg_val.dim() == 1 && cg_val.numel() == pe.nnz && cg_val.is_floating_point()) {
-    const Tensor vals = cg_val.to(at::kCPU, at::kDouble).contiguous();  // exact for float32 and float64
-    pe.spec_f32 = find_spec(pe.h_paths, pe.h_cg_ptr, pe.h_cg_idx, vals, false);
-    pe.spec_f64 = find_spec(pe.h_paths, pe.h_cg_ptr, pe.h_cg_idx, vals, true);
-  }
-  pe.matched_val = cg_val;
-  pe.v_matched_val = cg_val._version();
+  pe.matched_val = Tensor();
   pe.spec_generation = gen;
+  const bool candidate = g_specs.find([&](const TPSpec* s) { return tables_match(s, pe); }) != nullptr;
+  if (candidate && cg_val.dim() == 1 && cg_val.numel() == pe.nnz && cg_val.is_floating_point()) {
+    if (cg_val.is_cuda() &&
+        c10::cuda::captureStatusMayInitCtx(c10::cuda::getCurrentCUDAStream(pe.device).stream()) !=
+            c10::cuda::CaptureStatus::None) {
+      pe.spec_generation = -1;  // matched after the capture
+      return;
+    }
+    const Tensor vals = cg_val.to(at::kCPU, at::kDouble).contiguous();  // exact for float32 and float64
+    for (const bool f64 : {false, true}) {
+      const TPSpec* s = g_specs.find([&](const TPSpec* c) {
+        return tables_match(c, pe) && values_match(c->cg_val, vals.data_ptr<double>(), pe.nnz, f64);
+      });
+      (f64 ? pe.spec_f64 : pe.spec_f32) = s;
+    }
+  }
+  if (versioned) {
+    pe.matched_val = cg_val;
+    pe.v_matched_val = cg_val._version();
+  }
 }
 
 void build_entry(PlanEntry& pe) {

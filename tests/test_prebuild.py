@@ -80,7 +80,7 @@ def test_tuning_overrides_name_their_own_build(monkeypatch):
     monkeypatch.delenv(_codegen.TUNING_ENV, raising=False)
     default = _codegen.generate(struct, _codegen.tuning())
     threads = _codegen._analyse(struct)[2]
-    b64 = _codegen.MIN_WARPS64 * 32 // threads  # the float64 kernels' minimum of resident blocks
+    b64 = max(1, _codegen.MIN_WARPS64 * 32 // threads)  # the float64 kernels' minimum of resident blocks
     assert _codegen.tuning().suffix() == ""
     # no minimum for float32, MIN_WARPS64 for float64, every kernel
     assert f"__launch_bounds__(kThreads, sizeof(T) == 4 ? 0 : {b64}) bwd_kernel" in default

@@ -171,6 +171,19 @@ def test_graph_edge_cases():
     assert gx is None or torch.all(gx == 0)
 
 
+def test_cg_val_exact_after_a_float32_round_trip():
+    """cg_val (what the CUDA op and its generated kernels use) follows the module's dtype from the
+    exact float64 CG values: after float32 and back it equals the plan's values bit for bit, and in
+    float32 it is their rounding."""
+    conv = _small_conv()
+    exact = conv.cg_val.clone()
+    assert exact.dtype == torch.float64 and torch.equal(exact, torch.tensor(conv.cg_values, dtype=torch.float64))
+    conv.float()
+    assert torch.equal(conv.cg_val, exact.float())
+    conv.double()
+    assert torch.equal(conv.cg_val, exact)
+
+
 def test_float32_matches_float64():
     conv = _small_conv()
     gen = torch.Generator().manual_seed(8)

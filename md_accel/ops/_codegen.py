@@ -1,12 +1,11 @@
 """Plan-specialised CUDA kernels for ``md_accel::tp_conv_{fwd,bwd,dbwd}``: CUDA source generated from a
-lowered plan (paths table + Clebsch-Gordan sparsity), built with nvcc into a small shared
-library, and loaded by the op library (``csrc/tp_spec_abi.h``).
+lowered plan (paths table + Clebsch-Gordan sparsity and values), built with nvcc into a small
+shared library, and loaded by the op library (``csrc/tp_spec_abi.h``).
 
 What the generated kernels fix at compile time: every path's offsets, multiplicities and l's,
-and the (i, j, k) positions of its CG non-zeros (loops fully unrolled, zeros never visited).
-and the CG *values* (exact constants, ``kCg<q>``: no load per non-zero; the op library uses a
-library only for calls whose ``cg_val`` equals them in the call's dtype). Mapping (see
-.notes/kernels.md):
+the (i, j, k) positions of its CG non-zeros (loops fully unrolled, zeros never visited) and their
+values (exact constants ``kCg<q>``: no load per non-zero; the op library uses a library only for
+calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/kernels.md):
 
 * fwd: one block per receiver; passes over its incoming edges, each for a group of output blocks
   of one multiplicity (accumulators out[u, k] in registers, at most FWD_ACC_BUDGET per channel).
@@ -59,7 +58,7 @@ DBWD_G_BUDGET = (32, 16)
 MIN_WARPS64 = 12
 GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one barrier
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
-MAX_NNZ = 2048        # shared-memory staging of the CG values, and compile time
+MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
 MAX_THREADS = 1024
 TUNING_ENV = "MD_ACCEL_TP_TUNING"
 # Tuning.prefetch bits: the kernels whose edge loops prefetch the next edge's weight lines into L2.

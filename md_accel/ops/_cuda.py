@@ -104,7 +104,8 @@ def load_error() -> Optional[str]:
 
 def specialise(plan, device=None) -> Optional[str]:
     """Build (once, cached on disk) and load the kernels specialised to ``plan`` (a lowered
-    ``TPProblem``, or anything with ``paths``/``cg_ptr``/``cg_idx``) for the GPU of ``device``.
+    ``TPProblem`` or a ``TensorProductConv``: anything ``_codegen.plan_structure`` reads) for the
+    GPU of ``device``.
 
     Returns the library path, or None where the plan has a shape the generator does not handle
     (the generic kernels then serve it). Loading the same library twice is harmless.

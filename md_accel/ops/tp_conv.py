@@ -159,6 +159,9 @@ class TensorProductConv(torch.nn.Module):
         # the dense CG blocks of the reference path follow the module's device and dtype
         out = super()._apply(fn, recurse)
         self.cg_dense = [fn(c) if c.is_floating_point() else c for c in self.cg_dense]
+        # cg_val from the exact float64 values in its new dtype: a float32 -> float64 round trip
+        # would otherwise keep float32-rounded values (and miss the generated kernels)
+        self.cg_val = torch.tensor(self.cg_values, dtype=self.cg_val.dtype, device=self.cg_val.device)
         if self.paths.is_cuda:
             _specialise(self)
         return out

@@ -194,30 +194,40 @@ def test_matches_reference(name, dtype, kernels):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_other_cg_values_not_served_by_compiled_ones(dtype, specs):
-    """The generated kernels have the plan's CG values compiled in: a call with the same sparsity
-    but other values (one non-zero changed by one unit in the last place, or all scaled) runs the
-    generic kernels and matches the reference computed with its own values."""
+    """The generated kernels have the plan's CG values compiled in: a call whose cg_val differs in the
+    call's dtype (scaled, or changed in place after a served call) runs the generic kernels and
+    matches the reference computed with its own values; values equal after the cast to the call's
+    dtype (one float64 ulp off in a float32 call, a float64 cg_val with float32 features) are served."""
     problem = CONFIGS["sevennet_l3i5_like"]()
     gen = torch.Generator().manual_seed(8)
     num_nodes = 40
     g = random_graph(num_nodes, 300, gen, hub=3, hub_degree=40)
     plan, pl = plan_tensors(problem, dtype)
     x, y, w = inputs(problem, plan, g, num_nodes, dtype, gen)
-    assert OPS._tp_conv_specialised_for(x, *pl)
+    served = lambda cg, feats=x: OPS._tp_conv_specialised_for(feats, *pl[:3], cg)  # noqa: E731
+    assert served(pl[3])
+    assert served(plan.cg_val.clone().to(DEV, dtype))  # the same values in a new tensor
     one_ulp = plan.cg_val.clone()
     one_ulp[5] = torch.nextafter(one_ulp[5], torch.tensor(2.0, dtype=torch.float64))
-    if dtype == torch.float32:  # a change the float32 cast keeps
-        one_ulp[5] = one_ulp[5] * (1 + 2 ** -20)
-    for vals in (one_ulp, plan.cg_val * 1.25):
-        cg = vals.to(DEV, dtype)
-        assert not OPS._tp_conv_specialised_for(x, *pl[:3], cg)
+    assert served(one_ulp.to(DEV, dtype)) == (dtype == torch.float32)
+    assert served(plan.cg_val.to(DEV), x.float())
+
+    def check(cg, vals):
         out = OPS.tp_conv_fwd(x, y, w, *graph_args(g), *pl[:3], cg, plan.dim_out)
         plist, dense = _custom_ops._dense_cg(plan.paths, plan.cg_ptr, plan.cg_idx, vals, torch.float64)
         ref = tp_conv_fwd_ref(*(t.cpu().double() for t in (x, y, w)), g.src.cpu(), g.dst.cpu(), num_nodes,
                               plist, dense, plan.dim_out)
         assert rel_err(out, ref) <= TOL[dtype]
-    # the same values again (new tensors): served
-    assert OPS._tp_conv_specialised_for(x, *pl[:3], plan.cg_val.clone().to(DEV, dtype))
+
+    scaled = plan.cg_val * 1.25
+    assert not served(scaled.to(DEV, dtype))
+    check(scaled.to(DEV, dtype), scaled)
+    cg = plan.cg_val.to(DEV, dtype)
+    check(cg, plan.cg_val)
+    assert served(cg)
+    cg.mul_(1.25)  # in place: a new version of the tensor matched before
+    assert not served(cg)
+    check(cg, plan.cg_val.to(dtype).double() * 1.25)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
