@@ -171,17 +171,25 @@ def test_graph_edge_cases():
     assert gx is None or torch.all(gx == 0)
 
 
-def test_cg_val_exact_after_a_float32_round_trip():
-    """cg_val (what the CUDA op and its generated kernels use) follows the module's dtype from the
-    exact float64 CG values: after float32 and back it equals the plan's values bit for bit, and in
-    float32 it is their rounding."""
-    conv = _small_conv()
-    exact = conv.cg_val.clone()
+def test_cg_values_exact_after_a_float32_round_trip():
+    """The CG values (cg_val for the CUDA op and its generated kernels, the dense blocks of the
+    reference) follow the module's dtype from the exact float64 ones: after float32 and back they
+    equal a fresh module's bit for bit, and so does the output; in float32 they are the rounding."""
+    conv, fresh = _small_conv(), _small_conv()
+    exact = fresh.cg_val.clone()
     assert exact.dtype == torch.float64 and torch.equal(exact, torch.tensor(conv.cg_values, dtype=torch.float64))
     conv.float()
     assert torch.equal(conv.cg_val, exact.float())
+    assert all(c.dtype == torch.float32 for c in conv.cg_dense)
     conv.double()
     assert torch.equal(conv.cg_val, exact)
+    assert all(torch.equal(a, b) for a, b in zip(conv.cg_dense, fresh.cg_dense))
+    gen = torch.Generator().manual_seed(9)
+    n, e = 12, 60
+    src, dst = _random_graph(gen, n, e)
+    args = [torch.randn(*s, dtype=torch.float64, generator=gen)
+            for s in ((n, conv.dim_in1), (e, conv.dim_in2), (e, conv.weight_numel))]
+    assert torch.equal(conv(*args, src, dst, n), fresh(*args, src, dst, n))
 
 
 def test_float32_matches_float64():

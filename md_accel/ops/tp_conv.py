@@ -144,6 +144,7 @@ class TensorProductConv(torch.nn.Module):
         self.weight_numel: int = plan.weight_numel
         self.path_list: List[List[int]] = plan.paths.tolist()
         self.cg_dense: List[torch.Tensor] = plan.dense
+        self.cg_dense64: List[torch.Tensor] = list(plan.dense)  # float64, on the CPU, never changed
         self.register_buffer("paths", plan.paths, persistent=False)
         self.register_buffer("cg_ptr", plan.cg_ptr, persistent=False)
         self.register_buffer("cg_idx", plan.cg_idx, persistent=False)
@@ -156,12 +157,13 @@ class TensorProductConv(torch.nn.Module):
         self.save_weights_bytes: int = _save_weights_bytes()  # above: forward_fused recomputes w per chunk
 
     def _apply(self, fn, recurse=True):
-        # the dense CG blocks of the reference path follow the module's device and dtype
+        # The CG values of both paths (the reference's dense blocks, the CUDA op's cg_val) follow the
+        # module's device and dtype, made from the exact float64 ones: a float32 -> float64 round trip
+        # would otherwise keep float32-rounded values (and cg_val would miss the generated kernels).
         out = super()._apply(fn, recurse)
-        self.cg_dense = [fn(c) if c.is_floating_point() else c for c in self.cg_dense]
-        # cg_val from the exact float64 values in its new dtype: a float32 -> float64 round trip
-        # would otherwise keep float32-rounded values (and miss the generated kernels)
-        self.cg_val = torch.tensor(self.cg_values, dtype=self.cg_val.dtype, device=self.cg_val.device)
+        dtype, device = self.cg_val.dtype, self.cg_val.device
+        self.cg_dense = [c.to(device=device, dtype=dtype) for c in self.cg_dense64]
+        self.cg_val = torch.tensor(self.cg_values, dtype=dtype, device=device)
         if self.paths.is_cuda:
             _specialise(self)
         return out
