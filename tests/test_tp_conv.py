@@ -49,6 +49,15 @@ def _random_graph(gen, n, e):
     return src, dst
 
 
+def _random_case(conv, seed, n, e):
+    """(src, dst, [x, y, w]): a random n-node, e-edge graph and float64 inputs for ``conv``."""
+    gen = torch.Generator().manual_seed(seed)
+    src, dst = _random_graph(gen, n, e)
+    args = [torch.randn(*s, dtype=torch.float64, generator=gen)
+            for s in ((n, conv.dim_in1), (e, conv.dim_in2), (e, conv.weight_numel))]
+    return src, dst, args
+
+
 def _e3nn_conv(ir1, ir2, iro, ins, x, y, w, src, dst, n, **kw):
     tp = e3nn_o3.TensorProduct(ir1, ir2, iro, ins, shared_weights=False, internal_weights=False, **kw)
     assert tp.weight_numel == w.shape[1]
@@ -112,12 +121,10 @@ def _small_conv():
 
 def test_gradcheck_and_gradgradcheck_through_op():
     conv = _small_conv()
-    gen = torch.Generator().manual_seed(5)
     n, e = 4, 9
-    src, dst = _random_graph(gen, n, e)
+    src, dst, args = _random_case(conv, 5, n, e)
     g = build_graph(src, dst, n)
-    args = tuple(torch.randn(*s, dtype=torch.float64, generator=gen).requires_grad_()
-                 for s in ((n, conv.dim_in1), (e, conv.dim_in2), (e, conv.weight_numel)))
+    args = tuple(a.requires_grad_() for a in args)
 
     def f(x, y, w):
         return torch.ops.md_accel.tp_conv_fwd(x, y, w, g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr,
@@ -184,21 +191,15 @@ def test_cg_values_exact_after_a_float32_round_trip():
     conv.double()
     assert torch.equal(conv.cg_val, exact)
     assert all(torch.equal(a, b) for a, b in zip(conv.cg_dense, fresh.cg_dense))
-    gen = torch.Generator().manual_seed(9)
     n, e = 12, 60
-    src, dst = _random_graph(gen, n, e)
-    args = [torch.randn(*s, dtype=torch.float64, generator=gen)
-            for s in ((n, conv.dim_in1), (e, conv.dim_in2), (e, conv.weight_numel))]
+    src, dst, args = _random_case(conv, 9, n, e)
     assert torch.equal(conv(*args, src, dst, n), fresh(*args, src, dst, n))
 
 
 def test_float32_matches_float64():
     conv = _small_conv()
-    gen = torch.Generator().manual_seed(8)
     n, e = 20, 120
-    src, dst = _random_graph(gen, n, e)
-    args64 = [torch.randn(*s, dtype=torch.float64, generator=gen)
-              for s in ((n, conv.dim_in1), (e, conv.dim_in2), (e, conv.weight_numel))]
+    src, dst, args64 = _random_case(conv, 8, n, e)
     out64 = conv(*args64, src, dst, n)
     out32 = conv.float()(*[a.float() for a in args64], src, dst, n)
     assert out32.dtype == torch.float32
@@ -235,11 +236,8 @@ def test_clear_errors():
 def test_torchscript_and_compile():
     conv = _small_conv()
     scripted = torch.jit.script(conv)
-    gen = torch.Generator().manual_seed(9)
     n, e = 5, 11
-    src, dst = _random_graph(gen, n, e)
-    args = [torch.randn(*s, dtype=torch.float64, generator=gen)
-            for s in ((n, conv.dim_in1), (e, conv.dim_in2), (e, conv.weight_numel))]
+    src, dst, args = _random_case(conv, 9, n, e)
     assert torch.equal(scripted(*args, src, dst, n), conv(*args, src, dst, n))
     g = build_graph(src, dst, n)
 

@@ -265,6 +265,16 @@ def _cg_decls(cg_idx, cg_val) -> str:
     return "".join(lines) + f"constexpr double kCgVal[] = {{{', '.join(f'kCg{q}' for q in range(len(cg_val)))}}};\n"
 
 
+def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_const) -> str:
+    """Path p's forward message for output component k of one channel (weight not applied):
+    sum_ij cg_ijk y_j x_i over its non-zeros, as one fma chain."""
+    expr = "T(0)"
+    for (q, i, j, kk) in p.nz:
+        if kk == k:
+            expr = f"fma({cg(q)} * y{p.in2_off + j}, {xk}_{i}, {expr})"
+    return expr
+
+
 def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = None,
                       cg: Callable[[int], str] = _cg_const) -> str:
     """Path p's per-edge partial contractions with the receiver's grad_out (registers gk_k):
@@ -385,18 +395,15 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         xk, hk = _bname('x', p.in1_key), _bname('h', p.in1_key)
         acc = _bname('acc', p.out_key)
         for k in ks:
-            terms = [(q, i, j) for (q, i, j, kk) in p.nz if kk == k]
+            eg = _fwd_component(p, k, xk)  # the message with (x, y)
             if not dbwd:
-                expr = "T(0)"
-                for (q, i, j) in terms:
-                    expr = f"fma({_cg_const(q)} * y{p.in2_off + j}, {xk}_{i}, {expr})"
-                s.append(f"{I5}{acc}_{k} = fma(wp, {expr}, {acc}_{k});\n")
+                s.append(f"{I5}{acc}_{k} = fma(wp, {eg}, {acc}_{k});\n")
             else:
-                ew, eg = "T(0)", "T(0)"
-                for (q, i, j) in terms:
-                    c = p.in2_off + j
-                    ew = f"fma({_cg_const(q)}, fma(y{c}, {hk}_{i}, z{c} * {xk}_{i}), {ew})"
-                    eg = f"fma({_cg_const(q)} * y{c}, {xk}_{i}, {eg})"
+                ew = "T(0)"  # the messages with (ggx, y) and (x, ggy)
+                for (q, i, j, kk) in p.nz:
+                    if kk == k:
+                        c = p.in2_off + j
+                        ew = f"fma({_cg_const(q)}, fma(y{c}, {hk}_{i}, z{c} * {xk}_{i}), {ew})"
                 s.append(f"{I5}{acc}_{k} = fma(wp, {ew}, fma(vp, {eg}, {acc}_{k}));\n")
         s.append(f"{I3}}}\n")
     s.append(f"{I2}}}\n")

@@ -32,8 +32,8 @@ import os
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ._codegen import (Unsupported, _analyse, _bwd_contractions, _bwd_weight_grad, _cache_dir, _covered_fn, _Path,
-                       compile_cached, structure_key)
+from ._codegen import (Unsupported, _analyse, _bwd_contractions, _bwd_weight_grad, _cache_dir, _covered_fn,
+                       _fwd_component, _Path, compile_cached, structure_key)
 
 FUSED_GEN_VERSION = 5  # bump when the generated code changes: names the cache entries
 THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
@@ -332,11 +332,7 @@ def _fwd_group(gi: int, g: _Group, hidden: int, esize: int) -> str:
         s.append(f"{I7}  const T wp = {_weight(g, g.col(p), 's_w')};\n")
         xk, acc = _xn(p.in1_key), _acc(p.out_key)
         for k in sorted({k for (_, _, _, k) in p.nz}):
-            expr = "T(0)"
-            for (q, i, j, kk) in p.nz:
-                if kk == k:
-                    expr = f"fma({_cg_smem(q)} * y{p.in2_off + j}, {xk}_{i}, {expr})"
-            s.append(f"{I7}  {acc}_{k} = fma(wp, {expr}, {acc}_{k});\n")
+            s.append(f"{I7}  {acc}_{k} = fma(wp, {_fwd_component(p, k, xk, _cg_smem)}, {acc}_{k});\n")
         s.append(f"{I7}}}\n")
     s.append(f"{I6}}}\n{I5}}}\n{I4}}}\n")
     s.append(f"{I4}while (cur < n_hi) {{\n")
