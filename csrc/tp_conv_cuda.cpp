@@ -3,7 +3,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -70,6 +69,17 @@ bool values_match(const double* compiled, const double* vals, int64_t nnz, bool 
   return true;
 }
 
+// Whether the current stream of `device` is capturing a CUDA graph (the raw runtime call: the c10
+// helpers for it differ between torch versions). A failed query counts as capturing.
+bool stream_is_capturing(int device) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device).stream(), &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 // Finds the libraries serving the call's cg_val. Its values are read (one device->host copy) only
 // when a library has the plan's integer tables and cg_val is not the tensor, at the same version,
 // matched last. Inference tensors have no version counter: matched on every call. During CUDA
@@ -89,9 +99,7 @@ void attach_spec(PlanEntry& pe, const Tensor& cg_val) {
   pe.spec_generation = gen;
   const bool candidate = g_specs.find([&](const TPSpec* s) { return tables_match(s, pe); }) != nullptr;
   if (candidate && cg_val.dim() == 1 && cg_val.numel() == pe.nnz && cg_val.is_floating_point()) {
-    if (cg_val.is_cuda() &&
-        c10::cuda::captureStatusMayInitCtx(c10::cuda::getCurrentCUDAStream(pe.device).stream()) !=
-            c10::cuda::CaptureStatus::None) {
+    if (cg_val.is_cuda() && stream_is_capturing(pe.device)) {
       pe.spec_generation = -1;  // matched after the capture
       return;
     }
