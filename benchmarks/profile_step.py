@@ -51,6 +51,7 @@ PARTS = ("tp_conv fwd", "tp_conv bwd", "radial MLP", "gemm", "contraction", "ele
 _PEER_TP = ("segmented_polynomial", "tensor_product", "cuequivariance", "openequivariance", "fused_tp", "uvu",
             "tp_fwd", "tp_bwd", "flashtp")
 TOP_KERNELS = 15
+SHAPES = 0  # --shapes N: also print the top N operators by input shapes
 _GEMM = ("gemm", "gemv", "xmma", "cutlass", "cublas", "nvjet", "sm90_", "sm80_", "ampere_", "dot_kernel", "splitk")
 
 
@@ -165,11 +166,16 @@ def analyse(trace: Dict, steps: int) -> Dict:
 def profile(fn: Callable[[], object], steps: int, trace_path: str) -> Dict:
     from torch.profiler import ProfilerActivity, record_function
 
-    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                                record_shapes=SHAPES) as prof:
         for _ in range(steps):
             with record_function(STEP):
                 fn()
         torch.cuda.synchronize()
+    if SHAPES:  # which tensors the aten operators work on (where copies and concatenations come from)
+        print(prof.key_averages(group_by_input_shape=True).table(
+            sort_by="self_cuda_time_total", row_limit=SHAPES, max_name_column_width=36,
+            max_shapes_column_width=110))
     prof.export_chrome_trace(trace_path)
     with open(trace_path) as f:
         return analyse(json.load(f), steps)
@@ -300,7 +306,11 @@ def main(argv: Optional[List[str]] = None) -> List[Dict]:
     ap.add_argument("--out", default=None)
     ap.add_argument("--trace-dir", default=None, help="keep the chrome traces here")
     ap.add_argument("--tag", default="profile_step")
+    ap.add_argument("--shapes", type=int, default=0, metavar="N",
+                    help="also print the N operators with the most GPU time, grouped by input shapes")
     args = ap.parse_args(argv)
+    global SHAPES
+    SHAPES = args.shapes
     if not torch.cuda.is_available():
         raise SystemExit("profile_step needs CUDA")
     dtype = getattr(torch, args.dtype)

@@ -79,4 +79,13 @@ __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const uint32_t (&a_hi)
 #pragma unroll
   for (int v = 0; v < 4; ++v) d[v] += c[v];
 }
+
+// c += a_lo b_hi + a_hi b_lo + a_hi b_hi straight into c (truncating adds): for a partial sum
+// over a few k8 steps that the caller starts from zero and adds to its result itself
+__device__ __forceinline__ void mma_3xtf32_into(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                                const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
+  mma_tf32(c, a_lo, b_hi);
+  mma_tf32(c, a_hi, b_lo);
+  mma_tf32(c, a_hi, b_hi);
+}
 }  // namespace md_accel
