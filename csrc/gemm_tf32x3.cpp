@@ -9,10 +9,13 @@
 //  - cuBLAS float32 (SIMT) on GPUs that kernel does not fit (see gemm_3xtf32_supported).
 //
 // a [M, K], b [K, N] (or [N, K] when transpose_b), K and N multiples of 8, any M; the output is
-// a new contiguous [M, N] tensor. No autograd kernel: callers wrap the op in their own autograd
+// a new contiguous [M, N] tensor. a may also be [G, K, d] (an equivariant linear's block: nodes x
+// channels x components): then out [G, N, d], out[g, :, m] = a[g, :, m] @ B, computed on that
+// layout directly (the kernel's grouped layout) instead of on transposed copies. No autograd kernel: callers wrap the op in their own autograd
 // (the gradients are again gemm_3xtf32 calls: dA = dC @ B^T, dB = A^T @ dC).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/matmul.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -33,7 +36,8 @@ bool gemm_3xtf32_supported(int device);
 int gemm_3xtf32_splits(int64_t m, int64_t k, int64_t n);
 int64_t gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n, int splits);
 const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
-                               int64_t n, int splits, void* scratch, cudaStream_t stream);
+                               int64_t n, int splits, void* scratch, cudaStream_t stream, int group_d,
+                               int64_t group_lda);
 const char* gemm_3xtf32_split3(const float* a, const float* b, bool trans_b, float* a3, float* b3, int64_t m,
                                int64_t k, int64_t n, cudaStream_t stream);
 
@@ -53,7 +57,8 @@ std::string dims(const Tensor& t) {
 
 // Why a @ b (b^T when transpose_b) is not a valid call, or "" when it is.
 std::string shape_error(const Tensor& a, const Tensor& b, bool transpose_b) {
-  if (a.dim() != 2 || b.dim() != 2) return "a and b must be 2-D, got " + dims(a) + " and " + dims(b);
+  if ((a.dim() != 2 && a.dim() != 3) || b.dim() != 2)
+    return "a must be 2-D or 3-D and b 2-D, got " + dims(a) + " and " + dims(b);
   const int64_t K = a.size(1), N = transpose_b ? b.size(0) : b.size(1);
   if ((transpose_b ? b.size(1) : b.size(0)) != K)
     return "shapes " + dims(a) + " and " + dims(b) + (transpose_b ? " (b transposed)" : "") + " do not match";
@@ -64,12 +69,37 @@ std::string shape_error(const Tensor& a, const Tensor& b, bool transpose_b) {
   return "";
 }
 
+// The specification: a @ B, for a 3-D a [G, K, d] per group and component: out[g, :, m] = a[g, :, m] @ B.
+Tensor matmul_ref(const Tensor& a, const Tensor& b, bool transpose_b) {
+  const Tensor bb = transpose_b ? b.t() : b;
+  if (a.dim() == 3) return at::matmul(a.transpose(1, 2), bb).transpose(1, 2).contiguous();
+  return a.mm(bb).contiguous();
+}
+
 Tensor gemm_3xtf32_cpu(const Tensor& a, const Tensor& b, bool transpose_b) {
   const std::string err = shape_error(a, b, transpose_b);
   TORCH_CHECK(err.empty(), "md_accel gemm_3xtf32: ", err);
   TORCH_CHECK(a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble,
               "md_accel gemm_3xtf32: float32 or float64 on the CPU, got ", a.scalar_type());
-  return a.mm(transpose_b ? b.t() : b).contiguous();
+  return matmul_ref(a, b, transpose_b);
+}
+
+// a [G, K, d] @ B -> [G, N, d] on the kernel's grouped layout (no transposed copies of a or the output)
+Tensor gemm_grouped_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b, int64_t K, int64_t N) {
+  Tensor a = a_;
+  if (a.stride(2) != 1 || a.stride(1) != a.size(2)) a = a.contiguous();
+  const Tensor b = b_.contiguous();
+  const int64_t G = a.size(0), d = a.size(2), M = G * d;
+  Tensor out = at::empty({G, N, d}, a.options());
+  if (M == 0 || N == 0) return out;
+  TORCH_CHECK(d < (int64_t(1) << 20), "md_accel gemm_3xtf32: too many components per group");
+  const int64_t lda = G > 1 ? a.stride(0) : K * d;
+  const Tensor scratch = at::empty({gemm_3xtf32_scratch_bytes(M, K, N, 1)}, a.options().dtype(at::kByte));
+  auto stream = c10::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  const char* err = gemm_3xtf32_launch(a.data_ptr<float>(), b.data_ptr<float>(), transpose_b, out.data_ptr<float>(), M,
+                                       K, N, 1, scratch.data_ptr(), stream, int(d), lda);
+  TORCH_CHECK(err == nullptr, "md_accel gemm_3xtf32: ", err);
+  return out;
 }
 
 constexpr int kMaxDevices = 64;
@@ -117,7 +147,8 @@ Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
   const int device = a_.device().index();
   // GPUs without the kernel's needs (sm_80 tensor cores, ~105 KB shared memory per block):
   // cuBLAS float32 (SIMT), the same accuracy class
-  if (!gemm_3xtf32_supported(device)) return a_.mm(transpose_b ? b_.t() : b_).contiguous();
+  if (!gemm_3xtf32_supported(device)) return matmul_ref(a_, b_, transpose_b);
+  if (a_.dim() == 3) return gemm_grouped_cuda(a_, b_, transpose_b, K, N);
   if (use_cublas_split3(device, K, N)) {
     Tensor out = gemm_cublas_split3(a_.contiguous(), b_.contiguous(), transpose_b, K, N);
     if (out.defined()) return out;
@@ -132,7 +163,7 @@ Tensor gemm_3xtf32_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b) {
   const Tensor scratch = at::empty({gemm_3xtf32_scratch_bytes(M, K, N, splits)}, a.options().dtype(at::kByte));
   auto stream = c10::cuda::getCurrentCUDAStream(a.device().index()).stream();
   const char* err = gemm_3xtf32_launch(a.data_ptr<float>(), b.data_ptr<float>(), transpose_b, out.data_ptr<float>(),
-                                       M, K, N, splits, scratch.data_ptr(), stream);
+                                       M, K, N, splits, scratch.data_ptr(), stream, 0, 0);
   TORCH_CHECK(err == nullptr, "md_accel gemm_3xtf32: ", err);
   return out;
 }

@@ -22,6 +22,12 @@
 // 1-D grid: block = (split * m_tiles + m_tile) * n_tiles + n_tile (consecutive blocks share their A
 // rows in L2).
 //
+// Grouped layout (Grouped = {d, lda}, d > 0): A's rows are (group, m) pairs of a [G, K, d] tensor,
+// row r = group * d + m holding A[r, k] = a[group * lda + k * d + m] (an equivariant linear's l > 0
+// block: nodes x channels x components, the rows its components); C is written as [G, N, d] the
+// same way. The tiles are the same; A is copied 4 bytes at a time and C stored element-wise. No
+// split K in that layout.
+//
 // Split K (k_splits): a grid whose last wave would run nearly empty (a few thousand rows: the
 // input gradient of a small system, a few hundred row tiles on 2 x 132 block slots) runs as up to
 // kMaxSplits grids of K ranges (whole 32-wide k tiles) writing partial products, which
@@ -68,6 +74,12 @@ static_assert(kLdA % 4 == 0 && kLdB % 4 == 0, "16-byte aligned shared rows");
 __device__ __forceinline__ void cp_async16(float* smem, const float* gmem, int src_bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   MD_ACCEL_SM80_ASM_VOLATILE("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+
+// 4 bytes global -> shared (cp.async.ca: the grouped layout's neighbouring elements come from L1)
+__device__ __forceinline__ void cp_async4(float* smem, const float* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  MD_ACCEL_SM80_ASM_VOLATILE("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit() { MD_ACCEL_SM80_ASM_VOLATILE("cp.async.commit_group;" ::: "memory"); }
@@ -139,14 +151,21 @@ __global__ void __launch_bounds__(256) split3_a_kernel(const float* __restrict__
   out[2 * K] = hi;
 }
 
+// The grouped layout of A and C (see the header); d = 0: plain row-major.
+struct Grouped {
+  int d;
+  int64_t lda;  // floats between consecutive groups of A
+};
+
 // c: C, or with several splits the partial products [splits][M][N]. The mma of one 32-wide k tile
 // (4 k8 steps x 3) accumulate into a partial sum started from zero (truncating adds, see mma.cuh),
 // which is added to the result with a round-to-nearest add: a quarter of the adds of one partial
 // per k8 step and 192 instead of 255 registers, at the same accuracy (H200, E = 1.37M, K = 512..1760,
 // N = 64: max error relative to max|C| 3.7-4.6e-7 against 3.3-6.6e-7 per k8 step; 1.15-1.23x faster).
+template <bool kGrouped>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
 gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, float* __restrict__ c, int64_t M,
-                   int K, int N, unsigned n_tiles, unsigned tiles, int kt_per_split) {
+                   int K, int N, unsigned n_tiles, unsigned tiles, int kt_per_split, Grouped grp) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* const smem = reinterpret_cast<float*>(smem_raw);
   const int tid = int(threadIdx.x);
@@ -169,6 +188,16 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
   const float* const a_blk = a + m0 * K;
   const int a_rows = M - m0 < kBM ? int(M - m0) : kBM;  // rows of A in this block
   const bool b_col_ok = n0 + b_c < N;                 // N % 8 == 0: both columns or none
+  // grouped: where this thread's A rows start (group * lda + m); element k at + k * d
+  constexpr int kARowsPerThread = kBM * kBK / 4 / kThreads;
+  int64_t a_row_off[kGrouped ? kARowsPerThread : 1];
+  if constexpr (kGrouped) {
+#pragma unroll
+    for (int i = 0; i < kARowsPerThread; ++i) {
+      const int64_t r = m0 + a_r + i * (kThreads / kAChunksPerRow);
+      a_row_off[i] = (r / grp.d) * grp.lda + r % grp.d;
+    }
+  }
 
   // stage `stage` <- A[m0 : m0+kBM, k0 : k0+kBK] and B[k0 : k0+kBK, n0 : n0+kBN] (hi, lo), zero-filled outside
   auto load_tile = [&](int stage, int kt) {
@@ -177,10 +206,16 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
     const int k0 = (kt0 + kt) * kBK;
     const bool a_k_ok = k0 + a_c < K;  // K % 8 == 0: the whole chunk or none
 #pragma unroll
-    for (int i = 0; i < kBM * kBK / 4 / kThreads; ++i) {
+    for (int i = 0; i < kARowsPerThread; ++i) {
       const int row = a_r + i * (kThreads / kAChunksPerRow);
       const bool ok = a_k_ok && row < a_rows;
-      cp_async16(As + row * kLdA + a_c, ok ? a_blk + (row * K + k0 + a_c) : a, ok ? 16 : 0);
+      if constexpr (kGrouped) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          cp_async4(As + row * kLdA + a_c + q, ok ? a + (a_row_off[i] + int64_t(k0 + a_c + q) * grp.d) : a, ok ? 4 : 0);
+      } else {
+        cp_async16(As + row * kLdA + a_c, ok ? a_blk + (row * K + k0 + a_c) : a, ok ? 16 : 0);
+      }
     }
 #pragma unroll
     for (int i = 0; i < kBK * 2 * kBN / 4 / kThreads; ++i) {
@@ -262,8 +297,19 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
     for (int j = 0; j < kNTiles; ++j) {
       const int col = n0 + j * 8 + 2 * t;
       if (col >= N) continue;  // N % 8 == 0: a whole n8 tile is in or out
-      if (r0 < M) *reinterpret_cast<float2*>(c + r0 * N + col) = make_float2(acc[i][j][0], acc[i][j][1]);
-      if (r0 + 8 < M) *reinterpret_cast<float2*>(c + (r0 + 8) * N + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+      if constexpr (kGrouped) {  // C[r, col] at (r / d) * N * d + col * d + r % d
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t r = r0 + 8 * h;
+          if (r >= M) continue;
+          float* const cr = c + (r / grp.d) * N * grp.d + int64_t(col) * grp.d + r % grp.d;
+          cr[0] = acc[i][j][2 * h];
+          cr[grp.d] = acc[i][j][2 * h + 1];
+        }
+      } else {
+        if (r0 < M) *reinterpret_cast<float2*>(c + r0 * N + col) = make_float2(acc[i][j][0], acc[i][j][1]);
+        if (r0 + 8 < M) *reinterpret_cast<float2*>(c + (r0 + 8) * N + col) = make_float2(acc[i][j][2], acc[i][j][3]);
+      }
     }
   }
 }
@@ -354,14 +400,20 @@ bool gemm_3xtf32_supported(int device) {
 
 // C[M, N] = A[M, K] @ B, B = b [K, N] or (trans_b) b^T with b [N, K]; float32, row-major,
 // contiguous, a 16-byte aligned; splits: gemm_3xtf32_splits(M, K, N) (or 1); scratch:
-// gemm_3xtf32_scratch_bytes(M, K, N, splits) bytes, 16-byte aligned.
+// gemm_3xtf32_scratch_bytes(M, K, N, splits) bytes, 16-byte aligned. group_d > 0: A and C in the
+// grouped layout (header; M = G * group_d, A's groups group_lda floats apart, C a new [G, N, d]),
+// splits 1, a and c 4-byte aligned.
 // Returns nullptr on success, else a static error message.
 const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
-                               int64_t n, int splits, void* scratch, cudaStream_t stream) {
+                               int64_t n, int splits, void* scratch, cudaStream_t stream, int group_d,
+                               int64_t group_lda) {
   if (m < 0 || k < 0 || n < 0 || k % 8 != 0 || n % 8 != 0) return "K and N must be multiples of 8";
   if (splits < 1 || splits > kMaxSplits) return "splits out of range";
   if (k >= (int64_t(1) << 24) || k * n > 0x7fffffffLL) return "K or K*N too large";
-  if ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(c) | reinterpret_cast<uintptr_t>(scratch)) % 16 != 0)
+  const bool grouped = group_d > 0;
+  if (grouped && (splits != 1 || m % group_d != 0 || group_lda < k * group_d)) return "bad grouped layout";
+  if ((reinterpret_cast<uintptr_t>(scratch) | (grouped ? 0 : reinterpret_cast<uintptr_t>(a) |
+                                                              reinterpret_cast<uintptr_t>(c))) % 16 != 0)
     return "operands must be 16-byte aligned";
   if (m == 0 || n == 0) return nullptr;
   float2* const b_split = static_cast<float2*>(scratch);
@@ -374,21 +426,27 @@ const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, flo
   const int kt_per_split = int(ceil_div(ceil_div(k, kBK), splits));
   const int64_t blocks = tiles * splits;
   if (blocks > 0x7fffffffLL) return "problem too large for one launch";
-  // once per device (not again during CUDA graph capture, after a first eager call)
-  static std::atomic<bool> smem_set[kMaxDevices];
+  // once per device and kernel (not again during CUDA graph capture, after a first eager call)
+  static std::atomic<bool> smem_set[2][kMaxDevices];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return "cudaGetDevice failed";
-  if (!smem_set[dev].load(std::memory_order_acquire)) {
-    if (cudaFuncSetAttribute(gemm_3xtf32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) !=
-        cudaSuccess) {
+  if (!smem_set[grouped][dev].load(std::memory_order_acquire)) {
+    const void* fn = grouped ? reinterpret_cast<const void*>(gemm_3xtf32_kernel<true>)
+                             : reinterpret_cast<const void*>(gemm_3xtf32_kernel<false>);
+    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) {
       cudaGetLastError();
       return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
     }
-    smem_set[dev].store(true, std::memory_order_release);
+    smem_set[grouped][dev].store(true, std::memory_order_release);
   }
   float* const part = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(scratch) + align16(k * n * 8)) : c;
-  gemm_3xtf32_kernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(a, b_split, part, m, ki, ni, unsigned(n_tiles),
-                                                                          unsigned(tiles), kt_per_split);
+  const Grouped grp{group_d, group_lda};
+  if (grouped)
+    gemm_3xtf32_kernel<true><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(
+        a, b_split, part, m, ki, ni, unsigned(n_tiles), unsigned(tiles), kt_per_split, grp);
+  else
+    gemm_3xtf32_kernel<false><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(
+        a, b_split, part, m, ki, ni, unsigned(n_tiles), unsigned(tiles), kt_per_split, grp);
   if (splits > 1) {
     const int64_t total4 = m * n / 4;
     const unsigned sum_grid = unsigned(ceil_div(total4, 256));

@@ -1,9 +1,12 @@
-// md_accel::linear_tf32x3(a, b) = a @ b, differentiable, for the radial MLP's last layer.
+// md_accel::linear_tf32x3(a, b) = a @ b, differentiable, for the radial MLP's last layer and the
+// equivariant linears. a [M, K], or [G, K, d] with out[g, :, m] = a[g, :, m] @ b (an l > 0 block of
+// a linear, nodes x channels x components, in its own layout).
 //
 // On CUDA in float32 it runs md_accel::gemm_3xtf32 (tensor cores, 3xTF32 split: float32
 // accuracy); elsewhere (CPU, float64, or a library built without CUDA) it is at::mm. The op is
 // closed under differentiation, so force training and Hessians work through it:
-//   d/da <g, a b> = g b^T = linear_tf32x3(g, b^T)        d/db <g, a b> = a^T g (at::mm)
+//   d/da <g, a b> = g b^T = linear_tf32x3(g, b^T)        d/db <g, a b> = a^T g (at::mm; a tensordot over
+//   groups and components for a 3-D a)
 // MD_ACCEL_TF32X3=0 in the environment turns the tensor-core path off (plain float32 mm), for
 // comparisons. The schema lives in this CPU source so TorchScript models that call the op load in every build
 // of the library (LAMMPS' CPU build included).
@@ -43,11 +46,12 @@ bool tensor_cores_enabled() {
 }
 
 Tensor linear_impl(const Tensor& a, const Tensor& b) {
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "linear_tf32x3: shapes ", a.sizes(),
-              " and ", b.sizes(), " do not multiply");
+  TORCH_CHECK((a.dim() == 2 || a.dim() == 3) && b.dim() == 2 && a.size(1) == b.size(0), "linear_tf32x3: shapes ",
+              a.sizes(), " and ", b.sizes(), " do not multiply");
   const bool tensor_cores = a.is_cuda() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
                             a.size(1) % 8 == 0 && b.size(1) % 8 == 0 && tensor_cores_enabled() && gemm_op().has_value();
-  if (tensor_cores) return gemm_op()->call(a.contiguous(), b.contiguous(), false);
+  if (tensor_cores) return gemm_op()->call(a.dim() == 2 ? a.contiguous() : a, b.contiguous(), false);
+  if (a.dim() == 3) return at::matmul(a.transpose(1, 2), b).transpose(1, 2).contiguous();
   return at::mm(a, b);
 }
 
@@ -64,7 +68,7 @@ class LinearFunction : public torch::autograd::Function<LinearFunction> {
     const auto s = ctx->get_saved_variables();
     const Tensor& g = grads[0];
     if (ctx->needs_input_grad(0)) out[0] = LinearFunction::apply(g, s[1].t().contiguous());
-    if (ctx->needs_input_grad(1)) out[1] = at::mm(s[0].t(), g);
+    if (ctx->needs_input_grad(1)) out[1] = s[0].dim() == 2 ? at::mm(s[0].t(), g) : at::tensordot(s[0], g, {0, 2}, {0, 2});
     return out;
   }
 };

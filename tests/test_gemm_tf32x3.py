@@ -42,6 +42,21 @@ def test_matches_matmul(dtype, transpose_b, m, k, n):
         assert (out.double() - _ref(a, b, transpose_b)).abs().max().item() <= tol * max(1.0, k)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_grouped_matches_per_component_matmul(dtype, transpose_b):
+    """a [G, K, d]: out[g, :, m] = a[g, :, m] @ B, also for a strided view of wider rows."""
+    g = torch.Generator().manual_seed(5)
+    wide = torch.randn(13, 100, generator=g, dtype=dtype)
+    a = wide[:, 3:3 + 16 * 5].view(13, 16, 5)
+    b = torch.randn(24, 16, generator=g, dtype=dtype) if transpose_b else torch.randn(16, 24, generator=g, dtype=dtype)
+    out = OP(a, b, transpose_b)
+    assert out.shape == (13, 24, 5) and out.is_contiguous()
+    bb = b.t() if transpose_b else b
+    expect = torch.stack([a[:, :, m] @ bb for m in range(5)], dim=2)
+    torch.testing.assert_close(out, expect)
+
+
 def test_non_contiguous_operands():
     a = torch.randn(64, 40)[:, :32]  # row stride 40
     b = torch.randn(16, 32).t()      # [32, 16], column-major
@@ -82,10 +97,13 @@ _SHIM = r"""
 #include "cuda_emu.h"
 #include <cstring>
 
-// cp.async.cg 16 bytes with src-size (zero fill), done at once; commit / wait are no-ops
+// cp.async 16 / 4 bytes with src-size (zero fill), done at once; commit / wait are no-ops
 inline void cp_async16(float* smem, const float* gmem, int src_bytes) {
   std::memset(smem, 0, 16);
   if (src_bytes > 0) std::memcpy(smem, gmem, size_t(src_bytes));
+}
+inline void cp_async4(float* smem, const float* gmem, int src_bytes) {
+  *smem = src_bytes > 0 ? *gmem : 0.f;
 }
 inline void cp_async_commit() {}
 template <int N> inline void cp_async_wait() {}
@@ -97,7 +115,11 @@ extern "C" int emu_gemm_3xtf32_splits(int64_t m, int64_t k, int64_t n) {
 }
 extern "C" const char* emu_gemm_3xtf32(const float* a, const float* b, int trans_b, float* c, int64_t m,
                                        int64_t k, int64_t n, int splits, void* scratch) {
-  return md_accel::gemm_3xtf32_launch(a, b, trans_b != 0, c, m, k, n, splits, scratch, nullptr);
+  return md_accel::gemm_3xtf32_launch(a, b, trans_b != 0, c, m, k, n, splits, scratch, nullptr, 0, 0);
+}
+extern "C" const char* emu_gemm_3xtf32_grouped(const float* a, const float* b, int trans_b, float* c, int64_t m,
+                                               int64_t k, int64_t n, void* scratch, int d, int64_t lda) {
+  return md_accel::gemm_3xtf32_launch(a, b, trans_b != 0, c, m, k, n, 1, scratch, nullptr, d, lda);
 }
 extern "C" int64_t emu_gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n, int splits) {
   return md_accel::gemm_3xtf32_scratch_bytes(m, k, n, splits);
@@ -120,6 +142,10 @@ def emu_lib():
     lib.emu_gemm_3xtf32.restype = ctypes.c_char_p
     lib.emu_gemm_3xtf32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                     ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p]
+    lib.emu_gemm_3xtf32_grouped.restype = ctypes.c_char_p
+    lib.emu_gemm_3xtf32_grouped.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                            ctypes.c_int, ctypes.c_int64]
     lib.emu_gemm_3xtf32_scratch_bytes.restype = ctypes.c_int64
     lib.emu_gemm_3xtf32_scratch_bytes.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_int]
     return lib
@@ -168,6 +194,35 @@ def test_emulated_kernel(emu_lib, m, k, n, transpose_b, monkeypatch):
     # deterministic (fixed summation order)
     again, _ = _emu_gemm(emu_lib, a, b, transpose_b)
     assert torch.equal(out, again)
+
+
+@pytest.mark.parametrize("groups,k,n,d,pad,transpose_b", [(60, 40, 64, 3, 7, False), (23, 64, 72, 7, 0, True),
+                                                          (9, 8, 8, 5, 1, False)])
+def test_emulated_grouped_layout(emu_lib, groups, k, n, d, pad, transpose_b):
+    """A [G, K, d] (groups lda = K * d + pad floats apart: a block of wider feature rows) times B,
+    written as [G, N, d]: every element against float64, none left unwritten, deterministic; row
+    tiles that start inside a group (128 rows, d = 3, 5, 7)."""
+    g = torch.Generator().manual_seed(groups + k + n + d)
+    lda = k * d + pad
+    wide = torch.randn(groups, lda, generator=g)
+    a = wide[:, :k * d].view(groups, k, d)
+    b = (torch.randn(n, k, generator=g) if transpose_b else torch.randn(k, n, generator=g)) / k**0.5
+    m = groups * d
+    out = torch.full((groups, n, d), float("nan"))
+    _, nbytes = _emu_scratch_bytes(emu_lib, m, k, n)
+    scratch = torch.full((max(nbytes // 4, 4),), float("nan"))
+
+    def run():
+        return emu_lib.emu_gemm_3xtf32_grouped(wide.data_ptr(), b.data_ptr(), int(transpose_b), out.data_ptr(), m, k,
+                                               n, scratch.data_ptr(), d, lda)
+
+    assert run() is None
+    assert not out.isnan().any(), "output not fully written"
+    bb = (b.t() if transpose_b else b).double()
+    ref = torch.stack([a[:, :, c].double() @ bb for c in range(d)], dim=2)
+    assert (out.double() - ref).abs().max().item() <= 2e-6 * ref.abs().max().item()
+    first = out.clone()
+    assert run() is None and torch.equal(out, first)
 
 
 def test_emulated_kernel_rejects_bad_shapes(emu_lib):

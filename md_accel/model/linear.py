@@ -95,12 +95,12 @@ class Linear(torch.nn.Module):
             # the path weight scales the small weight block, not the [n, mul_out, d] product
             w = self.weight[w_off: w_off + mul_in * mul_out].view(mul_in, mul_out) * self.path_weights[k]
             # one [rows, mul_in] @ [mul_in, mul_out] product per instruction (md_accel::linear_tf32x3:
-            # tensor cores at float32 accuracy for CUDA float32), the m components as rows
+            # tensor cores at float32 accuracy for CUDA float32); an l > 0 block as [n, mul_in, d],
+            # which the op multiplies per component in that layout (no transposed copies)
             if d == 1:
                 y = torch.ops.md_accel.linear_tf32x3(blocks[i], w)
             else:
-                xb = blocks[i].reshape(n, mul_in, d).transpose(1, 2).reshape(n * d, mul_in)
-                y = torch.ops.md_accel.linear_tf32x3(xb, w).reshape(n, d, mul_out).transpose(1, 2)
+                y = torch.ops.md_accel.linear_tf32x3(blocks[i].view(n, mul_in, d), w)
             parts[o].append(y.reshape(n, mul_out * d))
         outs: List[torch.Tensor] = []
         for o, blk in enumerate(self.out_blocks):

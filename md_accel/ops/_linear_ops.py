@@ -1,7 +1,8 @@
 """Registration of ``md_accel::linear_tf32x3`` (``csrc/linear_tf32x3_ops.cpp``): ``a @ b``,
 differentiable, on tensor cores at float32 accuracy (3xTF32) for CUDA float32 inputs, ``mm``
 otherwise. The radial MLPs' last layer (``E x hidden`` times ``hidden x weights``) runs through
-it. Without the C++ library the schema is defined here with the plain ``mm`` behind it.
+it, and the equivariant linears: ``a`` may be ``[G, K, d]`` (nodes x channels x components), then
+``out[g, :, m] = a[g, :, m] @ b``, ``[G, N, d]``. Without the C++ library the schema is defined here with the plain ``mm`` behind it.
 """
 from __future__ import annotations
 
@@ -13,10 +14,14 @@ SCHEMAS = {"linear_tf32x3": "(Tensor a, Tensor b) -> Tensor"}
 
 
 def _impl(a, b):
+    if a.dim() == 3:  # [G, K, d]: out[g, :, m] = a[g, :, m] @ b
+        return torch.matmul(a.transpose(1, 2), b).transpose(1, 2).contiguous()
     return torch.mm(a, b)
 
 
 def _fake(a, b):
+    if a.dim() == 3:
+        return a.new_empty((a.shape[0], b.shape[1], a.shape[2]))
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
@@ -27,7 +32,9 @@ def _setup(ctx, inputs, output):
 def _backward(ctx, g):
     a, b = ctx.saved_tensors
     ga = torch.ops.md_accel.linear_tf32x3(g, b.t().contiguous()) if ctx.needs_input_grad[0] else None
-    gb = a.t().mm(g) if ctx.needs_input_grad[1] else None
+    gb = None
+    if ctx.needs_input_grad[1]:
+        gb = a.t().mm(g) if a.dim() == 2 else torch.tensordot(a, g, dims=([0, 2], [0, 2]))
     return ga, gb
 
 

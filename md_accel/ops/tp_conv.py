@@ -184,10 +184,12 @@ class TensorProductConv(torch.nn.Module):
                 graph = build_graph(edge_src, edge_dst, num_nodes)
                 edge_attr = edge_attr.index_select(0, graph.perm)
                 edge_weights = edge_weights.index_select(0, graph.perm)
+            # cg_val as it is (the op converts it to x's dtype): the op's check of it against the
+            # generated libraries then runs once per buffer, also when x's dtype is not the module's
             return torch.ops.md_accel.tp_conv_fwd(
                 x.contiguous(), edge_attr.contiguous(), edge_weights.contiguous(),
                 graph.src, graph.dst, graph.dst_ptr, graph.src_perm, graph.src_ptr,
-                self.paths, self.cg_ptr, self.cg_idx, self.cg_val.to(x.dtype), self.dim_out,
+                self.paths, self.cg_ptr, self.cg_idx, self.cg_val, self.dim_out,
             )
         return tp_conv_fwd_ref(x, edge_attr, edge_weights, edge_src, edge_dst, num_nodes,
                                self.path_list, self.cg_dense, self.dim_out)
@@ -234,7 +236,7 @@ class TensorProductConv(torch.nn.Module):
             return torch.ops.md_accel.tp_conv_fused_fwd(
                 x.contiguous(), edge_attr.contiguous(), hidden.contiguous(), w_last.contiguous(),
                 graph.src, graph.dst, graph.dst_ptr, graph.src_perm, graph.src_ptr,
-                self.paths, self.cg_ptr, self.cg_idx, self.cg_val.to(x.dtype), self.dim_out,
+                self.paths, self.cg_ptr, self.cg_idx, self.cg_val, self.dim_out,
             )
         return tp_conv_fused_fwd_ref(x, edge_attr, hidden, w_last, edge_src, edge_dst, num_nodes,
                                      self.path_list, self.cg_dense, self.dim_out)

@@ -65,3 +65,36 @@ def test_second_order_matches_float64():
         res.append(torch.autograd.grad((ga ** 2).sum(), (a, b)))
     for x, y in zip(*res):
         assert rel(x, y) < 1e-5
+
+
+@pytest.mark.parametrize("groups,k,n,d", [(1, 64, 64, 3), (4001, 480, 64, 7), (3000, 544, 64, 5), (777, 64, 128, 3)])
+def test_grouped_blocks_accuracy_gradients_and_layout(groups, k, n, d):
+    """a [G, K, d] as an equivariant linear passes an l > 0 block (a strided view of wider feature
+    rows): out[g, :, m] = a[g, :, m] @ b and both gradients at float32 accuracy against float64, every
+    element written, deterministic, computed on that layout (no transposed copy of a)."""
+    gen = torch.Generator(device="cpu").manual_seed(groups + k + d)
+    wide64 = torch.randn(groups, k * d + 9, generator=gen, dtype=torch.float64).to(DEV)
+    b64 = (torch.randn(k, n, generator=gen, dtype=torch.float64) / k ** 0.5).to(DEV)
+    g64 = torch.randn(groups, n, d, generator=gen, dtype=torch.float64).to(DEV)
+    wide = wide64.float().requires_grad_()
+    b = b64.float().requires_grad_()
+    a = wide[:, 4:4 + k * d].view(groups, k, d)
+    torch.cuda.empty_cache()
+    torch.full((groups * n * d,), float("nan"), device=DEV)  # poison the allocator's next block
+    out = OP(a, b)
+    assert out.shape == (groups, n, d) and out.is_contiguous() and not out.isnan().any()
+    a_ref = a.detach().double()
+    per_m = lambda x, y: torch.einsum("gkm,kn->gnm", x, y)  # noqa: E731
+    assert rel(out, per_m(a_ref, b64.float().double())) < 2e-6
+    gw, gb = torch.autograd.grad(out, (wide, b), g64.float())
+    ga_ref = torch.einsum("gnm,kn->gkm", g64, b64.float().double())
+    assert rel(gw[:, 4:4 + k * d].view(groups, k, d), ga_ref) < 2e-6
+    assert gw[:, :4].abs().max() == 0 and gw[:, 4 + k * d:].abs().max() == 0
+    assert rel(gb, torch.einsum("gkm,gnm->kn", a_ref, g64)) < 2e-6
+    assert torch.equal(out, OP(a, b))
+    # on the grouped layout: no copy kernel of a before the GEMM
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        OP(a.detach(), b.detach())
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert not any("copy" in x.lower() for x in names), names

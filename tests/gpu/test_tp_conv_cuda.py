@@ -230,6 +230,32 @@ def test_other_cg_values_not_served_by_compiled_ones(dtype, specs):
     check(cg, plan.cg_val.to(dtype).double() * 1.25)
 
 
+def test_module_in_another_dtype_than_the_features(specs):
+    """A TensorProductConv left in float64 with float32 features passes its float64 cg_val buffer
+    (the op converts it): served by the generated kernels and bitwise equal to the module in
+    float32, forward and gradients."""
+    from md_accel.ops import TensorProductConv
+
+    problem = CONFIGS["sevennet_l3i5_like"]()
+    ins = list(problem.instructions)
+    conv64 = TensorProductConv(problem.irreps_in1, problem.irreps_in2, problem.irreps_out, ins).to(DEV, torch.float64)
+    conv32 = TensorProductConv(problem.irreps_in1, problem.irreps_in2, problem.irreps_out, ins).to(DEV, torch.float32)
+    gen = torch.Generator().manual_seed(11)
+    num_nodes = 50
+    g = random_graph(num_nodes, 400, gen)
+    plan = problem.lower()
+    x, y, w = inputs(problem, plan, g, num_nodes, torch.float32, gen)
+    assert OPS._tp_conv_specialised_for(x, conv64.paths, conv64.cg_ptr, conv64.cg_idx, conv64.cg_val)
+    outs = []
+    for conv in (conv64, conv32):
+        xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+        out = conv(xs, ys, w, g.src, g.dst, num_nodes)
+        gx, gy = torch.autograd.grad((out * out).sum(), (xs, ys))
+        outs.append((out.detach(), gx, gy))
+    for a, b in zip(*outs):
+        assert a.dtype == torch.float32 and torch.equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet_l3i5_like", "mace_mp_medium"])
 def test_graph_shapes(name, dtype, kernels):
