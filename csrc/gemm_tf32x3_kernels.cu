@@ -151,6 +151,16 @@ __global__ void __launch_bounds__(256) split3_a_kernel(const float* __restrict__
   out[2 * K] = hi;
 }
 
+// a warp's accumulator fragments <- 0
+__device__ __forceinline__ void zero_fragments(float (&x)[kMTiles][kNTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) x[i][j][v] = 0.f;
+}
+
 // The grouped layout of A and C (see the header); d = 0: plain row-major.
 struct Grouped {
   int d;
@@ -227,12 +237,7 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
   };
 
   float acc[kMTiles][kNTiles][4];
-#pragma unroll
-  for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+  zero_fragments(acc);
 
   // prologue: the first kStages-1 tiles, one commit group each (empty groups past the end)
 #pragma unroll
@@ -253,12 +258,7 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
     const float* const As = smem + (kt % kStages) * kStageFloats + warp * kWarpRows * kLdA;
     const float* const Bs = smem + (kt % kStages) * kStageFloats + kBM * kLdA;
     float part[kMTiles][kNTiles][4];
-#pragma unroll
-    for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) part[i][j][v] = 0.f;
+    zero_fragments(part);
 #pragma unroll
     for (int ks = 0; ks < kBK / 8; ++ks) {
       uint32_t a_hi[kMTiles][4], a_lo[kMTiles][4];
