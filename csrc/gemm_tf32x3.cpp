@@ -87,7 +87,10 @@ Tensor gemm_3xtf32_cpu(const Tensor& a, const Tensor& b, bool transpose_b) {
 // a [G, K, d] @ B -> [G, N, d] on the kernel's grouped layout (no transposed copies of a or the output)
 Tensor gemm_grouped_cuda(const Tensor& a_, const Tensor& b_, bool transpose_b, int64_t K, int64_t N) {
   Tensor a = a_;
-  if (a.stride(2) != 1 || a.stride(1) != a.size(2)) a = a.contiguous();
+  // the kernel's layout: components adjacent, channels d apart, groups apart by at least K * d
+  // (an expanded a, groups 0 apart, is copied)
+  if (a.stride(2) != 1 || a.stride(1) != a.size(2) || (a.size(0) > 1 && a.stride(0) < K * a.size(2)))
+    a = a.contiguous();
   const Tensor b = b_.contiguous();
   const int64_t G = a.size(0), d = a.size(2), M = G * d;
   Tensor out = at::empty({G, N, d}, a.options());

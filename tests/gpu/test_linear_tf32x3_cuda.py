@@ -98,3 +98,12 @@ def test_grouped_blocks_accuracy_gradients_and_layout(groups, k, n, d):
         torch.cuda.synchronize()
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert not any("copy" in x.lower() for x in names), names
+
+
+def test_grouped_expanded_block():
+    """A block whose groups share storage (expanded, stride 0) is copied, not misread."""
+    gen = torch.Generator(device="cpu").manual_seed(8)
+    a = torch.randn(1, 64, 3, generator=gen).to(DEV).expand(6, 64, 3)
+    b = (torch.randn(64, 64, generator=gen) / 8).to(DEV)
+    out = OP(a, b)
+    assert rel(out, torch.einsum("gkm,kn->gnm", a.double(), b.double())) < 2e-6
