@@ -5,9 +5,10 @@
 // and a product is accumulated as A_lo*B_hi + A_hi*B_lo + A_hi*B_hi with mma.sync.m16n8k8 (tf32
 // in, float32 accumulate): the dropped A_lo*B_lo term and the roundings leave ~2^-22 relative
 // error per product, the level of a float32 FMA chain. The tensor cores add into their
-// accumulator with truncation (round toward zero), so callers start the three mma of a k8 step
-// from zero and add their sum to the result with a round-to-nearest float add (no bias over long
-// K chains).
+// accumulator with truncation (round toward zero), so callers start the mma of a few k8 steps
+// from zero (mma_3xtf32: the three of one step; gemm_3xtf32_kernel: the twelve of a 32-wide k
+// tile, mma_3xtf32_into) and add that partial to the result with a round-to-nearest float add: the
+// truncation bias stays within a partial and does not grow with K.
 //
 // Fragment layouts of mma.m16n8k8 .tf32 (PTX ISA, "Matrix Fragments for mma.m16n8k8"):
 // groupID g = lane >> 2, threadID_in_group t = lane & 3;

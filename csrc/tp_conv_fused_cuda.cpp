@@ -192,7 +192,7 @@ Tensor fused_fwd(CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst_ptr, CT src_
   const bool f64 = c.x.scalar_type() == at::kDouble;
   if (c.spec == nullptr || (f64 ? c.spec->fwd_f64 == nullptr : c.spec->fwd_f32 == nullptr))
     return tp_conv_chunked_fwd(c.x, c.y, c.h, c.W, c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr,
-                               cg_idx, c.cg_val, dim_out, kept);
+                               cg_idx, cg_val, dim_out, kept);  // the caller's cg_val: matched once per tensor
   Tensor out = at::empty({c.graph.num_nodes, dim_out}, c.x.options());
   auto stream = c10::cuda::getCurrentCUDAStream(c.x.device().index()).stream();
   if (f64) {
@@ -230,7 +230,7 @@ Tensor4 fused_bwd(CT g_, CT x_, CT y_, CT h_, CT W_, CT src, CT dst, CT dst_ptr,
   const Tensor no_W = at::empty({0, c.W.size(1)}, c.W.options());
   if (c.spec == nullptr || (f64 ? c.spec->bwd_f64 == nullptr : c.spec->bwd_f32 == nullptr))
     return tp_conv_chunked_bwd(c.g, c.x, c.y, c.h, c.W, c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths, cg_ptr,
-                               cg_idx, c.cg_val, need_W, kept);
+                               cg_idx, cg_val, need_W, kept);
   Tensor gx = at::empty_like(c.x), gy = at::empty_like(c.y), gh = at::empty_like(c.h);
   Tensor gw = need_W ? at::empty({c.graph.num_edges, c.W.size(1)}, c.x.options()) : Tensor();
   Tensor work = at::empty({c.graph.num_edges, c.x.size(1)}, c.x.options());

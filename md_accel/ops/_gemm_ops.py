@@ -45,15 +45,20 @@ def gemm_3xtf32_ref(a: torch.Tensor, b: torch.Tensor, transpose_b: bool) -> torc
     if a.dtype not in (torch.float32, torch.float64):
         raise RuntimeError(f"md_accel gemm_3xtf32: float32 or float64 expected, got {a.dtype}")
     bb = b.t() if transpose_b else b
-    prev = torch.get_float32_matmul_precision()
-    if a.is_cuda and prev != "highest":
-        torch.set_float32_matmul_precision("highest")  # float32 accuracy, as the CUDA kernel
-    try:
-        if a.dim() == 3:
+
+    def product():
+        if a.dim() == 3:  # per group and component
             return torch.matmul(a.transpose(1, 2), bb).transpose(1, 2).contiguous()
         return torch.matmul(a, bb).contiguous()
-    finally:
-        torch.set_float32_matmul_precision(prev)
+
+    if a.is_cuda and torch.get_float32_matmul_precision() != "highest":
+        prev = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("highest")  # float32 accuracy, as the CUDA kernel
+        try:
+            return product()
+        finally:
+            torch.set_float32_matmul_precision(prev)
+    return product()
 
 
 def _fake(a, b, transpose_b):
