@@ -11,8 +11,9 @@
 // a [M, K], b [K, N] (or [N, K] when transpose_b), K and N multiples of 8, any M; the output is
 // a new contiguous [M, N] tensor. a may also be [G, K, d] (an equivariant linear's block: nodes x
 // channels x components): then out [G, N, d], out[g, :, m] = a[g, :, m] @ B, computed on that
-// layout directly (the kernel's grouped layout) instead of on transposed copies. No autograd kernel: callers wrap the op in their own autograd
-// (the gradients are again gemm_3xtf32 calls: dA = dC @ B^T, dB = A^T @ dC).
+// layout directly (the kernel's grouped layout) instead of on transposed copies. No autograd
+// kernel: callers wrap the op in their own autograd (the gradients are again gemm_3xtf32 calls:
+// dA = dC @ B^T, dB = A^T @ dC).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/matmul.h>

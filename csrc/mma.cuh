@@ -70,17 +70,6 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) 
   lo = tf32_rna(x - __uint_as_float(hi));
 }
 
-// d += a_lo b_hi + a_hi b_lo + a_hi b_hi, the three mma started from zero (see above)
-__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
-                                           const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
-  float c[4] = {0.f, 0.f, 0.f, 0.f};
-  mma_tf32(c, a_lo, b_hi);
-  mma_tf32(c, a_hi, b_lo);
-  mma_tf32(c, a_hi, b_hi);
-#pragma unroll
-  for (int v = 0; v < 4; ++v) d[v] += c[v];
-}
-
 // c += a_lo b_hi + a_hi b_lo + a_hi b_hi straight into c (truncating adds): for a partial sum
 // over a few k8 steps that the caller starts from zero and adds to its result itself
 __device__ __forceinline__ void mma_3xtf32_into(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
@@ -88,5 +77,14 @@ __device__ __forceinline__ void mma_3xtf32_into(float (&c)[4], const uint32_t (&
   mma_tf32(c, a_lo, b_hi);
   mma_tf32(c, a_hi, b_lo);
   mma_tf32(c, a_hi, b_hi);
+}
+
+// d += a_lo b_hi + a_hi b_lo + a_hi b_hi, the three mma started from zero (see above)
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                           const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+  mma_3xtf32_into(c, a_hi, a_lo, b_hi, b_lo);
+#pragma unroll
+  for (int v = 0; v < 4; ++v) d[v] += c[v];
 }
 }  // namespace md_accel

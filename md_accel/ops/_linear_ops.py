@@ -2,7 +2,8 @@
 differentiable, on tensor cores at float32 accuracy (3xTF32) for CUDA float32 inputs, ``mm``
 otherwise. The radial MLPs' last layer (``E x hidden`` times ``hidden x weights``) runs through
 it, and the equivariant linears: ``a`` may be ``[G, K, d]`` (nodes x channels x components), then
-``out[g, :, m] = a[g, :, m] @ b``, ``[G, N, d]``. Without the C++ library the schema is defined here with the plain ``mm`` behind it.
+``out[g, :, m] = a[g, :, m] @ b``, ``[G, N, d]``. Without the C++ library the schema is defined
+here with the plain ``mm`` behind it.
 """
 from __future__ import annotations
 
