@@ -15,8 +15,9 @@ md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, li
 ``GraphedStep.AUTO_MAX_EDGES`` edges, uncaptured above (padding would cost more than launches);
 ``md_accel:WHAT+whole`` keeps the whole per-edge weights for the backward at every size;
 ``+fused`` runs the fused-radial kernels (the radial MLP's last layer inside the conv kernels,
-``MD_ACCEL_FUSED_RADIAL``), every other md_accel row materialised weights. Options combine
-(``md_accel:mace+graph+fused``).
+``MD_ACCEL_FUSED_RADIAL``), every other md_accel row materialised weights; the radial weights
+are computed once per pair of edges (``edge_partner``, as the Calculator does), ``+edges`` once
+per edge. Options combine (``md_accel:mace+graph+fused``).
 
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
         [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
@@ -104,12 +105,14 @@ class MdAccel(Backend):
         # recomputes them chunk by chunk above MD_ACCEL_SAVE_WEIGHTS_MIB, see md_accel/ops/tp_conv.py).
         # WHAT+graph: the Calculator's step (md_accel.step.GraphedStep: a CUDA graph up to
         # AUTO_MAX_EDGES edges; the stress is computed too). WHAT+fused: the fused-radial kernels.
+        # WHAT+edges: radial weights per edge instead of per pair.
         what, *options = what.split("+")
-        unknown = [o for o in options if o not in ("whole", "graph", "fused")]
+        unknown = [o for o in options if o not in ("whole", "graph", "fused", "edges")]
         if unknown or len(set(options)) != len(options):
-            raise ValueError(f"bad md_accel options {options} (known: +whole, +graph, +fused, each once)")
+            raise ValueError(f"bad md_accel options {options} (known: +whole, +graph, +fused, +edges, each once)")
         self.what, self.args = what, args
         self.whole, self.graph, self.fused = ("whole" in options), ("graph" in options), ("fused" in options)
+        self.pairs = "edges" not in options
         self.keeps_pool = self.graph
         self.name = f"md_accel:{os.path.basename(what)}" + "".join(f"+{o}" for o in options)
         if what.endswith(".mdx"):
@@ -170,6 +173,13 @@ class MdAccel(Backend):
 
         t = _tensors(g, self.dtype, self.device)
         species = torch.full((t["n"],), list(self.pot.elements).index("Cu"), dtype=torch.int64, device=self.device)
+        partner = None
+        if self.pairs:
+            from md_accel.neighbors import edge_partners
+
+            partner = edge_partners(t["src"], t["dst"], t["unit_shift"].round().to(torch.int64))
+            if partner is None:
+                raise RuntimeError("the benchmark graph has edges without their reverse")
 
         if self.graph:
             from md_accel.step import GraphedStep
@@ -177,10 +187,11 @@ class MdAccel(Backend):
             step = GraphedStep(self.pot, mode="graph", dtype=self.dtype, max_edges=GraphedStep.AUTO_MAX_EDGES)
         else:
             def step(*inputs):
-                return energy_forces_virial(self.pot, *inputs)
+                return energy_forces_virial(self.pot, *inputs, edge_partner=partner)
 
         def run():
-            out = step(species, t["vec"], t["src"], t["dst"])
+            out = step(species, t["vec"], t["src"], t["dst"], partner) if self.graph else \
+                step(species, t["vec"], t["src"], t["dst"])
             return out["energy"], out["forces"]
 
         return run

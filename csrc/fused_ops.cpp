@@ -8,13 +8,20 @@
 // On CUDA, when autograd records and W is frozen, the forward runs the internal _tp_conv_fused_fwd_keep, which
 // also returns the weight chunks w_c it kept (tp_conv_chunked.h: as far as the keep budget allows),
 // and a first-order backward hands them to _tp_conv_fused_bwd_kept instead of recomputing them.
+//   tp_conv_pair_fwd   tp_conv_fused_fwd with hidden.index_select(0, w_row) as hidden: edges that
+//                      share weight rows (the two directions of a pair), hidden given once per row.
+//                      CUDA: _tp_conv_pair_fwd_keep / _tp_conv_pair_bwd (tp_conv_chunked.h); with
+//                      create_graph, and elsewhere, composed from index_select and the fused ops.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/index_add.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
@@ -40,6 +47,9 @@ using BwdSig = Tensor3(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
 using DbwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
 using KeepSig = std::tuple<Tensor, std::vector<Tensor>>(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
 using KeptBwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, at::TensorList, bool);
+using PairKeepSig = std::tuple<Tensor, std::vector<Tensor>>(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT,
+                                                            int64_t, bool);
+using PairBwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, at::TensorList, bool);
 
 template <typename Sig>
 c10::TypedOperatorHandle<Sig> find_op(const char* name) {
@@ -59,6 +69,14 @@ const c10::TypedOperatorHandle<KeepSig>& fused_fwd_keep_op() {
 }
 const c10::TypedOperatorHandle<KeptBwdSig>& fused_bwd_kept_op() {
   static const auto h = find_op<KeptBwdSig>("md_accel::_tp_conv_fused_bwd_kept");
+  return h;
+}
+const c10::TypedOperatorHandle<PairKeepSig>& pair_fwd_keep_op() {
+  static const auto h = find_op<PairKeepSig>("md_accel::_tp_conv_pair_fwd_keep");
+  return h;
+}
+const c10::TypedOperatorHandle<PairBwdSig>& pair_bwd_op() {
+  static const auto h = find_op<PairBwdSig>("md_accel::_tp_conv_pair_bwd");
   return h;
 }
 const c10::TypedOperatorHandle<BwdSig>& bwd_op() {
@@ -163,15 +181,82 @@ class FusedBwdFunction : public torch::autograd::Function<FusedBwdFunction> {
   }
 };
 
+// The sum over the edges of each of hidden's rows of a per-edge gradient (differentiable).
+Tensor edges_to_rows(CT g_e, CT w_row, CT h) {
+  return at::zeros({h.size(0), g_e.size(1)}, g_e.options()).index_add(0, w_row, g_e);
+}
+
+class PairFwdFunction : public torch::autograd::Function<PairFwdFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, CT x, CT y, CT h, CT W, CT w_row, CT src, CT dst, CT dst_ptr,
+                        CT src_perm, CT src_ptr, CT paths, CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out,
+                        bool keep) {
+    variable_list saved{x, y, h, W, w_row, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val};
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto r = pair_fwd_keep_op().call(x, y, h, W, w_row, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
+                                     cg_val, dim_out, keep);
+    saved.insert(saved.end(), std::get<1>(r).begin(), std::get<1>(r).end());
+    ctx->save_for_backward(saved);
+    return std::get<0>(r);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(5 + kRest + 2);
+    if (!grads[0].defined()) return out;
+    const auto s = ctx->get_saved_variables();
+    const bool need_W = ctx->needs_input_grad(3);
+    const Tensor g = grads[0].contiguous();
+    constexpr size_t kSaved = 5 + kRest;  // the kept weight rows follow the operands
+    Tensor4 r;
+    if (at::GradMode::is_enabled()) {  // create_graph: composed, so that it differentiates again
+      r = fused_bwd_op().call(g, s[0], s[1], at::index_select(s[2], 0, s[4]), s[3], s[5], s[6], s[7], s[8], s[9],
+                              s[10], s[11], s[12], s[13], need_W);
+      std::get<2>(r) = edges_to_rows(std::get<2>(r), s[4], s[2]);
+    } else {
+      r = pair_bwd_op().call(g, s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12],
+                             s[13], at::TensorList(s).slice(kSaved), need_W);
+    }
+    out[0] = std::get<0>(r);
+    out[1] = std::get<1>(r);
+    out[2] = std::get<2>(r);
+    if (need_W) out[3] = std::get<3>(r);
+    return out;
+  }
+};
+
+// Keep the weight rows for a backward only where one will run and use them (as fused_fwd_autograd).
+bool keep_for_backward(CT x, CT y, CT h, CT W) {
+  return x.is_cuda() && at::GradMode::is_enabled() && !W.requires_grad() &&
+         (x.requires_grad() || y.requires_grad() || h.requires_grad());
+}
+
+Tensor pair_fwd_autograd(CT x, CT y, CT h, CT W, CT w_row, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
+                         CT paths, CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+  if (!x.is_cuda())  // composed: hidden's rows per edge through the fused op
+    return fused_fwd_op().call(x, y, at::index_select(h, 0, w_row), W, src, dst, dst_ptr, src_perm, src_ptr, paths,
+                               cg_ptr, cg_idx, cg_val, dim_out);
+  return PairFwdFunction::apply(x, y, h, W, w_row, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
+                                cg_val, dim_out, keep_for_backward(x, y, h, W));
+}
+
+std::tuple<Tensor, std::vector<Tensor>> pair_fwd_keep_meta(CT x, CT, CT, CT, CT, CT, CT, CT dst_ptr, CT, CT, CT, CT, CT,
+                                                           CT, int64_t dim_out, bool) {
+  return {at::empty({dst_ptr.size(0) - 1, dim_out}, x.options()), {}};
+}
+
+Tensor4 pair_bwd_meta(CT, CT x, CT y, CT h, CT W, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, at::TensorList,
+                      bool need_W) {
+  return {at::empty_like(x), at::empty_like(y), at::empty_like(h),
+          need_W ? at::empty_like(W) : at::empty({0, W.size(1)}, W.options())};
+}
+
 Tensor fused_fwd_autograd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
                           CT paths, CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
   // keep weight chunks for a backward only where one will run and use them: an MD step (forces of
   // a frozen model). Where W requires grad (training, whose force loss differentiates with
   // create_graph, which recomputes) the chunks would only hold memory until the loss's backward.
-  const bool keep = x.is_cuda() && at::GradMode::is_enabled() && !W.requires_grad() &&
-                    (x.requires_grad() || y.requires_grad() || h.requires_grad());
   return FusedFwdFunction::apply(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
-                                 cg_val, dim_out, keep);
+                                 cg_val, dim_out, keep_for_backward(x, y, h, W));
 }
 
 // Shapes only (FakeTensor tracing of the autograd kernel above).
@@ -206,7 +291,19 @@ TORCH_LIBRARY_FRAGMENT(md_accel, m) {
       "tp_conv_fused_bwd(Tensor grad_out, Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor src, "
       "Tensor dst, Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, "
       "Tensor cg_idx, Tensor cg_val, bool need_grad_W) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "tp_conv_pair_fwd(Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor w_row, Tensor src, Tensor dst, "
+      "Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, Tensor cg_idx, "
+      "Tensor cg_val, int dim_out) -> Tensor");
   // internal (called by the autograd kernel below; CUDA and Meta implementations only)
+  m.def(
+      "_tp_conv_pair_fwd_keep(Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor w_row, Tensor src, Tensor dst, "
+      "Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, Tensor cg_idx, "
+      "Tensor cg_val, int dim_out, bool keep) -> (Tensor, Tensor[])");
+  m.def(
+      "_tp_conv_pair_bwd(Tensor grad_out, Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor w_row, Tensor src, "
+      "Tensor dst, Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, "
+      "Tensor cg_idx, Tensor cg_val, Tensor[] kept, bool need_grad_W) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "_tp_conv_fused_fwd_keep(Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor src, Tensor dst, "
       "Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, Tensor paths, Tensor cg_ptr, Tensor cg_idx, "
@@ -220,9 +317,16 @@ TORCH_LIBRARY_FRAGMENT(md_accel, m) {
 TORCH_LIBRARY_IMPL(md_accel, Meta, m) {
   m.impl("_tp_conv_fused_fwd_keep", md_accel::fused_fwd_keep_meta);
   m.impl("_tp_conv_fused_bwd_kept", md_accel::fused_bwd_kept_meta);
+  m.impl("_tp_conv_pair_fwd_keep", md_accel::pair_fwd_keep_meta);
+  m.impl("_tp_conv_pair_bwd", md_accel::pair_bwd_meta);
 }
 
 TORCH_LIBRARY_IMPL(md_accel, Autograd, m) {
   m.impl("tp_conv_fused_fwd", md_accel::fused_fwd_autograd);
   m.impl("tp_conv_fused_bwd", md_accel::fused_bwd_autograd);
+  m.impl("tp_conv_pair_fwd", md_accel::pair_fwd_autograd);
 }
+
+// Below autograd (inference mode) the same composition / CUDA path, recording nothing.
+TORCH_LIBRARY_IMPL(md_accel, CPU, m) { m.impl("tp_conv_pair_fwd", md_accel::pair_fwd_autograd); }
+TORCH_LIBRARY_IMPL(md_accel, CUDA, m) { m.impl("tp_conv_pair_fwd", md_accel::pair_fwd_autograd); }

@@ -15,6 +15,10 @@ struct TPGraph {
   const int64_t* src_ptr;   // [N+1] src_perm[src_ptr[n] .. src_ptr[n+1]] are the edges sent by n
   int64_t num_nodes;
   int64_t num_edges;
+  // [E] or null: the weight row of edge e is w_row[e] instead of e (edges that share their
+  // weights, e.g. the two directions of a pair, read one row; tp_conv_chunked.h). Generated
+  // kernels only: the generic ones refuse it.
+  const int64_t* w_row = nullptr;
 };
 
 // Columns of the paths table: (in1_off, mul, l1, in2_off, l2, out_off, l3, w_off, w_stride);

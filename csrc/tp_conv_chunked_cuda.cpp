@@ -10,6 +10,7 @@
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -96,14 +97,10 @@ Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0
 // 0 keeps none), by default 8 GiB but at most a quarter of the device's memory. Kept and
 // recomputed chunks are bit-identical (the same deterministic GEMM on the same operands).
 
-int64_t keep_budget_bytes(int device) {
-  const char* v = std::getenv("MD_ACCEL_KEEP_WEIGHTS_MIB");
-  if (v != nullptr) {
-    const double mib = std::atof(v);
-    return std::isfinite(mib) && mib > 0 ? int64_t(std::min(mib, 1e12) * 1048576.0) : 0;
-  }
+// The device's memory in bytes (queried once per device; 0 where the query fails).
+int64_t device_memory(int device) {
   static std::mutex m;
-  static std::vector<int64_t> total(64, -1);  // device memory, bytes (queried once per device)
+  static std::vector<int64_t> total(64, -1);
   std::lock_guard<std::mutex> lock(m);
   if (device < 0 || device >= int64_t(total.size())) return 0;
   if (total[device] < 0) {
@@ -115,7 +112,20 @@ int64_t keep_budget_bytes(int device) {
       cudaGetLastError();  // clear only this call's error
     }
   }
-  return std::min<int64_t>(int64_t(8) << 30, total[device] / 4);
+  return total[device];
+}
+
+// MiB from an environment variable as bytes (0 when not positive), or -1 when it is not set.
+int64_t env_mib(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return -1;
+  const double mib = std::atof(v);
+  return std::isfinite(mib) && mib > 0 ? int64_t(std::min(mib, 1e12) * 1048576.0) : 0;
+}
+
+int64_t keep_budget_bytes(int device) {
+  const int64_t set = env_mib("MD_ACCEL_KEEP_WEIGHTS_MIB");
+  return set >= 0 ? set : std::min<int64_t>(int64_t(8) << 30, device_memory(device) / 4);
 }
 
 class KeptChunks {
@@ -157,6 +167,26 @@ Tensor kept_chunk(const std::vector<Tensor>& kept, size_t i, int64_t rows, int64
   if (i >= kept.size()) return Tensor();
   const Tensor& w = kept[i];
   return w.defined() && w.dim() == 2 && w.size(0) == rows && w.size(1) == cols ? w : Tensor();
+}
+
+// --- edges sharing weight rows ---------------------------------------------------------------------
+// The whole [P, weights] rows are held while a layer's forward or backward runs: at most
+// MD_ACCEL_PAIR_WEIGHTS_MIB (read once per process, so that a forward and its backward take the
+// same path), by default 24 GiB but at most a quarter of the device's memory. Above it, and where
+// no generated kernels serve the plan (only they read TPGraph::w_row), the rows are expanded per edge.
+int64_t pair_budget_bytes(int device) {
+  static const int64_t set = env_mib("MD_ACCEL_PAIR_WEIGHTS_MIB");
+  return set >= 0 ? set : std::min<int64_t>(int64_t(24) << 30, device_memory(device) / 4);
+}
+
+bool rows_whole(const TPSpec* spec, CT h, CT W) {
+  return spec != nullptr && h.size(0) * W.size(1) * h.element_size() <= pair_budget_bytes(h.device().index());
+}
+
+// Sum over the edges of each of the P rows (index_add: with at most two edges per row, each row is one
+// add into zero, the same whatever the order).
+Tensor edges_to_rows(CT g_e, CT w_row, int64_t P) {
+  return at::zeros({P, g_e.size(1)}, g_e.options()).index_add_(0, w_row, g_e);
 }
 
 }  // namespace
@@ -224,6 +254,66 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
     if (need_W) gW.addmm_(h_c.t(), gw_c);
   }
   return {gx, gy, gh, gW};
+}
+
+}  // namespace md_accel
+
+namespace md_accel {
+
+Tensor tp_conv_pair_fwd(CT x, CT y, CT h, CT W, CT w_row, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
+                        CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out, std::vector<Tensor>* kept) {
+  const TPSpec* spec = tp_conv_spec_for(x, paths, cg_ptr, cg_idx, cg_val);
+  if (!rows_whole(spec, h, W))
+    return tp_conv_chunked_fwd(x, y, at::index_select(h, 0, w_row), W, src, dst, dst_ptr, src_perm, src_ptr, paths,
+                               cg_ptr, cg_idx, cg_val, dim_out, kept);
+  const int64_t N = dst_ptr.numel() - 1, E = src.numel();
+  const Tensor w = linear(h, W);  // the P rows, read by edge through w_row
+  bool refused = false;
+  maybe_keep(kept, w, refused);
+  Tensor out = at::empty({N, dim_out}, x.options());
+  TPGraph graph{src.data_ptr<int64_t>(),      dst.data_ptr<int64_t>(),     dst_ptr.data_ptr<int64_t>(),
+                src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N,
+                E,                            w_row.data_ptr<int64_t>()};
+  tp_conv_chunk_launch(spec, false, x, y, w, Tensor(), graph, dim_out, false, out, Tensor(), Tensor(), Tensor());
+  return out;
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT h, CT W, CT w_row, CT src, CT dst,
+                                                            CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
+                                                            CT cg_ptr, CT cg_idx, CT cg_val, bool need_W,
+                                                            const std::vector<Tensor>& kept) {
+  const int64_t P = h.size(0), E = src.numel(), N = dst_ptr.numel() - 1;
+  const TPSpec* spec = tp_conv_spec_for(x, paths, cg_ptr, cg_idx, cg_val);
+  if (!rows_whole(spec, h, W)) {
+    auto r = tp_conv_chunked_bwd(g, x, y, at::index_select(h, 0, w_row), W, src, dst, dst_ptr, src_perm, src_ptr,
+                                 paths, cg_ptr, cg_idx, cg_val, need_W, kept);
+    return {std::get<0>(r), std::get<1>(r), edges_to_rows(std::get<2>(r), w_row, P), std::get<3>(r)};
+  }
+  Tensor w = kept_chunk(kept, 0, P, W.size(1));
+  if (!w.defined()) w = linear(h, W);  // recomputed: the forward did not keep it
+  const Tensor Wt = W.t().contiguous();
+  const int64_t step = chunk_edges(W.size(1), x.element_size());
+  Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh_e = at::empty({E, h.size(1)}, h.options());
+  Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : at::empty({0, W.size(1)}, W.options());
+  if (E == 0) gx.zero_();
+  for (int64_t e0 = 0; e0 < E; e0 += step) {
+    const int64_t e1 = std::min(E, e0 + step), Ec = e1 - e0;
+    Chunk c;
+    if (Ec == E) {  // one chunk: the whole graph as it is
+      c.graph = {src.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), dst_ptr.data_ptr<int64_t>(),
+                 src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N, E};
+    } else {
+      c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, true);
+    }
+    c.graph.w_row = w_row.data_ptr<int64_t>() + e0;
+    const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
+    const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
+    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w, g, c.graph, g.size(1), e0 > 0, gx,
+                         gy.narrow(0, e0, Ec), gw_c, work_c);
+    gh_e.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
+    if (need_W) gW.addmm_(at::index_select(h, 0, w_row.narrow(0, e0, Ec)).t(), gw_c);
+  }
+  return {gx, gy, edges_to_rows(gh_e, w_row, P), gW};
 }
 
 }  // namespace md_accel

@@ -406,21 +406,26 @@ const char* launch_bwd(const TPTensors<T>& a, const TPGraph& g, const TPPlan& p,
 
 }  // namespace
 
+constexpr const char* kNoWeightRows = "the generic kernels read one weight row per edge (w_row unsupported)";
+
 template <typename T>
 const char* tp_conv_fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPPlan& p,
                                const TPDims& d, cudaStream_t stream) {
+  if (g.w_row != nullptr) return kNoWeightRows;
   return launch_fwd<T, false>(t, g, p, d, stream);
 }
 
 template <typename T>
 const char* tp_conv_bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPPlan& p,
                                const TPDims& d, cudaStream_t stream) {
+  if (g.w_row != nullptr) return kNoWeightRows;
   return launch_bwd<T, false>(t, g, p, d, stream);
 }
 
 template <typename T>
 const char* tp_conv_dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPPlan& p,
                                 const TPDims& d, cudaStream_t stream) {
+  if (g.w_row != nullptr) return kNoWeightRows;
   if (const char* err = launch_fwd<T, true>(t, g, p, d, stream)) return err;
   return launch_bwd<T, true>(t, g, p, d, stream);
 }

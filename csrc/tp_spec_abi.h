@@ -10,7 +10,7 @@
 
 namespace md_accel {
 
-constexpr int kTPSpecAbiVersion = 4;
+constexpr int kTPSpecAbiVersion = 5;  // 5: TPGraph::w_row
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,

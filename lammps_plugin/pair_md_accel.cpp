@@ -270,8 +270,8 @@ void PairMDAccel::load_model(const std::string &filename)
     if (meta.at("format").get<std::string>() != "md_accel")
       error->all(FLERR, "pair_style md_accel: {} is not an md_accel model file", filename);
     int version = meta.at("format_version").get<int>();
-    if (version < 1 || version > 2)
-      error->all(FLERR, "pair_style md_accel: {} has format_version {}, this plugin reads 1 and 2",
+    if (version < 1 || version > 3)
+      error->all(FLERR, "pair_style md_accel: {} has format_version {}, this plugin reads 1 to 3",
                  filename, version);
     elements = meta.at("elements").get<std::vector<std::string>>();
     cutoff = meta.at("cutoff").get<double>();

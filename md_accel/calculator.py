@@ -45,6 +45,10 @@ class Calculator(_AseCalculator):
                   edges) costs more than the launches it saves (measured: MACE-medium shape,
                   32k Cu atoms, H200: 689 ms graphed vs 614 ms plain). True: always; False:
                   never. Ignored off CUDA.
+    pair_weights: on CUDA, compute the radial weights once per pair of edges (the two
+                  directions of a bond have the same length, and md_accel's radial MLPs see
+                  only the length; ``energy_forces_virial``'s ``edge_partner``): half the
+                  radial-MLP work, the same energies and forces up to rounding. False: per edge.
     """
 
     implemented_properties = ["energy", "free_energy", "energies", "forces", "stress"]
@@ -58,6 +62,7 @@ class Calculator(_AseCalculator):
         skin: float = 1.0,
         min_distance: float = 0.5,
         cuda_graph: Optional[bool] = None,
+        pair_weights: bool = True,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -76,6 +81,7 @@ class Calculator(_AseCalculator):
             p.requires_grad_(False)
         self.dtype = next((t.dtype for t in self.model.state_dict().values() if t.is_floating_point()), torch.float64)
         self.min_distance = float(min_distance)
+        self.pair_weights = bool(pair_weights)
         self.neighbors = VerletNeighborList(self.model.cutoff, skin)
         self._species_of_z = np.full(len(chemical_symbols), -1, dtype=np.int64)  # Z -> species index
         for k, symbol in enumerate(self.model.elements):
@@ -151,13 +157,14 @@ class Calculator(_AseCalculator):
         edges = self._edges(atoms, positions_np, cell_np, positions, species)
         d_min = self._min_distance(edges)
         self.stats = {"atoms": len(atoms), "edges": int(edges.src.numel())}
+        partner = edges.partner if self.pair_weights and self.device.type == "cuda" else None
         try:
-            if self.step is not None and not create_graph:
-                out = self.step(species, edges.vec, edges.src, edges.dst)  # views, valid until the next call
+            if self.step is not None and not create_graph:  # views, valid until the next call
+                out = self.step(species, edges.vec, edges.src, edges.dst, partner)
             else:
                 out = energy_forces_virial(
                     self.model, species, edges.vec.to(self.dtype), edges.src, edges.dst, create_graph=create_graph,
-                    dst_sorted=True)
+                    dst_sorted=True, edge_partner=partner)
         except torch.OutOfMemoryError as e:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()

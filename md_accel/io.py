@@ -24,7 +24,7 @@ from md_accel.model import Potential, build
 from md_accel.ops.prebuild import prebuild_for
 
 FORMAT = "md_accel"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 METADATA_NAME = "md_accel.json"
 
 PathLike = Union[str, os.PathLike]

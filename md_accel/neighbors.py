@@ -5,6 +5,10 @@
 Edges come sorted by receiver (ties by sender, then image) so the order is deterministic and
 the same whatever list they were filtered from. vesin computes the lists: ``vesin_torch`` for
 CUDA tensors, ``vesin`` (numpy) on the CPU; periodic, open and mixed boundaries, any cell.
+
+Each edge ``(j -> i, S)`` has its reverse ``(i -> j, -S)`` in the list (``Edges.partner``): its
+vector is exactly the negated one (``a - b = -(b - a)`` and ``-S @ cell = -(S @ cell)`` in floating
+point), so both have the same length and are kept or dropped together.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ class Edges(NamedTuple):
     dst: torch.Tensor  # [E] int64, receiver i (sorted)
     shift: torch.Tensor  # [E, 3] cartesian image shift, dtype of the positions
     vec: torch.Tensor  # [E, 3] pos[src] - pos[dst] + shift (differentiable in the positions)
+    partner: Optional[torch.Tensor] = None  # [E] int64, the index of each edge's reverse (None: not all paired)
 
 
 def _vesin_pairs(
@@ -42,28 +47,52 @@ def _vesin_pairs(
     return as_t(j), as_t(i), as_t(s)
 
 
-def _sorted_pairs(
-    positions: torch.Tensor, cell: torch.Tensor, pbc: Tuple[bool, ...], cutoff: float
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(src, dst, S) ordered by (dst, src, S) lexicographically (stable sorts, last key first)."""
-    src, dst, s = _vesin_pairs(positions, cell, pbc, cutoff)
+def _lex_order(src: torch.Tensor, dst: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """The order of (dst, src, S) lexicographically (stable sorts, last key first)."""
     order = torch.arange(src.numel(), device=src.device)
     for key in (s[:, 2], s[:, 1], s[:, 0], src, dst):
         order = order[torch.sort(key[order], stable=True).indices]
-    return src[order], dst[order], s[order]
+    return order
 
 
-def _within_cutoff(
-    positions: torch.Tensor, cell: torch.Tensor, pairs: Tuple[torch.Tensor, torch.Tensor, torch.Tensor], cutoff: float
-) -> Edges:
+def edge_partners(src: torch.Tensor, dst: torch.Tensor, s: torch.Tensor) -> Optional[torch.Tensor]:
+    """The index of each edge's reverse ``(dst, src, -S)`` (S: integer images [E, 3]), or None when
+    some edge has none. Sorted the same way, the reverses are the edges themselves, position by
+    position, exactly when every edge has its reverse."""
+    fwd, rev = _lex_order(src, dst, s), _lex_order(dst, src, -s)
+    if not (torch.equal(dst[rev], src[fwd]) and torch.equal(src[rev], dst[fwd]) and torch.equal(-s[rev], s[fwd])):
+        return None
+    partner = torch.empty_like(fwd)
+    partner[rev] = fwd
+    return partner
+
+
+Pairs = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, Optional[torch.Tensor]]
+
+
+def _sorted_pairs(positions: torch.Tensor, cell: torch.Tensor, pbc: Tuple[bool, ...], cutoff: float) -> Pairs:
+    """(src, dst, S, partner) ordered by (dst, src, S) lexicographically; partner: ``edge_partners``."""
+    src, dst, s = _vesin_pairs(positions, cell, pbc, cutoff)
+    order = _lex_order(src, dst, s)
+    src, dst, s = src[order], dst[order], s[order]
+    return src, dst, s, edge_partners(src, dst, s)
+
+
+def _within_cutoff(positions: torch.Tensor, cell: torch.Tensor, pairs: Pairs, cutoff: float) -> Edges:
     """The pairs closer than ``cutoff`` now. Elementwise ops only, so every edge's vector is
     computed with the same arithmetic whatever list it comes from."""
-    src, dst, s = pairs
+    src, dst, s, partner = pairs
     sf = s.to(positions.dtype)
     shift = sf[:, 0:1] * cell[0] + sf[:, 1:2] * cell[1] + sf[:, 2:3] * cell[2]
     vec = positions[src] - positions[dst] + shift
-    keep = (vec.detach().pow(2).sum(-1) < cutoff * cutoff).nonzero().squeeze(-1)
-    return Edges(src[keep], dst[keep], shift[keep], vec[keep])
+    mask = vec.detach().pow(2).sum(-1) < cutoff * cutoff
+    if partner is None:
+        keep = mask.nonzero().squeeze(-1)
+        return Edges(src[keep], dst[keep], shift[keep], vec[keep])
+    mask = mask & mask[partner]  # the same already (equal lengths); made explicit for the indices below
+    keep = mask.nonzero().squeeze(-1)
+    new_index = torch.cumsum(mask.to(torch.int64), 0) - 1  # kept pair -> its index among the kept
+    return Edges(src[keep], dst[keep], shift[keep], vec[keep], new_index[partner[keep]])
 
 
 def neighbor_list(positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[bool], cutoff: float) -> Edges:
@@ -94,7 +123,7 @@ class VerletNeighborList:
         self.skin = float(skin)
         self.num_builds = 0
         self._ref: Optional[Tuple[torch.Tensor, torch.Tensor, Tuple[bool, ...], torch.Tensor]] = None
-        self._pairs: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
+        self._pairs: Optional[Pairs] = None
 
     def _can_reuse(
         self, positions: torch.Tensor, cell: torch.Tensor, pbc: Tuple[bool, ...], species: torch.Tensor

@@ -14,7 +14,10 @@ to a real one, so real nodes never see the padding; padding nodes are excluded f
 forces or the virial. The vector length is the cutoff because the envelopes vanish there
 (``r < cutoff`` masks and polynomial/XPLOR envelopes), which keeps the padding nodes' values
 small; the padding edges are spread over enough padding nodes that none receives more than a
-few times the mean degree. Only finiteness matters for exactness: ``0 * finite = 0``.
+few times the mean degree. Only finiteness matters for exactness: ``0 * finite = 0``. With edge
+partners (pairs sharing radial weights, ``energy_forces_virial``'s ``edge_partner``), padding slot
+``s`` is paired with slot ``s ^ 1`` (the real edges are paired among themselves, so their count is
+even); all padding edges have the same length, so any two of them may share weights.
 
 Per step. ``build_graph`` (sender sort, CSR offsets; the receiver sort too unless the edges
 come receiver-sorted, ``dst_sorted``) runs in ``energy_forces_virial`` and is sync-free, so it
@@ -89,14 +92,25 @@ class PaddedGraph:
         self.src = self._pad_node.clone()
         self.dst = self._pad_node.clone()
         self.vec = self._pad_vec.clone()
+        self._pad_partner = torch.arange(e_cap, dtype=torch.int64, device=device) ^ 1
+        self.partner: Optional[torch.Tensor] = None  # loaded with partners: [e_cap]
         self._loaded = 0  # real edges currently in the buffers
 
     @torch.no_grad()
     def load(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
-             edge_dst: torch.Tensor) -> None:
+             edge_dst: torch.Tensor, edge_partner: Optional[torch.Tensor] = None) -> None:
         e = int(edge_src.shape[0])
         if not self.layout.fits(int(species.shape[0]), e):
             raise ValueError(f"graph of {species.shape[0]} nodes, {e} edges does not fit {self.layout}")
+        if edge_partner is not None:
+            if e % 2:
+                raise ValueError(f"edge partners need paired edges, got {e} edges")
+            if self.partner is None:
+                self.partner = self._pad_partner.clone()
+            self.partner[:e].copy_(edge_partner)
+            self.partner[e:].copy_(self._pad_partner[e:])
+        else:
+            self.partner = None
         self.species[: self.layout.num_nodes].copy_(species)
         self.src[:e].copy_(edge_src)
         self.dst[:e].copy_(edge_dst)
@@ -113,7 +127,7 @@ class PaddedGraph:
         n = self.layout.num_nodes
         with torch.enable_grad():
             out = energy_forces_virial(potential, self.species, self.vec, self.src, self.dst, num_local=n,
-                                       dst_sorted=dst_sorted)
+                                       dst_sorted=dst_sorted, edge_partner=self.partner)
         return {"energy": out["energy"].detach(), "node_energies": out["node_energies"].detach(),
                 "forces": out["forces"][:n].detach(), "virial": out["virial"].detach()}
 
@@ -121,7 +135,7 @@ class PaddedGraph:
 def padded_step(potential: torch.nn.Module, species: torch.Tensor, edge_vec: torch.Tensor,
                 edge_src: torch.Tensor, edge_dst: torch.Tensor, layout: Optional[Layout] = None,
                 dtype: Optional[torch.dtype] = None, pad_length: Optional[float] = None,
-                dst_sorted: bool = False) -> Dict[str, torch.Tensor]:
+                dst_sorted: bool = False, edge_partner: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
     """The step on padded inputs, uncaptured (the reference a graph replay must equal bitwise).
     ``layout`` defaults to ``Layout.for_graph``, ``dtype`` to ``edge_vec``'s, ``pad_length``
     (of the padding edge vectors) to the cutoff."""
@@ -129,13 +143,14 @@ def padded_step(potential: torch.nn.Module, species: torch.Tensor, edge_vec: tor
         layout = Layout.for_graph(int(species.shape[0]), int(edge_src.shape[0]))
     length = float(potential.cutoff) if pad_length is None else float(pad_length)
     padded = PaddedGraph(layout, length, dtype or edge_vec.dtype, edge_vec.device)
-    padded.load(species, edge_vec, edge_src, edge_dst)
+    padded.load(species, edge_vec, edge_src, edge_dst, edge_partner)
     return padded.step(potential, dst_sorted)
 
 
 class GraphedStep:
-    """``step(species, edge_vec, edge_src, edge_dst)`` -> ``energy``, ``node_energies`` [N],
-    ``forces`` [N, 3], ``virial`` [3, 3], all detached.
+    """``step(species, edge_vec, edge_src, edge_dst, edge_partner=None)`` -> ``energy``,
+    ``node_energies`` [N], ``forces`` [N, 3], ``virial`` [3, 3], all detached. ``edge_partner``:
+    see ``energy_forces_virial`` (a change between with and without partners recaptures).
 
     mode ``"graph"`` (CUDA inputs): padded, captured in a CUDA graph per layout and replayed;
     the results are views of the graph's static outputs, overwritten by the next call (copy them
@@ -175,23 +190,24 @@ class GraphedStep:
         self._outputs: Optional[Dict[str, torch.Tensor]] = None
 
     def __call__(self, species: torch.Tensor, edge_vec: torch.Tensor, edge_src: torch.Tensor,
-                 edge_dst: torch.Tensor) -> Dict[str, torch.Tensor]:
+                 edge_dst: torch.Tensor, edge_partner: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
         mode = self.mode if edge_vec.is_cuda or self.mode != "graph" else "plain"
         if self.max_edges is not None and edge_src.shape[0] > self.max_edges:
             mode = "plain"
         if mode == "plain":
             out = energy_forces_virial(self.potential, species, edge_vec.detach().to(self.dtype), edge_src, edge_dst,
-                                       dst_sorted=self.dst_sorted)
+                                       dst_sorted=self.dst_sorted, edge_partner=edge_partner)
             return {k: out[k].detach() for k in ("energy", "node_energies", "forces", "virial")}
         n, e = int(species.shape[0]), int(edge_src.shape[0])
         new_layout = self.layout is None or not self.layout.fits(n, e) or self._padded is None \
-            or self._padded.vec.device != edge_vec.device
+            or self._padded.vec.device != edge_vec.device \
+            or (self._padded.partner is None) != (edge_partner is None)
         if new_layout:
             self._release()
             self.layout = Layout.for_graph(n, e, self.growth)
             self._padded = PaddedGraph(self.layout, float(self.potential.cutoff), self.dtype, edge_vec.device)
         assert self._padded is not None
-        self._padded.load(species, edge_vec.detach(), edge_src, edge_dst)
+        self._padded.load(species, edge_vec.detach(), edge_src, edge_dst, edge_partner)
         if mode == "padded":
             return self._padded.step(self.potential, self.dst_sorted)
         if self._graph is None:
@@ -205,7 +221,7 @@ class GraphedStep:
                 self.mode = "plain"
                 warnings.warn(f"md_accel: CUDA graph capture failed, running the step uncaptured "
                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
-                return self(species, edge_vec, edge_src, edge_dst)
+                return self(species, edge_vec, edge_src, edge_dst, edge_partner)
         assert self._graph is not None and self._outputs is not None
         self._graph.replay()
         self.num_replays += 1

@@ -180,3 +180,49 @@ def test_compiled_values_are_the_structures(dtype):
     lib.dbwd(*args, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype))
     for a, b in zip(outs, tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plist, dense)):
         assert rel_err(a, b) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("tuning", list(TUNINGS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_shared_weight_rows_equal_expanded_rows(dtype, tuning):
+    """TPGraph::w_row (edges reading shared weight rows, csrc/tp_conv_chunked.h's pair path): the
+    kernels reading row w_row[e] of the P rows give bitwise what they give on the rows expanded per
+    edge (w_rows[w_row]), forward, backward and double backward, chunk by chunk (w_row offset to the
+    chunk, the rows whole) and on the whole graph, with L2 prefetch of the next edge's row."""
+    plan, lib = plan_and_library(tuning)
+    gen = torch.Generator().manual_seed(5)
+    n, g = hub_graph(gen)
+    e, p = g.src.numel(), 37
+    w_row = torch.randint(0, p, (e,), generator=gen)
+    x, y, go = (torch.randn(*s, generator=gen, dtype=torch.float64).to(dtype) for s in
+                ((n, plan.dim_in1), (e, plan.dim_in2), (n, plan.dim_out)))
+    w_rows = torch.randn(p, plan.weight_numel, generator=gen, dtype=torch.float64).to(dtype)
+    w_edges = w_rows.index_select(0, w_row).contiguous()
+    nan = float("nan")
+
+    def run(shared: bool, step: int):
+        out = torch.full((n, plan.dim_out), nan, dtype=dtype)
+        gx, gy = torch.full_like(x, nan), torch.full_like(y, nan)
+        gw = torch.full((e, plan.weight_numel), nan, dtype=dtype)
+        for e0 in range(0, e, step):
+            e1 = min(e, e0 + step)
+            graph = chunk_graph(g, e0, e1) + ((w_row[e0:e1],) if shared else ())
+            w = w_rows if shared else w_edges[e0:e1]
+            lib.fwd(x, y[e0:e1], w, graph, out, accumulate=e0 > 0)
+            work = torch.full((e1 - e0, plan.dim_in1), nan, dtype=dtype)
+            lib.bwd(go, x, y[e0:e1], w, graph, gx, gy[e0:e1], gw[e0:e1], work, accumulate=e0 > 0)
+        return out, gx, gy, gw
+
+    for step in (13, 1000):
+        for what, a, b in zip(("out", "grad_x", "grad_y", "grad_w"), run(True, step), run(False, step)):
+            assert torch.isfinite(a).all() and torch.equal(a, b), (what, step)
+    ggx, ggy, ggw = (torch.randn(*s, generator=gen, dtype=torch.float64).to(dtype) for s in
+                     ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel)))
+    whole = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+    results = []
+    for graph, w in ((whole + (w_row,), w_rows), (whole, w_edges)):
+        outs = [torch.full(s, nan, dtype=dtype) for s in ((n, plan.dim_out), x.shape, y.shape, ggw.shape)]
+        lib.dbwd(ggx, ggy, ggw, go, x, y, w, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype))
+        results.append(outs)
+    for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), *results):
+        assert torch.isfinite(a).all() and torch.equal(a, b), what

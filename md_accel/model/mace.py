@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 import torch
 
 from ..o3 import Irreps, SphericalHarmonics
-from ..ops import Graph, SymmetricContraction, TensorProductConv
+from ..ops import Graph, SymmetricContraction, TensorProductConv, per_edge, weight_rows
 from . import register
 from .activations import apply_activation
 from .embedding import SpeciesEmbedding
@@ -132,16 +132,18 @@ class MACELayer(torch.nn.Module):
                 graph: Optional[Graph]) -> torch.Tensor:
         n = h.shape[0]
         x = self.linear_up(h)
+        # the MLP sees only the length: one row per weight row of the graph (a pair's two edges share)
+        rows = weight_rows(radial, graph)
         if self.conv.use_fused(x, edge_src.shape[0]):  # w = hidden @ W_last in the TP op (env scales hidden rows)
-            hid = self.radial_mlp.hidden(radial)
+            hid = self.radial_mlp.hidden(rows)
             if self.cutoff_weights:
-                hid = hid * env.unsqueeze(-1)
+                hid = hid * weight_rows(env, graph).unsqueeze(-1)
             m = self.conv.forward_fused(x, sh, hid, self.radial_mlp.last_weight(), edge_src, edge_dst, n, graph)
         else:
-            w = self.radial_mlp(radial)
+            w = self.radial_mlp(rows)
             if self.cutoff_weights:
-                w = w * env.unsqueeze(-1)
-            m = self.conv(x, sh, w, edge_src, edge_dst, n, graph)
+                w = w * weight_rows(env, graph).unsqueeze(-1)
+            m = self.conv(x, sh, per_edge(w, graph), edge_src, edge_dst, n, graph)
         m = self.linear(m)
         if len(self.density_fn) > 0:
             for fn in self.density_fn:

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Union
 import torch
 
 from ..o3 import Irreps, SphericalHarmonics
-from ..ops import Graph, TensorProductConv
+from ..ops import Graph, TensorProductConv, per_edge, weight_rows
 from . import register
 from .embedding import ScaleShift, SpeciesEmbedding
 from .gate import Gate
@@ -93,12 +93,13 @@ class InteractionLayer(torch.nn.Module):
         # the TP is linear in its weights: 1 / denominator goes into the MLP's small last weight
         # matrix instead of a pass over the [nodes, TP output] features
         w_last = self.radial_mlp.last_weight() / self.denominator
-        hidden = self.radial_mlp.hidden(radial)
+        # the MLP sees only the length: one row per weight row of the graph (a pair's two edges share)
+        hidden = self.radial_mlp.hidden(weight_rows(radial, graph))
         if self.conv.use_fused(h, edge_src.shape[0]):
             h = self.conv.forward_fused(h, sh, hidden, w_last, edge_src, edge_dst, x.shape[0], graph)
         else:
-            h = self.conv(h, sh, torch.ops.md_accel.linear_tf32x3(hidden, w_last), edge_src, edge_dst, x.shape[0],
-                          graph)
+            w = per_edge(torch.ops.md_accel.linear_tf32x3(hidden, w_last), graph)
+            h = self.conv(h, sh, w, edge_src, edge_dst, x.shape[0], graph)
         h = self.linear_out(h)
         if self.has_sc:
             h = h + self.self_connection(x)

@@ -102,13 +102,17 @@ def energy_forces_virial(
     num_local: Optional[int] = None,
     create_graph: bool = False,
     dst_sorted: bool = False,
+    edge_partner: Optional[torch.Tensor] = None,
 ) -> Dict[str, torch.Tensor]:
     """Energies of the first ``num_local`` nodes (all by default), forces on every node and the
     virial ``W = -sum_e vec_e (x) dE/dvec_e`` (3x3; stress = -W / V).
 
     On CUDA the receiver-sorted graph is built once here and serves every layer and the force
     sums; ``dst_sorted=True`` (edges already ordered by receiver, as md_accel's neighbour lists
-    give them) skips the receiver sort, leaving one sort per call.
+    give them) skips the receiver sort, leaving one sort per call. ``edge_partner`` (CUDA): the
+    index of each edge's reverse, every edge paired (``neighbors.Edges.partner``; ``ops.pair_rows``):
+    the radial MLPs then run once per pair (the potential's radial features must depend on the
+    edge's length only, as md_accel's models' do).
     """
     n = species.shape[0]
     if not edge_vec.requires_grad:
@@ -116,7 +120,7 @@ def energy_forces_virial(
     graph: Optional[Graph] = None
     vec, src, dst = edge_vec, edge_src, edge_dst
     if edge_vec.is_cuda:
-        graph = build_graph(edge_src, edge_dst, n, dst_sorted)
+        graph = build_graph(edge_src, edge_dst, n, dst_sorted, edge_partner)
         if not dst_sorted:
             vec = edge_vec.index_select(0, graph.perm)
         src, dst = graph.src, graph.dst

@@ -40,7 +40,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 11  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 12  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -313,6 +313,11 @@ def _prefetch_lines(group: List[_Path], elem: int) -> List[int]:
     return pts
 
 
+def _w_index(row: str, e: str) -> str:
+    """Row index of edge ``e`` in ``row``: the weights through the row map, the rest per edge."""
+    return f"w_index(w_row, {e})" if row == "w" else f"({e})"
+
+
 def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool) -> Tuple[str, str]:
     """(tables, device code): where ``cond`` holds, the threads of a slot ask L2 for the lines of the
     group's weights (and ggw) in the rows of edge ``nxt``, one line each, so that they are L2 hits
@@ -329,7 +334,7 @@ def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, d
             f"{I}  const int* pf = sizeof(T) == 4 ? {name}_4 : {name}_8;\n"
             f"{I}  for (int t = u; t < (sizeof(T) == 4 ? {n[4]} : {n[8]}); t += {mul}) {{\n"
             f"{I}    const int off = __ldg(pf + t);\n"
-            + "".join(f"{I}    prefetch_l2({r} + ({nxt}) * d.w + off);\n" for r in rows)
+            + "".join(f"{I}    prefetch_l2({r} + {_w_index(r, nxt)} * d.w + off);\n" for r in rows)
             + f"{I}  }}\n{I}}}\n")
     return tables, code
 
@@ -367,7 +372,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I3}const T* xr = x + sidx * d.in1;\n")
     s.append(f"{I3}const T* yr = y + e * d.in2;\n")
-    s.append(f"{I3}const T* wr = w + e * d.w;\n")
+    s.append(f"{I3}const T* wr = w + w_index(w_row, e) * d.w;\n")
     if dbwd:
         s.append(f"{I3}const T* hr = ggx + sidx * d.in1;\n")
         s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
@@ -453,7 +458,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
 template <typename T>
 __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}T* __restrict__ out, const int64_t* __restrict__ src,
-    const int64_t* __restrict__ dst_ptr, TPDims d) {{
+    const int64_t* __restrict__ dst_ptr, const int64_t* __restrict__ w_row, TPDims d) {{
   const int64_t n = blockIdx.x;
   const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
   if (d.accumulate && e_begin == e_end) return;  // the whole block, before any barrier: nothing to add
@@ -563,7 +568,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I4}per_iteration({', '.join(gregs)});  // cg * g products stay in the loop\n")
     s.append(f"{I4}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
-    s.append(f"{I4}const T* wr = w + e * d.w;\n")
+    s.append(f"{I4}const T* wr = w + w_index(w_row, e) * d.w;\n")
     if dbwd:
         s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
         s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
@@ -708,7 +713,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str,
 __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
-    TPDims d) {{
+    const int64_t* __restrict__ w_row, TPDims d) {{
   const int64_t n = blockIdx.x;
   const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
   if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
@@ -742,6 +747,11 @@ constexpr int32_t kCgIdx[] = {{{cg_idx}}};
 __device__ __forceinline__ void opaque_reg(float& v) {{ asm volatile("" : "+f"(v)); }}
 __device__ __forceinline__ void opaque_reg(double& v) {{ asm volatile("" : "+d"(v)); }}
 #endif
+// The weight row of edge e: w_row[e] where edges share rows (TPGraph::w_row), else e.
+__device__ __forceinline__ int64_t w_index(const int64_t* __restrict__ w_row, int64_t e) {{
+  return w_row != nullptr ? __ldg(w_row + e) : e;
+}}
+
 template <typename... T>
 __device__ __forceinline__ void per_iteration(T&... v) {{
 #ifdef __CUDA_ARCH__
@@ -831,7 +841,7 @@ template <typename T>
 const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {{
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
-  fwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, d);
+  fwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, g.w_row, d);
   return last_error();
 }}
 {bwd_launch}
@@ -867,13 +877,13 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
   if constexpr (sizeof(T) == 4)
     bwd_kernel_BS<T, PF32><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
-                                                                           g.src, g.dst_ptr, d);
+                                                                           g.src, g.dst_ptr, g.w_row, d);
   else if (PF64 && bwd64_prefetch())
     bwd_kernel_BD<T, true><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
-                                                                           g.src, g.dst_ptr, d);
+                                                                           g.src, g.dst_ptr, g.w_row, d);
   else
     bwd_kernel_BD<T, false><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
-                                                                            g.src, g.dst_ptr, d);
+                                                                            g.src, g.dst_ptr, g.w_row, d);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
@@ -886,14 +896,14 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
   dfwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.out,
-                                                                  g.src, g.dst_ptr, d);
+                                                                  g.src, g.dst_ptr, g.w_row, d);
   if (const char* err = last_error()) return err;
   if constexpr (sizeof(T) == 4)
     dbwd_kernel_DS<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
-                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, d);
+                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, g.w_row, d);
   else
     dbwd_kernel_DD<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
-                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, d);
+                                                                       t.gy, t.gw, work, g.src, g.dst_ptr, g.w_row, d);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();

@@ -30,6 +30,10 @@ SCHEMAS = {
         f"(Tensor grad_out, Tensor x, Tensor y, Tensor hidden, Tensor W, {_GRAPH}, {_PLAN}, bool need_grad_W) "
         "-> (Tensor, Tensor, Tensor, Tensor)"
     ),
+    # tp_conv_fused_fwd with hidden.index_select(0, w_row): edges that share weight rows
+    "tp_conv_pair_fwd": (
+        f"(Tensor x, Tensor y, Tensor hidden, Tensor W, Tensor w_row, {_GRAPH}, {_PLAN}, int dim_out) -> Tensor"
+    ),
 }
 
 
@@ -77,6 +81,13 @@ def _fused_bwd_cpu(grad_out, x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, p
     return tp_conv_fused_bwd_ref(grad_out, x, y, h, W, src, dst, plist, dense, need_grad_W)
 
 
+def _pair_fwd_composed(x, y, h, W, w_row, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val,
+                       dim_out):
+    """The definition of ``tp_conv_pair_fwd``; its implementation where the C++ library is not loaded."""
+    return torch.ops.md_accel.tp_conv_fused_fwd(x, y, h.index_select(0, w_row), W, src, dst, dst_ptr, src_perm,
+                                                src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out)
+
+
 def _fwd_fake(x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out):
     return x.new_empty((dst_ptr.shape[0] - 1, dim_out))
 
@@ -91,6 +102,10 @@ def _dbwd_fake(gg_x, gg_y, gg_w, grad_out, x, y, w, *rest):
 
 def _fused_fwd_fake(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out):
     return x.new_empty((dst_ptr.shape[0] - 1, dim_out))
+
+
+def _pair_fwd_fake(x, y, h, W, w_row, src, dst, dst_ptr, *rest):
+    return x.new_empty((dst_ptr.shape[0] - 1, rest[-1]))
 
 
 def _fused_bwd_fake(grad_out, x, y, h, W, *rest):
@@ -188,7 +203,10 @@ def register(cpp_library_loaded: bool) -> None:
     for name, fn in (("tp_conv_fwd", _fwd_fake), ("tp_conv_bwd", _bwd_fake), ("tp_conv_dbwd", _dbwd_fake),
                      ("tp_conv_fused_fwd", _fused_fwd_fake), ("tp_conv_fused_bwd", _fused_bwd_fake)):
         torch.library.register_fake(f"md_accel::{name}", fn, lib=lib)
-    if not cpp_library_loaded:
+    if cpp_library_loaded:
+        torch.library.register_fake("md_accel::tp_conv_pair_fwd", _pair_fwd_fake, lib=lib)
+    else:
+        lib.impl("tp_conv_pair_fwd", _pair_fwd_composed, "CompositeImplicitAutograd")
         for name, bwd, setup in (("tp_conv_fwd", _fwd_backward, _fwd_setup), ("tp_conv_bwd", _bwd_backward, _bwd_setup),
                                  ("tp_conv_fused_fwd", _fused_fwd_backward, _fused_fwd_setup),
                                  ("tp_conv_fused_bwd", _fused_bwd_backward, _fused_bwd_setup)):

@@ -16,6 +16,11 @@ class Graph(NamedTuple):
 
     Built once per neighbour list (``build_graph``) and reused by every layer and step.
     ``perm`` maps sorted position -> original edge index.
+
+    Weight rows (``w_row`` [E], ``row_edge`` [P], or both ``None``): edges whose radial weights
+    are equal share one row, computed once. Built from each edge's reverse (``partner``): the two
+    directions of a pair have the same length, and the radial MLPs see only the length, so
+    ``P = E / 2`` rows (``weight_rows``, ``per_edge``). Row ``p`` is that of edge ``row_edge[p]``.
     """
 
     src: torch.Tensor
@@ -24,13 +29,45 @@ class Graph(NamedTuple):
     src_perm: torch.Tensor
     src_ptr: torch.Tensor
     perm: torch.Tensor
+    w_row: Optional[torch.Tensor]
+    row_edge: Optional[torch.Tensor]
 
 
-def build_graph(edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int, dst_sorted: bool = False) -> Graph:
+def pair_rows(partner: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(w_row, row_edge)`` of edges paired by ``partner`` (the index of each edge's reverse:
+    ``partner[partner[e]] == e != partner[e]`` for every edge, so ``E`` is even): the rows are
+    numbered in the order of the pairs' first edges. Sync-free (``P = E // 2`` is known)."""
+    n = partner.shape[0]
+    e = torch.arange(n, dtype=torch.int64, device=partner.device)
+    first = (partner > e).to(torch.int64)
+    rank = torch.cumsum(first, 0)  # pairs whose first edge is at or before e
+    w_row = rank.index_select(0, torch.minimum(e, partner)) - 1
+    row_edge = torch.searchsorted(rank, torch.arange(1, n // 2 + 1, dtype=torch.int64, device=partner.device))
+    return w_row, row_edge
+
+
+def weight_rows(t: torch.Tensor, graph: Optional[Graph]) -> torch.Tensor:
+    """Per-edge ``t`` -> one row per weight row of ``graph`` (unchanged where edges do not share)."""
+    if graph is not None and graph.row_edge is not None:
+        return t.index_select(0, graph.row_edge)
+    return t
+
+
+def per_edge(t: torch.Tensor, graph: Optional[Graph]) -> torch.Tensor:
+    """One row per weight row of ``graph`` -> per edge (the inverse direction of ``weight_rows``)."""
+    if graph is not None and graph.w_row is not None:
+        return t.index_select(0, graph.w_row)
+    return t
+
+
+def build_graph(edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int, dst_sorted: bool = False,
+                partner: Optional[torch.Tensor] = None) -> Graph:
     """Sort edges by receiver (stable) and precompute segment offsets for both directions.
 
     ``dst_sorted``: the caller guarantees ``edge_dst`` is non-decreasing (md_accel's neighbour
     lists and the padded CUDA-graph buffers are), so only the by-sender order is sorted.
+    ``partner``: each edge's reverse (see ``pair_rows``; the caller guarantees a complete
+    pairing of edges of equal length), giving the graph's weight rows.
     Only sorts and binary searches: no host synchronisation, so it can sit inside a captured
     CUDA graph and costs a few small kernels per neighbour list.
     """
@@ -47,7 +84,15 @@ def build_graph(edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int, 
     dst_ptr = torch.searchsorted(dst, nodes)
     src_perm = torch.argsort(src, stable=True)
     src_ptr = torch.searchsorted(src.index_select(0, src_perm), nodes)
-    return Graph(src, dst, dst_ptr, src_perm, src_ptr, perm)
+    w_row: Optional[torch.Tensor] = None
+    row_edge: Optional[torch.Tensor] = None
+    if partner is not None:
+        if not dst_sorted:  # partner in the sorted order: position of the reverse of perm[k]
+            inv = torch.empty_like(perm).scatter_(0, perm, torch.arange(perm.shape[0], dtype=torch.int64,
+                                                                        device=perm.device))
+            partner = inv.index_select(0, partner.to(torch.int64).index_select(0, perm))
+        w_row, row_edge = pair_rows(partner.to(torch.int64))
+    return Graph(src, dst, dst_ptr, src_perm, src_ptr, perm, w_row, row_edge)
 
 
 def graph_order(edge_vec: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor, num_nodes: int,
@@ -217,10 +262,17 @@ class TensorProductConv(torch.nn.Module):
         graph: Optional[Graph] = None,
     ) -> torch.Tensor:
         """``forward(x, edge_attr, hidden @ w_last, ...)``; on CUDA ``md_accel::tp_conv_fused_fwd``
-        (the per-edge weights are never stored), elsewhere the reference."""
+        (the per-edge weights are never stored), elsewhere the reference. Where ``graph`` has weight
+        rows, ``hidden`` has one row per weight row (``weight_rows``) and the op is
+        ``md_accel::tp_conv_pair_fwd``."""
         e = edge_src.shape[0]
-        if hidden.dim() != 2 or hidden.shape[0] != e:
-            raise ValueError(f"hidden must be [{e}, H], got {list(hidden.shape)}")
+        rows = e
+        if graph is not None:
+            row_edge = graph.row_edge
+            if row_edge is not None:
+                rows = row_edge.shape[0]
+        if hidden.dim() != 2 or hidden.shape[0] != rows:
+            raise ValueError(f"hidden must be [{rows}, H], got {list(hidden.shape)}")
         if w_last.dim() != 2 or w_last.shape[0] != hidden.shape[1] or w_last.shape[1] != self.weight_numel:
             raise ValueError(f"w_last must be [{hidden.shape[1]}, {self.weight_numel}], got {list(w_last.shape)}")
         if hidden.dtype != x.dtype or w_last.dtype != x.dtype:
@@ -228,6 +280,17 @@ class TensorProductConv(torch.nn.Module):
         if hidden.device != x.device or w_last.device != x.device:
             raise ValueError("all inputs must be on the same device")
         self._check_common(x, edge_attr, edge_src, edge_dst, num_nodes)
+        if graph is not None:
+            w_row = graph.w_row
+            if w_row is not None:
+                if not x.is_cuda:  # the reference on the rows expanded per edge
+                    return tp_conv_fused_fwd_ref(x, edge_attr, hidden.index_select(0, w_row), w_last, edge_src,
+                                                 edge_dst, num_nodes, self.path_list, self.cg_dense, self.dim_out)
+                return torch.ops.md_accel.tp_conv_pair_fwd(
+                    x.contiguous(), edge_attr.contiguous(), hidden.contiguous(), w_last.contiguous(), w_row,
+                    graph.src, graph.dst, graph.dst_ptr, graph.src_perm, graph.src_ptr,
+                    self.paths, self.cg_ptr, self.cg_idx, self.cg_val, self.dim_out,
+                )
         if x.is_cuda:
             if graph is None:
                 graph = build_graph(edge_src, edge_dst, num_nodes)

@@ -76,7 +76,7 @@ def build(src: str, cache: Optional[Path] = None) -> str:
 
 class Graph(ctypes.Structure):
     _fields_ = [(n, ctypes.c_void_p) for n in ("src", "dst", "dst_ptr", "src_perm", "src_ptr")] + [
-        ("num_nodes", ctypes.c_int64), ("num_edges", ctypes.c_int64)]
+        ("num_nodes", ctypes.c_int64), ("num_edges", ctypes.c_int64), ("w_row", ctypes.c_void_p)]
 
 
 class Dims(ctypes.Structure):
@@ -165,8 +165,8 @@ _SPEC_BWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.PO
 
 class SpecLibrary:
     """A host-built plan-specialised tp_conv library (md_accel/ops/_codegen.py, csrc/tp_spec_abi.h).
-    Graphs are given as the five int64 CPU tensors of ``TPGraph`` (any views: chunk graphs too);
-    outputs are written into the tensors passed."""
+    Graphs are given as the five int64 CPU tensors of ``TPGraph`` (any views: chunk graphs too),
+    optionally a sixth, ``w_row``; outputs are written into the tensors passed."""
 
     def __init__(self, src: str):
         self._lib = ctypes.CDLL(build(src))
@@ -179,8 +179,9 @@ class SpecLibrary:
         return proto(ptr)
 
     @staticmethod
-    def _graph(src, dst, dst_ptr, src_perm, src_ptr):
-        return Graph(*(_ptr(t) for t in (src, dst, dst_ptr, src_perm, src_ptr)), dst_ptr.numel() - 1, src.numel())
+    def _graph(src, dst, dst_ptr, src_perm, src_ptr, w_row=None):
+        return Graph(*(_ptr(t) for t in (src, dst, dst_ptr, src_perm, src_ptr)), dst_ptr.numel() - 1, src.numel(),
+                     _ptr(w_row))
 
     def cg_val(self) -> torch.Tensor:
         """The CG values compiled into the library (float64)."""
