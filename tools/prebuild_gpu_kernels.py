@@ -3,7 +3,7 @@ compile on the GPU machine at first use, and pack them for `run`'s carry: the la
 correlation-3 symmetric contractions) take minutes of nvcc each, device time better spent on runs.
 
     .venv-mace/bin/python tools/prebuild_gpu_kernels.py sc-tests mace   # mace-torch needed
-    .venv/bin/python tools/prebuild_gpu_kernels.py sevenn               # sevenn needed
+    .venv/bin/python tools/prebuild_gpu_kernels.py sevenn tp-tests      # sevenn needed
 
 Builds into .gpu/build (tp_specs/, sc_specs/) and packs them into .gpu/gpu_prebuilt.tar.xz, which
 tools/gpu_check.sh unpacks (carry ".gpu/gpu_prebuilt.tar.xz").
@@ -66,13 +66,25 @@ def sevenn():
     return [convert_sevenn("sevennet-l3i5", dtype=dtype) for dtype in (torch.float32, torch.float64)]
 
 
+def tp_tests():
+    """The tensor-product convolutions of tests/gpu/test_tp_conv_fused_cuda.py (benchmarks/workloads.py)."""
+    sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+    from workloads import WORKLOADS
+
+    from md_accel.ops import TensorProductConv
+
+    return [TensorProductConv(w.irreps_in1, w.irreps_in2, w.irreps_out, w.instructions)
+            for name, w in WORKLOADS.items() if name in ("mace_mp0_medium", "mace_first", "sevennet_0",
+                                                         "sevennet_l3i5", "nequip_l3")]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="+", choices=["sc-tests", "mace", "sevenn"])
+    ap.add_argument("what", nargs="+", choices=["sc-tests", "tp-tests", "mace", "sevenn"])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    makers = {"sc-tests": sc_tests, "mace": mace, "sevenn": sevenn}
+    makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "mace": mace, "sevenn": sevenn}
     modules = [m for what in args.what for m in makers[what]()]
     prebuild(modules, arch=args.arch, workers=args.jobs)
     dirs = [d for d in ("build/tp_specs", "build/sc_specs") if os.path.isdir(os.path.join(REPO, ".gpu", d))]

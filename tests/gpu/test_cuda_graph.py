@@ -52,7 +52,8 @@ def _uncaptured_padded(calc, atoms):
     cell = torch.tensor(np.asarray(atoms.cell), dtype=torch.float64, device="cuda")
     edges = neighbor_list(pos, cell, atoms.pbc, calc.model.cutoff)
     species = calc._species(atoms)
-    out = padded_step(calc.model, species, edges.vec, edges.src, edges.dst, calc.step.layout, dtype=calc.dtype)
+    out = padded_step(calc.model, species, edges.vec, edges.src, edges.dst, calc.step.layout, dtype=calc.dtype,
+                      edge_partner=edges.partner)  # the Calculator's default: radial weights per pair
     node_e = out["node_energies"].to(torch.float64).cpu().numpy()  # summed on the host, as the Calculator does
     w = out["virial"].to(torch.float64).cpu().numpy()
     return (float(node_e.sum()), out["forces"].to(torch.float64).cpu().numpy(),
@@ -65,6 +66,8 @@ def test_graphed_md_equals_uncaptured_steps(sevennet0, dtype):
 
     graphed = Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3)
     plain = Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3, cuda_graph=False)
+    per_edge = Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3, cuda_graph=False,
+                          pair_weights=False)
     assert graphed.step is not None and plain.step is None
     atoms = _hot_copper()
     atoms.calc = graphed
@@ -85,6 +88,8 @@ def test_graphed_md_equals_uncaptured_steps(sevennet0, dtype):
         assert abs(e - e_plain) <= e_tol * abs(e_plain), (i, e, e_plain)
         assert np.abs(f - f_plain).max() <= f_tol, (i, np.abs(f - f_plain).max())
         assert np.abs(s - s_plain).max() <= s_tol, (i, np.abs(s - s_plain).max())
+        e_edge, f_edge = per_edge.get_potential_energy(atoms), per_edge.get_forces(atoms)  # weights per edge
+        assert abs(e - e_edge) <= e_tol * abs(e_edge) and np.abs(f - f_edge).max() <= f_tol, i
         assert np.abs(f).max() > 0.1
     assert graphed.step.mode == "graph", "capture failed and the step fell back to plain"
     assert graphed.neighbors.num_builds >= 3  # Verlet-list rebuilds happened during the run

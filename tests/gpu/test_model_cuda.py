@@ -3,7 +3,8 @@ bit-reproducibility of energies and forces from run to run. Skipped without CUDA
 
 Every model family whose source library is installed: SevenNet-0 and SevenNet-l3i5 (sevenn),
 the shipped MACE copper model (mace-torch), the shipped NequIP l = 3 copper model (nequip).
-float64 on CUDA equals the CPU reference to 1e-10; float32 on CUDA (3xTF32 tensor cores in
+float64 on CUDA equals the CPU reference to 1e-10, with the radial weights per edge and once per
+pair of edges (``edge_partner``: md_accel::tp_conv_pair_fwd, the Calculator's default); float32 on CUDA (3xTF32 tensor cores in
 the radial MLPs included) stays within the conversion contract's float32 tolerances."""
 import os
 
@@ -85,7 +86,7 @@ def sevennet0():
         return _convert("sevennet-l3i5")
 
 
-def _evaluate(potential, atoms, device):
+def _evaluate(potential, atoms, device, pairs=False):
     from md_accel.model import energy_forces_virial
     from md_accel.neighbors import neighbor_list
 
@@ -95,7 +96,8 @@ def _evaluate(potential, atoms, device):
     src, dst = edges.src, edges.dst
     vec = edges.vec.to(next(potential.parameters()).dtype)
     species = torch.tensor([potential.elements.index(s) for s in atoms.get_chemical_symbols()], device=device)
-    out = energy_forces_virial(potential, species, vec, src, dst)
+    assert edges.partner is not None
+    out = energy_forces_virial(potential, species, vec, src, dst, edge_partner=edges.partner if pairs else None)
     return out["energy"].detach(), out["forces"].detach(), out["virial"].detach()
 
 
@@ -112,15 +114,15 @@ def _force_chunked_weights(model, monkeypatch, chunks=5):
     monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(edges / chunks * min(m.weight_numel for m in convs) * 8 / 2**20))
 
 
-@pytest.mark.parametrize("weights", ["whole", "chunked"])
+@pytest.mark.parametrize("weights", ["whole", "chunked", "pairs", "pairs_chunked"])
 def test_cuda_equals_cpu_reference_float64(model, weights, monkeypatch):
     atoms = _copper()
     e_cpu, f_cpu, w_cpu = _evaluate(model, atoms, "cpu")
-    if weights == "chunked":
+    if weights.endswith("chunked"):
         _force_chunked_weights(model, monkeypatch)
     gpu = model.to("cuda")
     try:
-        e_gpu, f_gpu, w_gpu = _evaluate(gpu, atoms, "cuda")
+        e_gpu, f_gpu, w_gpu = _evaluate(gpu, atoms, "cuda", pairs=weights.startswith("pairs"))
     finally:
         model.to("cpu")
     assert abs(e_gpu.item() - e_cpu.item()) <= 1e-10 * abs(e_cpu.item())
@@ -128,27 +130,28 @@ def test_cuda_equals_cpu_reference_float64(model, weights, monkeypatch):
     assert torch.allclose(w_gpu.cpu(), w_cpu, rtol=0, atol=1e-10 * w_cpu.abs().max().item())
 
 
-def test_cuda_float32_within_conversion_tolerances(model):
+@pytest.mark.parametrize("pairs", [False, True], ids=["edges", "pairs"])
+def test_cuda_float32_within_conversion_tolerances(model, pairs):
     """float32 on CUDA vs float64 on the CPU: energy <= 1e-5 relative, forces <= 1e-4 of max |F|."""
     atoms = _copper(seed=2)
     e_cpu, f_cpu, _ = _evaluate(model, atoms, "cpu")
     gpu = model.to("cuda").float()
     try:
-        e32, f32, _ = _evaluate(gpu, atoms, "cuda")
+        e32, f32, _ = _evaluate(gpu, atoms, "cuda", pairs)
     finally:
         model.to("cpu").double()
     assert abs(e32.double().item() - e_cpu.item()) <= 1e-5 * abs(e_cpu.item())
     assert (f32.double().cpu() - f_cpu).abs().max().item() <= 1e-4 * f_cpu.abs().max().item()
 
 
-@pytest.mark.parametrize("weights", ["whole", "chunked"])
+@pytest.mark.parametrize("weights", ["whole", "chunked", "pairs_chunked"])
 def test_cuda_forces_bit_reproducible(sevennet0, weights, monkeypatch):
     atoms = _copper(4, seed=1)
-    if weights == "chunked":
+    if weights.endswith("chunked"):
         _force_chunked_weights(sevennet0, monkeypatch)
     gpu = sevennet0.to("cuda").float()
     try:
-        runs = [_evaluate(gpu, atoms, "cuda") for _ in range(4)]
+        runs = [_evaluate(gpu, atoms, "cuda", weights.startswith("pairs")) for _ in range(4)]
     finally:
         sevennet0.to("cpu").double()
     for e, f, w in runs[1:]:

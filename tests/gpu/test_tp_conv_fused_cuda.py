@@ -426,3 +426,119 @@ def test_sevennet_model_fused_equals_unfused(monkeypatch, dtype, model):
     tol_e, tol_f = (1e-5, 1e-4) if dtype == torch.float32 else (1e-12, 1e-10)
     assert abs(e1.item() - e0.item()) <= tol_e * abs(e0.item())
     assert rel_err(f1, f0) <= tol_f
+
+
+# --- md_accel::tp_conv_pair_fwd: edges sharing weight rows (the two directions of a pair) ---------
+def paired_graph(num_nodes, num_pairs, gen):
+    """Edges in pairs (a -> b, b -> a; self-pairs included), built unsorted with their partners."""
+    active = max(1, (3 * num_nodes) // 4)
+    a = torch.randint(0, active, (num_pairs,), generator=gen)
+    b = torch.randint(0, active, (num_pairs,), generator=gen)
+    b[:3] = a[:3]
+    partner = torch.cat([torch.arange(num_pairs) + num_pairs, torch.arange(num_pairs)])
+    return build_graph(torch.cat([a, b]).to(DEV), torch.cat([b, a]).to(DEV), num_nodes, False, partner.to(DEV))
+
+
+def _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl, train_W=False, create_graph=False):
+    """(pair op, fused op on h_rows expanded per edge): output and gradients w.r.t. x, y, h_rows (and W)."""
+    runs = []
+    for pair in (True, False):
+        xs, ys, hs = (t.detach().requires_grad_() for t in (x, y, h_rows))
+        Ws = W.detach().requires_grad_(train_W)
+        if pair:
+            out = OPS.tp_conv_pair_fwd(xs, ys, hs, Ws, g.w_row, *graph_args(g), *pl, plan.dim_out)
+        else:
+            out = OPS.tp_conv_fused_fwd(xs, ys, hs.index_select(0, g.w_row), Ws, *graph_args(g), *pl, plan.dim_out)
+        wrt = [xs, ys, hs] + ([Ws] if train_W else [])
+        runs.append([out, *torch.autograd.grad(out, wrt, go, create_graph=create_graph)])
+    return runs
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("chunks", ["whole", "chunked"])
+@pytest.mark.parametrize("name", ["mace_mp0_medium", "sevennet_l3i5", "tiny"])
+def test_pair_rows_equal_expanded_rows(name, chunks, dtype, monkeypatch):
+    """The pair op (P = E / 2 weight rows computed once, the generated kernels reading row w_row[e])
+    equals the fused op on the rows expanded per edge, forward and gradients (hidden's summed over
+    each pair), W frozen and trained, against the float64 reference too; bit-identical run to run."""
+    problem, hidden = CONFIGS[name]
+    plan = problem().lower()
+    assert _cuda.specialise(plan) is not None
+    gen = torch.Generator().manual_seed(41)
+    g = paired_graph(300, 2000, gen)
+    e = g.src.numel()
+    if chunks == "chunked":
+        elem = 8 if dtype == torch.float64 else 4
+        monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(e / 7 * plan.weight_numel * elem / 2**20))
+    pl = plan_args(plan, dtype)
+    x, y, _, W, go = inputs(plan, hidden, g, 300, dtype, gen)
+    h_rows = torch.randn((e // 2, hidden), generator=gen, dtype=torch.float64).to(DEV, dtype)
+    previous = _cuda.set_fused(False)
+    try:
+        pair, expanded = _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl)
+        again, _ = _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl)
+        trained, trained_ref = _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl, train_W=True)
+    finally:
+        _cuda.set_fused(previous)
+    for what, a, b in zip(("out", "grad_x", "grad_y", "grad_h"), pair, expanded):
+        assert rel_err(a, b) <= TOL[dtype], what
+    for a, b in zip(pair, again):
+        assert torch.equal(a, b)
+    for what, a, b in zip(("out", "grad_x", "grad_y", "grad_h", "grad_W"), trained, trained_ref):
+        assert rel_err(a, b) <= TOL[dtype], what
+    ref_out, ref_grads = reference(plan, g, 300, x, y, h_rows.index_select(0, g.w_row), W, go)
+    ref_gh = torch.zeros(e // 2, hidden, dtype=torch.float64).index_add_(0, g.w_row.cpu(), ref_grads[2])
+    for what, a, b in zip(("out", "grad_x", "grad_y", "grad_h"), pair, (ref_out, ref_grads[0], ref_grads[1], ref_gh)):
+        assert rel_err(a, b) <= TOL[dtype], what
+
+
+def test_pair_rows_computed_once(monkeypatch):
+    """float32, 7 edge chunks: the pair path computes the P rows once in the forward and, unless
+    kept, once more in the backward (split kernel launches of the last-layer GEMM), not per chunk;
+    kept rows (W frozen) are not recomputed."""
+    problem, hidden = CONFIGS["mace_mp0_medium"]
+    plan = problem().lower()
+    gen = torch.Generator().manual_seed(43)
+    g = paired_graph(300, 2000, gen)
+    e = g.src.numel()
+    monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(e / 7 * plan.weight_numel * 4 / 2**20))
+    monkeypatch.delenv("MD_ACCEL_GEMM_CUBLAS", raising=False)
+    pl = plan_args(plan, torch.float32)
+    x, y, _, W, go = inputs(plan, hidden, g, 300, torch.float32, gen)
+    h = torch.randn((e // 2, hidden), generator=gen).to(DEV).requires_grad_()
+    x.requires_grad_()
+    counts = {}
+    previous = _cuda.set_fused(False)
+    try:
+        for label, keep_mib in (("none", 0), ("all", 1000)):
+            monkeypatch.setenv("MD_ACCEL_KEEP_WEIGHTS_MIB", str(keep_mib))
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                out = OPS.tp_conv_pair_fwd(x, y, h, W, g.w_row, *graph_args(g), *pl, plan.dim_out)
+                torch.autograd.grad(out, [x, h], go)
+                torch.cuda.synchronize()
+            counts[label] = sum("split3_a_kernel" in ev.name for ev in prof.events())
+    finally:
+        _cuda.set_fused(previous)
+    assert counts == {"none": 2, "all": 1}, counts
+
+
+def test_pair_double_backward():
+    """With create_graph the pair op's backward is composed (index_select, the fused ops): the same
+    first derivatives, and gradgradcheck in float64 on a small problem."""
+    problem, hidden = CONFIGS["tiny"]
+    plan = problem().lower()
+    gen = torch.Generator().manual_seed(45)
+    g = paired_graph(12, 20, gen)
+    pl = plan_args(plan, torch.float64)
+    x, y, _, W, go = inputs(plan, hidden, g, 12, torch.float64, gen)
+    h_rows = torch.randn((g.src.numel() // 2, hidden), generator=gen, dtype=torch.float64).to(DEV)
+    first, _ = _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl)
+    composed, _ = _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl, create_graph=True)
+    for a, b in zip(first, composed):
+        assert rel_err(a, b) <= 1e-12
+
+    def f(x_, y_, h_, W_):
+        return OPS.tp_conv_pair_fwd(x_, y_, h_, W_, g.w_row, *graph_args(g), *pl, plan.dim_out)
+
+    leaves = [t.detach().requires_grad_() for t in (x, y, h_rows, W)]
+    assert torch.autograd.gradgradcheck(f, leaves, atol=1e-7, rtol=1e-6)
