@@ -198,14 +198,15 @@ def md_accel_potential(model: str, dtype: torch.dtype):
     return convert_sevenn(sevenn_checkpoint(model), dtype=dtype)
 
 
-def md_accel_step(potential, n: int, dtype: torch.dtype, cuda_graph: Optional[bool]):
+def md_accel_step(potential, n: int, dtype: torch.dtype, cuda_graph: Optional[bool], pair_weights: bool = True):
     """An ASE-driven step: positions change (alternating +-1e-3 A, inside the Verlet skin), then
     energy, forces and stress are computed and copied to the host."""
     from ase import Atoms
 
     from md_accel.calculator import Calculator
 
-    calc = Calculator(copy.deepcopy(potential), device="cuda", dtype=dtype, cuda_graph=cuda_graph)
+    calc = Calculator(copy.deepcopy(potential), device="cuda", dtype=dtype, cuda_graph=cuda_graph,
+                      pair_weights=pair_weights)
     inner = calc._edges
 
     def edges(*a, **k):  # label the neighbour-list kernels
@@ -306,6 +307,7 @@ def main(argv: Optional[List[str]] = None) -> List[Dict]:
     ap.add_argument("--out", default=None)
     ap.add_argument("--trace-dir", default=None, help="keep the chrome traces here")
     ap.add_argument("--tag", default="profile_step")
+    ap.add_argument("--per-edge", action="store_true", help="md_accel's radial weights per edge, not per pair")
     ap.add_argument("--shapes", type=int, default=0, metavar="N",
                     help="also print the N operators with the most GPU time, grouped by input shapes")
     args = ap.parse_args(argv)
@@ -329,7 +331,8 @@ def main(argv: Optional[List[str]] = None) -> List[Dict]:
     for n in sizes:
         for graph in {"both": (False, True), "on": (True,), "off": (False,), "auto": (None,)}[args.graph]:
             name = {None: "md_accel:auto", True: "md_accel+graph", False: "md_accel"}[graph]
-            rec = measure(name, lambda: md_accel_step(potential, n, dtype, graph), n, args, trace_dir, log)
+            rec = measure(name, lambda: md_accel_step(potential, n, dtype, graph, not args.per_edge), n, args, trace_dir,
+                          log)
             if graph is None:  # say what the Calculator chose
                 rec["impl"] += " (graph)" if rec.get("graph_replays") else " (no graph)"
             recs.append(rec)
