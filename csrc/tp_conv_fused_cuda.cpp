@@ -132,14 +132,16 @@ Tensor operand(CT t, CT x, int64_t rows, const char* name) {
 }
 
 struct Call {
-  Tensor x, y, h, W, g, src, dst, dst_ptr, src_perm, src_ptr, cg_val;
+  Tensor x, y, h, W, g, src, dst, dst_ptr, src_perm, src_ptr, cg_val, w_row;
   TPGraph graph;
   TPDims dims;
   const TPFusedSpec* spec = nullptr;
 };
 
-Call prepare(CT x_, CT y_, CT h_, CT W_, CT g_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
-             CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+// The checks of both ops (fused, pair): a CUDA float32 / float64 x, the graph's int64 tensors on its
+// device, x, y, hidden (one row per edge where h_per_edge), W and grad_out of matching shapes.
+Call prepare_operands(CT x_, CT y_, CT h_, CT W_, CT g_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
+                      bool h_per_edge, int64_t dim_out) {
   TORCH_CHECK(x_.is_cuda(), "md_accel tp_conv_fused (CUDA): x must be a CUDA tensor");
   TORCH_CHECK(x_.scalar_type() == at::kFloat || x_.scalar_type() == at::kDouble,
               "md_accel tp_conv_fused: float32 or float64 features only, got ", x_.scalar_type());
@@ -155,10 +157,20 @@ Call prepare(CT x_, CT y_, CT h_, CT W_, CT g_, CT src, CT dst, CT dst_ptr, CT s
   TORCH_CHECK(c.dst.numel() == E && c.src_perm.numel() == E, "md_accel tp_conv_fused: src, dst, src_perm must be [E]");
   c.x = operand(x_, x_, N, "x");
   c.y = operand(y_, x_, E, "y");
-  c.h = operand(h_, x_, E, "hidden");
+  c.h = operand(h_, x_, h_per_edge ? E : -1, "hidden");
   c.W = operand(W_, x_, c.h.size(1), "W");
   if (g_.defined()) c.g = operand(g_, x_, N, "grad_out");
   TORCH_CHECK(dim_out >= 0 && dim_out < (int64_t(1) << 30), "md_accel tp_conv_fused: bad dim_out ", dim_out);
+  c.graph = {c.src.data_ptr<int64_t>(), c.dst.data_ptr<int64_t>(), c.dst_ptr.data_ptr<int64_t>(),
+             c.src_perm.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), N, E};
+  c.dims = {int(c.x.size(1)), int(c.y.size(1)), int(c.W.size(1)), int(dim_out)};
+  return c;
+}
+
+Call prepare(CT x_, CT y_, CT h_, CT W_, CT g_, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
+             CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out) {
+  Call c = prepare_operands(x_, y_, h_, W_, g_, src, dst, dst_ptr, src_perm, src_ptr, true, dim_out);
+  const auto dev = x_.device();
   const FusedEntry fe = fused_entry(paths, cg_ptr, cg_idx, dev.index(), c.h.size(1));
   TORCH_CHECK(cg_val.dim() == 1 && cg_val.numel() == fe.h_cg_idx.size(0), "md_accel tp_conv_fused: cg_val must be [nnz]");
   c.cg_val = cg_val.to(dev, x_.scalar_type()).contiguous();
@@ -169,9 +181,6 @@ Call prepare(CT x_, CT y_, CT h_, CT W_, CT g_, CT src, CT dst, CT dst_ptr, CT s
                 fe.ext_out, ")");
     c.spec = fe.spec;
   }
-  c.graph = {c.src.data_ptr<int64_t>(), c.dst.data_ptr<int64_t>(), c.dst_ptr.data_ptr<int64_t>(),
-             c.src_perm.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), N, E};
-  c.dims = {int(c.x.size(1)), int(c.y.size(1)), int(c.W.size(1)), int(dim_out)};
   return c;
 }
 
@@ -262,34 +271,13 @@ Tensor4 tp_conv_fused_bwd_kept_cuda(CT g, CT x, CT y, CT h, CT W, CT src, CT dst
 }
 
 // --- edges sharing weight rows (md_accel::tp_conv_pair_fwd, tp_conv_chunked.h) ---------------------
-struct PairCall {
-  Tensor x, y, h, W, g, w_row, src, dst, dst_ptr, src_perm, src_ptr;
-};
-
-PairCall prepare_pair(CT x_, CT y_, CT h_, CT W_, CT g_, CT w_row, CT src, CT dst, CT dst_ptr, CT src_perm,
-                      CT src_ptr, int64_t dim_out) {
-  TORCH_CHECK(x_.is_cuda(), "md_accel tp_conv_pair (CUDA): x must be a CUDA tensor");
-  TORCH_CHECK(x_.scalar_type() == at::kFloat || x_.scalar_type() == at::kDouble,
-              "md_accel tp_conv_pair: float32 or float64 features only, got ", x_.scalar_type());
-  const auto dev = x_.device();
-  PairCall c;
-  c.src = graph_tensor(src, dev, "src");
-  c.dst = graph_tensor(dst, dev, "dst");
-  c.dst_ptr = graph_tensor(dst_ptr, dev, "dst_ptr");
-  c.src_perm = graph_tensor(src_perm, dev, "src_perm");
-  c.src_ptr = graph_tensor(src_ptr, dev, "src_ptr");
-  c.w_row = graph_tensor(w_row, dev, "w_row");
-  const int64_t N = c.dst_ptr.numel() - 1, E = c.src.numel();
-  TORCH_CHECK(N >= 0 && c.src_ptr.numel() == N + 1, "md_accel tp_conv_pair: dst_ptr and src_ptr must be [N+1]");
-  TORCH_CHECK(c.dst.numel() == E && c.src_perm.numel() == E && c.w_row.numel() == E,
-              "md_accel tp_conv_pair: src, dst, src_perm, w_row must be [E]");
-  c.x = operand(x_, x_, N, "x");
-  c.y = operand(y_, x_, E, "y");
-  c.h = operand(h_, x_, -1, "hidden");
-  TORCH_CHECK(E == 0 || c.h.size(0) > 0, "md_accel tp_conv_pair: hidden has no rows for ", E, " edges");
-  c.W = operand(W_, x_, c.h.size(1), "W");
-  if (g_.defined()) c.g = operand(g_, x_, N, "grad_out");
-  TORCH_CHECK(dim_out >= 0 && dim_out < (int64_t(1) << 30), "md_accel tp_conv_pair: bad dim_out ", dim_out);
+Call prepare_pair(CT x_, CT y_, CT h_, CT W_, CT g_, CT w_row, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr,
+                  int64_t dim_out) {
+  Call c = prepare_operands(x_, y_, h_, W_, g_, src, dst, dst_ptr, src_perm, src_ptr, false, dim_out);
+  c.w_row = graph_tensor(w_row, x_.device(), "w_row");
+  const int64_t E = c.src.numel();
+  TORCH_CHECK(c.w_row.numel() == E, "md_accel tp_conv_fused: w_row must be [E]");
+  TORCH_CHECK(E == 0 || c.h.size(0) > 0, "md_accel tp_conv_fused: hidden has no rows for ", E, " edges");
   return c;
 }
 
@@ -298,7 +286,7 @@ std::tuple<Tensor, std::vector<Tensor>> tp_conv_pair_fwd_keep_cuda(CT x, CT y, C
                                                                    CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out,
                                                                    bool keep) {
   c10::cuda::CUDAGuard guard(x.device());
-  const PairCall c = prepare_pair(x, y, h, W, Tensor(), w_row, src, dst, dst_ptr, src_perm, src_ptr, dim_out);
+  const Call c = prepare_pair(x, y, h, W, Tensor(), w_row, src, dst, dst_ptr, src_perm, src_ptr, dim_out);
   std::vector<Tensor> kept;
   Tensor out = tp_conv_pair_fwd(c.x, c.y, c.h, c.W, c.w_row, c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths,
                                 cg_ptr, cg_idx, cg_val, dim_out, keep ? &kept : nullptr);
@@ -310,7 +298,7 @@ Tensor4 tp_conv_pair_bwd_cuda(CT g, CT x, CT y, CT h, CT W, CT w_row, CT src, CT
                               bool need_W) {
   c10::cuda::CUDAGuard guard(x.device());
   TORCH_CHECK(g.dim() == 2, "md_accel tp_conv_pair_bwd: grad_out must be 2-D");
-  const PairCall c = prepare_pair(x, y, h, W, g, w_row, src, dst, dst_ptr, src_perm, src_ptr, g.size(1));
+  const Call c = prepare_pair(x, y, h, W, g, w_row, src, dst, dst_ptr, src_perm, src_ptr, g.size(1));
   return tp_conv_pair_bwd(c.g, c.x, c.y, c.h, c.W, c.w_row, c.src, c.dst, c.dst_ptr, c.src_perm, c.src_ptr, paths,
                           cg_ptr, cg_idx, cg_val, need_W, kept.vec());
 }
