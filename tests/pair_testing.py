@@ -28,7 +28,17 @@ def ase_edges(atoms, cutoff: float) -> Edges:
     return Edges(src, dst, shift, pos[src] - pos[dst] + shift, edge_partners(src, dst, s))
 
 
-def evaluate(potential, atoms, pairs: bool) -> Dict[str, torch.Tensor]:
+def evaluate(potential, atoms, pairs: bool, through_fused_op: bool = False) -> Dict[str, torch.Tensor]:
+    """``through_fused_op``: every convolution takes ``forward_fused`` (on CUDA: for large graphs),
+    whose CPU branch expands the rows per edge."""
+    from md_accel.ops import TensorProductConv
+
+    for m in potential.modules():
+        if isinstance(m, TensorProductConv):
+            if through_fused_op:
+                m.use_fused = lambda x, num_edges: True
+            elif "use_fused" in m.__dict__:
+                del m.use_fused
     edges = ase_edges(atoms, potential.cutoff)
     assert edges.partner is not None, "every edge has its reverse"
     assert torch.equal(edges.vec[edges.partner], -edges.vec)
@@ -46,12 +56,17 @@ def evaluate(potential, atoms, pairs: bool) -> Dict[str, torch.Tensor]:
 
 
 def assert_pairs_equal_edges(potential, atoms, rtol: float = 1e-12) -> None:
-    per_pair, per_edge = evaluate(potential, atoms, True), evaluate(potential, atoms, False)
-    e = per_edge["forces"].shape[0] and per_edge["dE_dvec"].shape[0]
-    assert int(per_pair["rows"]) * 2 == e and int(per_edge["rows"]) == e
-    for q in ("energy", "forces", "virial"):
-        scale = max(per_edge[q].abs().max().item(), 1e-3)
-        err = (per_pair[q] - per_edge[q]).abs().max().item()
-        assert err <= rtol * scale, (q, err, scale)
-    # the pairs were used: the radial part of a pair's gradient sits on one of its two edges
-    assert not torch.allclose(per_pair["dE_dvec"], per_edge["dE_dvec"], rtol=1e-6, atol=1e-9)
+    """Per pair (unfused and through the fused op's branch) against per edge."""
+    per_edge = evaluate(potential, atoms, False)
+    e = per_edge["dE_dvec"].shape[0]
+    assert int(per_edge["rows"]) == e
+    for fused in (False, True):
+        per_pair = evaluate(potential, atoms, True, through_fused_op=fused)
+        assert int(per_pair["rows"]) * 2 == e
+        for q in ("energy", "forces", "virial"):
+            scale = max(per_edge[q].abs().max().item(), 1e-3)
+            err = (per_pair[q] - per_edge[q]).abs().max().item()
+            assert err <= rtol * scale, (q, fused, err, scale)
+        # the pairs were used: the radial part of a pair's gradient sits on one of its two edges
+        assert not torch.allclose(per_pair["dE_dvec"], per_edge["dE_dvec"], rtol=1e-6, atol=1e-9)
+    evaluate(potential, atoms, False)  # the modules as they were (use_fused restored)

@@ -9,8 +9,8 @@ import torch
 from ase.build import bulk, fcc111
 
 from md_accel.neighbors import VerletNeighborList, _sorted_pairs, edge_partners, neighbor_list
-from md_accel.ops import build_graph, pair_rows
-from pair_testing import assert_pairs_equal_edges
+from md_accel.ops import build_graph, check_partners, pair_rows
+from pair_testing import assert_pairs_equal_edges, evaluate
 
 
 def _structures():
@@ -104,6 +104,13 @@ def test_pair_rows_numbering():
     assert w_row.tolist() == [0, 1, 1, 0, 2, 2] and row_edge.tolist() == [0, 1, 4]
 
 
+def test_check_partners():
+    check_partners(torch.tensor([3, 2, 1, 0]), 4)
+    for bad in ([0, 1, 3, 2], [1, 2, 3, 0], [1, 0, 3, 5], [1, 0, 2], [3, 2, 1, 0, 5]):  # self, cycle, range, sizes
+        with pytest.raises(ValueError, match="pair each of the"):
+            check_partners(torch.tensor(bad), 4)
+
+
 def test_sevennet0_per_pair_equals_per_edge():
     pytest.importorskip("sevenn")
     from md_accel.convert.sevenn import convert_sevenn, load_sevenn
@@ -113,3 +120,8 @@ def test_sevennet0_per_pair_equals_per_edge():
     structures = _structures()
     for name in ("periodic", "triclinic", "slab"):
         assert_pairs_equal_edges(pot, structures[name])
+    # the TorchScript model (what md_accel.io.save writes) on a paired graph: the same as eager
+    scripted = torch.jit.script(pot)
+    eager, script = evaluate(pot, structures["periodic"], True), evaluate(scripted, structures["periodic"], True)
+    for q in ("energy", "forces", "virial"):
+        assert torch.allclose(script[q], eager[q], rtol=1e-12, atol=1e-12), q

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ..ops import Graph, build_graph, graph_order
+from ..ops import Graph, build_graph, check_partners, graph_order
 
 
 class Potential(torch.nn.Module):
@@ -119,6 +119,8 @@ def energy_forces_virial(
         edge_vec = edge_vec.detach().requires_grad_(True)
     graph: Optional[Graph] = None
     vec, src, dst = edge_vec, edge_src, edge_dst
+    if edge_partner is not None and edge_vec.is_cuda and not torch.cuda.is_current_stream_capturing():
+        check_partners(edge_partner, edge_vec.shape[0])  # a CUDA-graph capture checks in its warm-up steps
     if edge_vec.is_cuda:
         graph = build_graph(edge_src, edge_dst, n, dst_sorted, edge_partner)
         if not dst_sorted:

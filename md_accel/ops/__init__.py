@@ -2,7 +2,8 @@
 CUDA kernels behind the same torch custom ops (``torch.ops.md_accel.*``)."""
 from ..o3.spherical_harmonics import SphericalHarmonics, spherical_harmonics
 from . import _custom_ops, _gemm_ops, _linear_ops, _mlp_ops, _sc_ops
-from .tp_conv import Graph, TensorProductConv, build_graph, graph_order, pair_rows, per_edge, weight_rows
+from .tp_conv import (Graph, TensorProductConv, build_graph, check_partners, graph_order, pair_rows, per_edge,
+                      weight_rows)
 from .symmetric_contraction import SymmetricContraction
 from .tp_problem import Instruction, TPProblem
 
@@ -24,4 +25,4 @@ _linear_ops.register(cpp_library_loaded=_CPP_LOADED)
 _gemm_ops.register(cpp_library_loaded=_CPP_LOADED)
 
 __all__ = ["SphericalHarmonics", "spherical_harmonics", "TensorProductConv", "Graph", "build_graph", "graph_order",
-           "pair_rows", "per_edge", "weight_rows", "TPProblem", "Instruction", "SymmetricContraction"]
+           "check_partners", "pair_rows", "per_edge", "weight_rows", "TPProblem", "Instruction", "SymmetricContraction"]

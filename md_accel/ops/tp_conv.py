@@ -46,17 +46,33 @@ def pair_rows(partner: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return w_row, row_edge
 
 
+def check_partners(partner: torch.Tensor, num_edges: int) -> None:
+    """ValueError unless ``partner`` pairs every one of ``num_edges`` edges with another edge
+    (``partner[partner[e]] == e != partner[e]``). Synchronises with the device (not for capture)."""
+    p = partner.to(torch.int64)
+    e = torch.arange(num_edges, dtype=torch.int64, device=p.device)
+    ok = p.shape == (num_edges,) and num_edges % 2 == 0
+    ok = ok and bool(((p >= 0) & (p < num_edges)).all()) and bool((p != e).all())
+    if not (ok and torch.equal(p.index_select(0, p), e)):
+        raise ValueError(f"edge_partner must pair each of the {num_edges} edges with another one "
+                         "(partner[partner[e]] == e != partner[e])")
+
+
 def weight_rows(t: torch.Tensor, graph: Optional[Graph]) -> torch.Tensor:
     """Per-edge ``t`` -> one row per weight row of ``graph`` (unchanged where edges do not share)."""
-    if graph is not None and graph.row_edge is not None:
-        return t.index_select(0, graph.row_edge)
+    if graph is not None:
+        rows = graph.row_edge  # a local: TorchScript refines locals, not attributes
+        if rows is not None:
+            return t.index_select(0, rows)
     return t
 
 
 def per_edge(t: torch.Tensor, graph: Optional[Graph]) -> torch.Tensor:
     """One row per weight row of ``graph`` -> per edge (the inverse direction of ``weight_rows``)."""
-    if graph is not None and graph.w_row is not None:
-        return t.index_select(0, graph.w_row)
+    if graph is not None:
+        w_row = graph.w_row
+        if w_row is not None:
+            return t.index_select(0, w_row)
     return t
 
 
@@ -283,14 +299,17 @@ class TensorProductConv(torch.nn.Module):
         if graph is not None:
             w_row = graph.w_row
             if w_row is not None:
-                if not x.is_cuda:  # the reference on the rows expanded per edge
-                    return tp_conv_fused_fwd_ref(x, edge_attr, hidden.index_select(0, w_row), w_last, edge_src,
-                                                 edge_dst, num_nodes, self.path_list, self.cg_dense, self.dim_out)
-                return torch.ops.md_accel.tp_conv_pair_fwd(
-                    x.contiguous(), edge_attr.contiguous(), hidden.contiguous(), w_last.contiguous(), w_row,
-                    graph.src, graph.dst, graph.dst_ptr, graph.src_perm, graph.src_ptr,
-                    self.paths, self.cg_ptr, self.cg_idx, self.cg_val, self.dim_out,
-                )
+                fused_kernels = (x.dtype == torch.float32 and self.fused_f32) or (x.dtype == torch.float64
+                                                                                  and self.fused_f64)
+                if x.is_cuda and not fused_kernels:
+                    return torch.ops.md_accel.tp_conv_pair_fwd(
+                        x.contiguous(), edge_attr.contiguous(), hidden.contiguous(), w_last.contiguous(), w_row,
+                        graph.src, graph.dst, graph.dst_ptr, graph.src_perm, graph.src_ptr,
+                        self.paths, self.cg_ptr, self.cg_idx, self.cg_val, self.dim_out,
+                    )
+                # the rows expanded per edge: the reference, or the fused-radial kernels (which never
+                # store the weights, so there is nothing to share)
+                hidden = hidden.index_select(0, w_row)
         if x.is_cuda:
             if graph is None:
                 graph = build_graph(edge_src, edge_dst, num_nodes)
