@@ -60,14 +60,27 @@ def _uncaptured_padded(calc, atoms):
             full_3x3_to_voigt_6_stress(-0.5 * (w + w.T) / atoms.get_volume()))
 
 
+def _through_the_fused_op(calc):
+    """Every conv of the calculator's model takes forward_fused (with pairs: md_accel::tp_conv_pair_fwd,
+    its P weight rows kept in the graph's pool), as large systems do."""
+    from md_accel.ops.tp_conv import TensorProductConv
+
+    for m in calc.model.modules():
+        if isinstance(m, TensorProductConv) and m.fused_hidden > 0:
+            m.save_weights_bytes = 0
+    return calc
+
+
+@pytest.mark.parametrize("weights", ["whole", "fused_op"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_graphed_md_equals_uncaptured_steps(sevennet0, dtype):
+def test_graphed_md_equals_uncaptured_steps(sevennet0, dtype, weights):
     from md_accel.calculator import Calculator
 
-    graphed = Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3)
-    plain = Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3, cuda_graph=False)
-    per_edge = Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3, cuda_graph=False,
-                          pair_weights=False)
+    prepare = _through_the_fused_op if weights == "fused_op" else (lambda calc: calc)
+    graphed = prepare(Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3))
+    plain = prepare(Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3, cuda_graph=False))
+    per_edge = prepare(Calculator(copy.deepcopy(sevennet0), device="cuda", dtype=dtype, skin=0.3, cuda_graph=False,
+                                  pair_weights=False))
     assert graphed.step is not None and plain.step is None
     atoms = _hot_copper()
     atoms.calc = graphed

@@ -159,3 +159,26 @@ def test_cuda_forces_bit_reproducible(sevennet0, weights, monkeypatch):
         assert torch.equal(f, runs[0][1])
         assert torch.equal(w, runs[0][2])
     assert np.isfinite(runs[0][1].cpu().numpy()).all()
+
+
+def test_hessian_with_pair_weights(sevennet0, monkeypatch):
+    """Second derivatives through the pair op (its backward composed under create_graph), the
+    convs forced onto forward_fused: equal to the per-edge Calculator's on CUDA and to the CPU's
+    (float64, 4-atom periodic cell with its images)."""
+    import copy
+
+    from md_accel.calculator import Calculator
+    from md_accel.ops.tp_conv import TensorProductConv
+
+    atoms = _copper(1, seed=4)
+    hessians = {}
+    for label, device, pairs in (("pairs", "cuda", True), ("edges", "cuda", False), ("cpu", "cpu", False)):
+        calc = Calculator(copy.deepcopy(sevennet0), device=device, pair_weights=pairs)
+        for m in calc.model.modules():
+            if isinstance(m, TensorProductConv) and m.fused_hidden > 0:
+                m.save_weights_bytes = 0
+        hessians[label] = calc.get_hessian(atoms)
+    scale = np.abs(hessians["cpu"]).max()
+    assert scale > 1.0
+    for label in ("pairs", "edges"):
+        assert np.abs(hessians[label] - hessians["cpu"]).max() <= 1e-9 * scale, label
