@@ -48,7 +48,9 @@ class Potential(torch.nn.Module):
     ) -> torch.Tensor:
         """``graph``: the receiver-sorted graph of these edges, which are then in its order
         (``energy_forces_virial`` builds it once for all layers); ``None``: the potential
-        orders the edges itself where its kernels need it (``ops.graph_order``)."""
+        orders the edges itself where its kernels need it (``ops.graph_order``). Where the graph
+        has weight rows (``Graph.w_row``), its paired edges have equal lengths: what depends only
+        on an edge's length may be computed once per row (``ops.weight_rows``)."""
         raise NotImplementedError
 
     def forward(
