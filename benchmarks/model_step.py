@@ -7,7 +7,9 @@ md_accel converts too (``--nequip-model``, default the copper test model l3).
 The neighbour list is built once per size (CPU) and excluded from the timing; every backend
 gets the same edges in its own convention. A step = the model's forward and the autograd
 backward giving forces, timed by wall clock with a device synchronisation (host work, launches
-and syncs included), median of ``--repeats``; peak memory from torch's allocator. Sizes grow
+and syncs included), median of ``--repeats``; peak memory from torch's allocator, counted from
+what was allocated before the backend was loaded (its model, inputs, workspaces and, for a CUDA
+graph, the capture included; what earlier backends left behind excluded). Sizes grow
 until a backend runs out of memory (recorded, larger sizes skipped for it). Every backend runs
 inside try/except; at the smallest size energies and forces are cross-checked within each model.
 md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, like the peers);
@@ -17,7 +19,10 @@ md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, li
 ``+fused`` runs the fused-radial kernels (the radial MLP's last layer inside the conv kernels,
 ``MD_ACCEL_FUSED_RADIAL``), every other md_accel row materialised weights; the radial weights
 are computed once per pair of edges (``edge_partner``, as the Calculator does), ``+edges`` once
-per edge. Options combine (``md_accel:mace+graph+fused``).
+per edge. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``, ``+save=MIB`` set
+MD_ACCEL_KEEP_WEIGHTS_MIB, MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS
+and MD_ACCEL_SAVE_WEIGHTS_MIB for that row only. Options combine
+(``md_accel:mace+graph+fused``, ``md_accel:mace+graph+save=0+keep=0``).
 
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
         [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
@@ -30,6 +35,7 @@ inputs are float64 positions/cell/shifts (nequip's convention), its model runs i
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import importlib.util
 import glob
@@ -98,7 +104,10 @@ class MdAccel(Backend):
     from SevenNet (md_accel.convert.sevenn), MACE (md_accel.convert.mace) or the
     ``--nequip-model`` file (md_accel.convert.nequip)."""
 
-    _converted: Dict = {}  # (what, dtype) -> potential, shared by the variants of one model
+    _converted: Dict = {}  # (what, dtype) -> potential on the CPU, converted once for the variants of one model
+    SETTINGS = {"keep": "MD_ACCEL_KEEP_WEIGHTS_MIB", "chunk": "MD_ACCEL_WEIGHT_CHUNK_MIB",
+                "lean": "MD_ACCEL_LEAN_WEIGHTS_MIB", "lean_chunks": "MD_ACCEL_LEAN_CHUNKS",
+                "save": "MD_ACCEL_SAVE_WEIGHTS_MIB"}
 
     def __init__(self, what: str, args):
         # WHAT+whole: keep the whole per-edge weights for the backward at any size (the default
@@ -106,15 +115,25 @@ class MdAccel(Backend):
         # WHAT+graph: the Calculator's step (md_accel.step.GraphedStep: a CUDA graph up to
         # AUTO_MAX_EDGES edges; the stress is computed too). WHAT+fused: the fused-radial kernels.
         # WHAT+edges: radial weights per edge instead of per pair.
+        # WHAT+keep=MIB / +chunk=MIB / +lean=MIB / +lean_chunks=N / +save=MIB: MD_ACCEL_KEEP_WEIGHTS_MIB,
+        # MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS (set around each of this
+        # backend's steps) and MD_ACCEL_SAVE_WEIGHTS_MIB (its convs) for this row.
         what, *options = what.split("+")
+        settings = dict(o.split("=", 1) for o in options if "=" in o)
+        options = [o for o in options if "=" not in o]
         unknown = [o for o in options if o not in ("whole", "graph", "fused", "edges")]
+        unknown += [k for k in settings if k not in self.SETTINGS]
         if unknown or len(set(options)) != len(options):
-            raise ValueError(f"bad md_accel options {options} (known: +whole, +graph, +fused, +edges, each once)")
+            raise ValueError(f"bad md_accel options {options} {settings} (known: +whole, +graph, +fused, +edges, "
+                             f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +save=MIB)")
+        self.env = {self.SETTINGS[k]: v for k, v in settings.items() if k != "save"}
+        self.save_mib = float(settings["save"]) if "save" in settings else None
         self.what, self.args = what, args
         self.whole, self.graph, self.fused = ("whole" in options), ("graph" in options), ("fused" in options)
         self.pairs = "edges" not in options
         self.keeps_pool = self.graph
-        self.name = f"md_accel:{os.path.basename(what)}" + "".join(f"+{o}" for o in options)
+        self.name = f"md_accel:{os.path.basename(what)}" + "".join(f"+{o}" for o in options) + \
+            "".join(f"+{k}={v}" for k, v in settings.items())
         if what.endswith(".mdx"):
             self.model = os.path.basename(what)
         elif what == "mace":
@@ -151,14 +170,17 @@ class MdAccel(Backend):
 
             pot = convert_sevenn(sevenn_checkpoint(self.args.sevenn_checkpoint if self.what == "sevenn"
                                                    else self.what), dtype=dtype)
-        self.pot = self._converted[key] = pot.to(device=device, dtype=dtype).eval()
+        self._converted[key] = pot
+        # each variant its own copy on the device, loaded while its memory is measured
+        self.pot = copy.deepcopy(pot).to(device=device, dtype=dtype).eval()
         for p in self.pot.parameters():  # frozen, as the Calculator and the LAMMPS pair style hold it
             p.requires_grad_(False)
         from md_accel.ops.tp_conv import TensorProductConv, _save_weights_bytes
 
         for m in self.pot.modules():  # the converted potential is shared by the variants: set each
             if isinstance(m, TensorProductConv):
-                m.save_weights_bytes = 2 ** 62 if self.whole else _save_weights_bytes()
+                m.save_weights_bytes = 2 ** 62 if self.whole else _save_weights_bytes() if self.save_mib is None \
+                    else int(self.save_mib * 2 ** 20)
                 fused = False
                 if self.fused and m.fused_hidden > 0 and torch.device(device).type == "cuda":
                     fused = _cuda.specialise_fused(m, m.fused_hidden, device) is not None
@@ -190,8 +212,17 @@ class MdAccel(Backend):
                 return energy_forces_virial(self.pot, *inputs, edge_partner=partner)
 
         def run():
-            out = step(species, t["vec"], t["src"], t["dst"], partner) if self.graph else \
-                step(species, t["vec"], t["src"], t["dst"])
+            before = {k: os.environ.get(k) for k in self.env}
+            os.environ.update(self.env)
+            try:
+                out = step(species, t["vec"], t["src"], t["dst"], partner) if self.graph else \
+                    step(species, t["vec"], t["src"], t["dst"])
+            finally:
+                for k, v in before.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
             return out["energy"], out["forces"]
 
         return run
@@ -375,6 +406,10 @@ def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, make_budget: C
     conversion or a kernel build, is not charged to its steps)."""
     recs = []
     base = {"backend": b.name, "model": b.model}
+    common.release(device)
+    # peak memory counts from here: what earlier backends left allocated (torch's per-stream cuBLAS
+    # workspaces, cached converted models) is not this backend's
+    before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     t0 = time.perf_counter()
     try:
         b.load(args.dtype_t, device)
@@ -423,7 +458,8 @@ def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, make_budget: C
                 raise TimeoutError(f"skipped: time budget (second call {per_call:.1f} s)")
             rec.update(common.time_wall(fn, device, args.warmup, repeats))
             lifetime = torch.cuda.max_memory_allocated(device) if b.keeps_pool and device.type == "cuda" else 0
-            rec["peak_bytes"] = max(common.peak_memory(fn, device) or 0, lifetime) or None
+            peak = max(common.peak_memory(fn, device) or 0, lifetime)
+            rec["peak_bytes"] = peak - before if peak else None
             rec["status"] = "ok"
         except Exception as e:  # noqa: BLE001
             rec["status"] = "budget" if isinstance(e, TimeoutError) else common.failure(e)

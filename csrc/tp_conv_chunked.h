@@ -50,8 +50,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> tp_conv_chunked_bwd(
 // edge e (TPGraph::w_row); the backward writes grad_w per edge chunk, hidden's gradient per edge
 // (grad_w @ W^T), then sums it over the edges of each row. Where no generated kernels serve the
 // plan, or the P weight rows exceed MD_ACCEL_PAIR_WEIGHTS_MIB (read once per process), they run the
-// functions above on h's rows expanded per edge instead. grad_hidden is bit-reproducible when at
-// most two edges share a row (one add into zero per edge; a + b = b + a).
+// functions above on h's rows expanded per edge instead. Small graphs (MD_ACCEL_LEAN_WEIGHTS_MIB,
+// tp_conv_chunked_cuda.cpp) keep no rows and run the backward in a few edge chunks. grad_hidden is
+// bit-reproducible when at most two edges share a row (one add into zero per edge; a + b = b + a).
 at::Tensor tp_conv_pair_fwd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& h, const at::Tensor& W,
                             const at::Tensor& w_row, const at::Tensor& src, const at::Tensor& dst,
                             const at::Tensor& dst_ptr, const at::Tensor& src_perm, const at::Tensor& src_ptr,

@@ -147,6 +147,21 @@ def padded_step(potential: torch.nn.Module, species: torch.Tensor, edge_vec: tor
     return padded.step(potential, dst_sorted)
 
 
+_CAPTURE_STREAMS: Dict[int, torch.cuda.Stream] = {}
+
+
+def _capture_stream(device: torch.device) -> torch.cuda.Stream:
+    """One stream per device for every warm-up and capture: torch keeps a cuBLAS workspace (32 MiB
+    on Hopper) per (handle, stream) for the life of the process, so a new stream per capture would
+    leave more behind each time, and a capture on another stream than its warm-up would double
+    them (seen with benchmarks/memory_breakdown.py)."""
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    if index not in _CAPTURE_STREAMS:
+        _CAPTURE_STREAMS[index] = torch.cuda.Stream(device=index)
+    return _CAPTURE_STREAMS[index]
+
+
 class GraphedStep:
     """``step(species, edge_vec, edge_src, edge_dst, edge_partner=None)`` -> ``energy``,
     ``node_energies`` [N], ``forces`` [N, 3], ``virial`` [3, 3], all detached. ``edge_partner``:
@@ -229,19 +244,19 @@ class GraphedStep:
 
     def _capture(self) -> None:
         """Warm up on a side stream (first calls of the custom ops read their plans on the host,
-        cuBLAS sets up its workspace), then capture one step."""
+        cuBLAS sets up its workspaces), then capture one step on the same stream."""
         padded = self._padded
         assert padded is not None
         device = padded.vec.device
         with torch.cuda.device(device):
-            side = torch.cuda.Stream()
+            side = _capture_stream(device)
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(self.warmup):
                     padded.step(self.potential, self.dst_sorted)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, stream=side):  # the warm-up's stream: its cuBLAS workspaces serve
                 outputs = padded.step(self.potential, self.dst_sorted)
         self._graph, self._outputs = graph, outputs
         self.num_captures += 1

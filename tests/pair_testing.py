@@ -36,7 +36,7 @@ def evaluate(potential, atoms, pairs: bool, through_fused_op: bool = False) -> D
     for m in potential.modules():
         if isinstance(m, TensorProductConv):
             if through_fused_op:
-                m.use_fused = lambda x, num_edges: True
+                m.use_fused = lambda x, num_edges, graph=None: True
             elif "use_fused" in m.__dict__:
                 del m.use_fused
     edges = ase_edges(atoms, potential.cutoff)

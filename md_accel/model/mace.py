@@ -134,7 +134,7 @@ class MACELayer(torch.nn.Module):
         x = self.linear_up(h)
         # the MLP sees only the length: one row per weight row of the graph (a pair's two edges share)
         rows = weight_rows(radial, graph)
-        if self.conv.use_fused(x, edge_src.shape[0]):  # w = hidden @ W_last in the TP op (env scales hidden rows)
+        if self.conv.use_fused(x, edge_src.shape[0], graph):  # w = hidden @ W_last in the TP op (env scales hidden rows)
             hid = self.radial_mlp.hidden(rows)
             if self.cutoff_weights:
                 hid = hid * weight_rows(env, graph).unsqueeze(-1)

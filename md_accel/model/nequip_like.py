@@ -95,7 +95,7 @@ class InteractionLayer(torch.nn.Module):
         w_last = self.radial_mlp.last_weight() / self.denominator
         # the MLP sees only the length: one row per weight row of the graph (a pair's two edges share)
         hidden = self.radial_mlp.hidden(weight_rows(radial, graph))
-        if self.conv.use_fused(h, edge_src.shape[0]):
+        if self.conv.use_fused(h, edge_src.shape[0], graph):
             h = self.conv.forward_fused(h, sh, hidden, w_last, edge_src, edge_dst, x.shape[0], graph)
         else:
             w = per_edge(torch.ops.md_accel.linear_tf32x3(hidden, w_last), graph)

@@ -135,7 +135,10 @@ _SPECIALISE_WARNED = []
 #   on tensor cores, recomputed in the backward, so neither w nor grad_w exists whole.
 # ``use_fused`` takes it when the fused kernels are on, or when keeping the whole w for the backward
 # would take more than MD_ACCEL_SAVE_WEIGHTS_MIB (default 2048) MiB: above that the memory saved is
-# worth the backward's second GEMM.
+# worth the backward's second GEMM. Graphs with weight rows (pairs of edges) take it at every size:
+# md_accel::tp_conv_pair_fwd holds the P rows instead of the E per-edge weights, and on small graphs
+# none for the backward (csrc/tp_conv_chunked.h); H200 2026-11-26, MACE-MP-0-medium shape float32,
+# 864 / 4,000 Cu atoms, 4.7 / 12.5 ms against 5.8 / 16.5 ms with the whole per-edge weights.
 FUSED_RADIAL_DTYPES = (torch.float32, torch.float64)  # float64 since the weights run on DMMA
 FUSED_RADIAL_ENV = "MD_ACCEL_FUSED_RADIAL"
 SAVE_WEIGHTS_ENV = "MD_ACCEL_SAVE_WEIGHTS_MIB"
@@ -257,12 +260,18 @@ class TensorProductConv(torch.nn.Module):
         return tp_conv_fwd_ref(x, edge_attr, edge_weights, edge_src, edge_dst, num_nodes,
                                self.path_list, self.cg_dense, self.dim_out)
 
-    def use_fused(self, x: torch.Tensor, num_edges: int) -> bool:
+    def use_fused(self, x: torch.Tensor, num_edges: int, graph: Optional[Graph] = None) -> bool:
         """Whether to call ``forward_fused`` for features like ``x`` on ``num_edges`` edges: on CUDA,
-        with ``fused_hidden`` set, when fused-radial kernels serve the dtype or the whole per-edge
-        weights would exceed ``save_weights_bytes`` (then they are materialised in chunks)."""
+        with ``fused_hidden`` set, when ``graph`` has weight rows (the pair op, at every size: it
+        also holds less than whole per-edge weights), when fused-radial kernels serve the dtype, or
+        when the whole per-edge weights would exceed ``save_weights_bytes`` (then they are
+        materialised in chunks)."""
         if not x.is_cuda or self.fused_hidden <= 0:
             return False
+        if graph is not None:
+            w_row = graph.w_row
+            if w_row is not None:
+                return True
         if (x.dtype == torch.float32 and self.fused_f32) or (x.dtype == torch.float64 and self.fused_f64):
             return True
         elem = 8 if x.dtype == torch.float64 else 4

@@ -503,6 +503,7 @@ def test_pair_rows_computed_once(monkeypatch):
     e = g.src.numel()
     monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(e / 7 * plan.weight_numel * 4 / 2**20))
     monkeypatch.delenv("MD_ACCEL_GEMM_CUBLAS", raising=False)
+    monkeypatch.setenv("MD_ACCEL_LEAN_WEIGHTS_MIB", "0")  # the keep budget decides (small graphs keep none)
     pl = plan_args(plan, torch.float32)
     x, y, _, W, go = inputs(plan, hidden, g, 300, torch.float32, gen)
     h = torch.randn((e // 2, hidden), generator=gen).to(DEV).requires_grad_()
