@@ -125,3 +125,51 @@ def test_profile_parts_of_kernel_names():
     for name, part in cases.items():
         assert profile_step.classify(name) == part, name
         assert part in profile_step.PARTS
+
+
+def test_memory_breakdown_replays_allocator_events():
+    """The blocks alive at the peak and at the end, by the first frame outside torch; a block freed
+    before the peak does not count, one freed after it does."""
+    sys.path.insert(0, BENCH)
+    try:
+        from memory_breakdown import peak_breakdown
+    finally:
+        sys.path.remove(BENCH)
+
+    def frames(where):
+        return [{"filename": "/x/torch/nn/functional.py", "line": 1, "name": "f"},
+                {"filename": f"/repo/md_accel/{where}.py", "line": 7, "name": "g"}]
+
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 100, "frames": frames("a")},
+        {"action": "alloc", "addr": 2, "size": 50, "frames": frames("b")},
+        {"action": "free_requested", "addr": 1, "size": 100},
+        {"action": "free_completed", "addr": 1, "size": 100},
+        {"action": "alloc", "addr": 3, "size": 70, "frames": frames("a")},
+        {"action": "alloc", "addr": 4, "size": 40, "frames": []},  # peak: 50 + 70 + 40 = 160
+        {"action": "free_requested", "addr": 3, "size": 70},
+        {"action": "free_requested", "addr": 99, "size": 5},  # allocated before the recording
+        {"action": "segment_alloc", "addr": 1000, "size": 4096},
+    ]
+    peak, at_peak, after = peak_breakdown(trace)
+    assert peak == 160
+    assert at_peak == [("md_accel/a.py:7 g", 70, 1), ("md_accel/b.py:7 g", 50, 1), ("(no Python frame)", 40, 1)]
+    assert after == [("md_accel/b.py:7 g", 50, 1), ("(no Python frame)", 40, 1)]
+
+
+def test_model_step_row_settings():
+    """md_accel rows take allocator settings as options (+keep=, +lean_chunks=, ...): named in the row,
+    applied around its steps only; unknown ones are refused."""
+    sys.path.insert(0, BENCH)
+    try:
+        import model_step
+    finally:
+        sys.path.remove(BENCH)
+    import argparse
+
+    args = argparse.Namespace(sevenn_checkpoint="SevenNet_0", nequip_model=None, mace_model=None)
+    b = model_step.make_backend("md_accel:mace+graph+keep=0+lean_chunks=2+save=64", args)
+    assert b.name == "md_accel:mace+graph+keep=0+lean_chunks=2+save=64" and b.graph
+    assert b.env == {"MD_ACCEL_KEEP_WEIGHTS_MIB": "0", "MD_ACCEL_LEAN_CHUNKS": "2"} and b.save_mib == 64
+    with pytest.raises(ValueError, match="known"):
+        model_step.make_backend("md_accel:mace+graph+budget=3", args)
