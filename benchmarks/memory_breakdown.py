@@ -25,6 +25,9 @@ import common  # noqa: E402
 import model_step  # noqa: E402
 
 
+MAX_EVENTS = 1_000_000
+
+
 def _site(frames: List[Dict]) -> str:
     """The innermost frame in md_accel, the benchmarks or a peer package, as file:line function."""
     for f in frames:
@@ -40,7 +43,8 @@ Sites = List[Tuple[str, int, int]]
 
 def peak_breakdown(trace: List[Dict]) -> Tuple[int, Sites, Sites]:
     """Replays allocator events: (peak bytes above the start, [(site, bytes, blocks)] alive at the
-    peak, the same for the blocks still alive at the end)."""
+    peak, the same for the blocks still alive at the end). Frees count as torch counts allocated
+    bytes (``free_requested``), blocks allocated before the recording included."""
     live: Dict[int, Tuple[int, str]] = {}
     cur = peak = 0
     at_peak: Dict[int, Tuple[int, str]] = {}
@@ -51,8 +55,9 @@ def peak_breakdown(trace: List[Dict]) -> Tuple[int, Sites, Sites]:
             cur += size
             if cur > peak:
                 peak, at_peak = cur, dict(live)
-        elif action == "free_requested" and addr in live:
-            cur -= live.pop(addr)[0]
+        elif action == "free_requested":
+            live.pop(addr, None)
+            cur -= size
     return peak, _grouped(at_peak), _grouped(live)
 
 
@@ -94,14 +99,21 @@ def main() -> None:
                 fn()  # builds: the next call is the steady step
             common.sync(device)
             resident = torch.cuda.memory_allocated(device)
-            torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
+            torch.cuda.reset_peak_memory_stats(device)
+            torch.cuda.memory._record_memory_history(max_entries=MAX_EVENTS, stacks="python")
             fn()
             common.sync(device)
-            trace = torch.cuda.memory._snapshot()["device_traces"][device.index or 0]
+            trace = torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
             torch.cuda.memory._record_memory_history(enabled=None)
+            if len(trace) >= MAX_EVENTS:
+                print(f"warning: {MAX_EVENTS} allocator events recorded, the oldest were dropped")
             peak, groups, after = peak_breakdown(trace)
+            torch_peak = torch.cuda.max_memory_allocated(device)
+            if resident + peak != torch_peak:
+                print(f"warning: replayed peak {resident + peak} B, torch's {torch_peak} B")
             gib = 2.0 ** 30
-            print(f"\n{b.name}{' (first call: warm-up and capture)' if capture else ''}, {n} atoms, {len(graphs[key]['src'])} edges, {args.dtype}: peak "
+            what = f"{b.name}{' (first call: warm-up and capture)' if capture else ''}"
+            print(f"\n{what}, {n} atoms, {len(graphs[key]['src'])} edges, {args.dtype}: peak "
                   f"{(resident + peak) / gib:.3f} GiB = resident before the step {resident / gib:.3f} + "
                   f"{peak / gib:.3f} allocated in it\n")
             print("| allocated at | GiB at the peak | blocks |\n|---|---|---|")

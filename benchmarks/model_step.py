@@ -8,21 +8,22 @@ The neighbour list is built once per size (CPU) and excluded from the timing; ev
 gets the same edges in its own convention. A step = the model's forward and the autograd
 backward giving forces, timed by wall clock with a device synchronisation (host work, launches
 and syncs included), median of ``--repeats``; peak memory from torch's allocator, counted from
-what was allocated before the backend was loaded (its model, inputs, workspaces and, for a CUDA
-graph, the capture included; what earlier backends left behind excluded). Sizes grow
+what was allocated before the backend was loaded (its model, inputs and, for a CUDA graph, the
+warm-up and capture included; what earlier backends left behind excluded; torch's per-stream
+cuBLAS workspaces made before the first backend, so no row includes them). Sizes grow
 until a backend runs out of memory (recorded, larger sizes skipped for it). Every backend runs
 inside try/except; at the smallest size energies and forces are cross-checked within each model.
 md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, like the peers);
 ``md_accel:WHAT+graph`` is the Calculator's step: replayed from a CUDA graph up to
 ``GraphedStep.AUTO_MAX_EDGES`` edges, uncaptured above (padding would cost more than launches);
-``md_accel:WHAT+whole`` keeps the whole per-edge weights for the backward at every size;
+``md_accel:WHAT+whole`` keeps the whole per-edge weights for the backward at every size (per edge);
 ``+fused`` runs the fused-radial kernels (the radial MLP's last layer inside the conv kernels,
 ``MD_ACCEL_FUSED_RADIAL``), every other md_accel row materialised weights; the radial weights
 are computed once per pair of edges (``edge_partner``, as the Calculator does), ``+edges`` once
 per edge. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``, ``+save=MIB`` set
 MD_ACCEL_KEEP_WEIGHTS_MIB, MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS
-and MD_ACCEL_SAVE_WEIGHTS_MIB for that row only. Options combine
-(``md_accel:mace+graph+fused``, ``md_accel:mace+graph+save=0+keep=0``).
+and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row
+only. Options combine (``md_accel:mace+graph+fused``, ``md_accel:mace+graph+lean=0+keep=0``).
 
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
         [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
@@ -119,18 +120,24 @@ class MdAccel(Backend):
         # MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS (set around each of this
         # backend's steps) and MD_ACCEL_SAVE_WEIGHTS_MIB (its convs) for this row.
         what, *options = what.split("+")
-        settings = dict(o.split("=", 1) for o in options if "=" in o)
+        pairs = [o.split("=", 1) for o in options if "=" in o]
+        settings = dict(pairs)
         options = [o for o in options if "=" not in o]
         unknown = [o for o in options if o not in ("whole", "graph", "fused", "edges")]
         unknown += [k for k in settings if k not in self.SETTINGS]
-        if unknown or len(set(options)) != len(options):
+        if unknown or len(set(options)) != len(options) or len(settings) != len(pairs):
             raise ValueError(f"bad md_accel options {options} {settings} (known: +whole, +graph, +fused, +edges, "
                              f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +save=MIB)")
+        for k, v in settings.items():  # numbers, as the library reads them (else it would read 0 or 1)
+            if not (v.isdigit() if k == "lean_chunks" else v.replace(".", "", 1).isdigit()):
+                what = "count" if k == "lean_chunks" else "number of MiB"
+                raise ValueError(f"md_accel option +{k}={v}: expected a {what}")
         self.env = {self.SETTINGS[k]: v for k, v in settings.items() if k != "save"}
         self.save_mib = float(settings["save"]) if "save" in settings else None
         self.what, self.args = what, args
         self.whole, self.graph, self.fused = ("whole" in options), ("graph" in options), ("fused" in options)
-        self.pairs = "edges" not in options
+        # +whole keeps whole per-edge weights, so per edge: a graph with pair rows takes the pair op
+        self.pairs = "edges" not in options and not self.whole
         self.keeps_pool = self.graph
         self.name = f"md_accel:{os.path.basename(what)}" + "".join(f"+{o}" for o in options) + \
             "".join(f"+{k}={v}" for k, v in settings.items())
@@ -156,7 +163,7 @@ class MdAccel(Backend):
         elif self.what.endswith(".mdx"):
             from md_accel.io import load
 
-            pot = load(self.what, device=device, dtype=dtype)
+            pot = load(self.what, device="cpu", dtype=dtype)
         elif self.what == "mace":
             mod = importlib.import_module("md_accel.convert.mace")
             convert = getattr(mod, "convert_mace")
@@ -500,6 +507,21 @@ def cross_check(recs: List[Dict], n0: int) -> List[Dict]:
     return rows
 
 
+def _cublas_workspaces(device) -> None:
+    """torch keeps a cuBLAS workspace (32 MiB on Hopper) per handle (thread) and stream for the life
+    of the process; made here for the main and autograd threads on the current stream and on
+    md_accel's capture stream, so that no row's peak memory includes them (else the first row
+    to use a stream would, and the others not)."""
+    from md_accel.step import capture_stream
+
+    for stream in (torch.cuda.current_stream(device), capture_stream(device)):
+        with torch.cuda.stream(stream):
+            for dtype in (torch.float32, torch.float64):
+                a = torch.ones(64, 64, device=device, dtype=dtype, requires_grad=True)
+                (a @ a).sum().backward()
+        stream.synchronize()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", default=DEFAULT_BACKENDS)
@@ -527,6 +549,8 @@ def main(argv=None):
     log(f"[model_step] {env['device']}, torch {env['torch']}, {args.dtype}, sizes {sizes}")
 
     specs = [s for s in args.backends.split(",") if s] + [f"md_accel:{p}" for p in args.mdx]
+    if device.type == "cuda":
+        _cublas_workspaces(device)
     graphs: Dict = {}
     recs: List[Dict] = []
     for k, spec in enumerate(specs):

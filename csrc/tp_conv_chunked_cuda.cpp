@@ -187,10 +187,11 @@ bool rows_whole(const TPSpec* spec, CT h, CT W) {
 // read per call; 0 turns it off): with MACE-MP-0-medium-sized weights float32 steps up to ~20k atoms
 // and float64 up to ~10k. There memory, not the recompute, decides the ratio to other
 // implementations: the pair op keeps no rows for the backward (one GEMM recomputes them) and runs the
-// backward in at least MD_ACCEL_LEAN_CHUNKS (default 6) edge chunks, so grad_w and the kernels'
-// per-edge workspace exist a sixth at a time. H200 2026-11-26, MACE-MP-0-medium shape float32, 864 /
-// 16,384 Cu atoms: 6.6 / 42.6 ms, 0.52 / 6.9 GiB, against 4.9 / 39.6 ms, 0.93 / 9.4 GiB keeping the
-// rows with 2 GiB chunks (mace + cuEquivariance: 0.95 / 17.6 GiB); larger graphs keep rows (speed).
+// backward in MD_ACCEL_LEAN_CHUNKS (default 6) edge chunks of ceil(E / 6) edges (or more chunks, of
+// MD_ACCEL_WEIGHT_CHUNK_MIB), so grad_w and the kernels' per-edge workspace exist a sixth at a time.
+// H200 2026-11-26, MACE-MP-0-medium shape float32, 864 / 16,384 Cu atoms: 6.6 / 44.3 ms, 0.46 / 6.8
+// GiB, against 4.9 / 39.9 ms, 0.93 / 9.4 GiB keeping the rows with 2 GiB chunks (mace +
+// cuEquivariance: 0.95 / 17.6 GiB); larger graphs keep rows within the keep budget (speed).
 bool lean_graph(int64_t E, int64_t weights, int64_t elem) {
   const int64_t set = env_mib("MD_ACCEL_LEAN_WEIGHTS_MIB");
   const int64_t limit = set >= 0 ? set : int64_t(8) << 30;

@@ -150,7 +150,7 @@ def padded_step(potential: torch.nn.Module, species: torch.Tensor, edge_vec: tor
 _CAPTURE_STREAMS: Dict[int, torch.cuda.Stream] = {}
 
 
-def _capture_stream(device: torch.device) -> torch.cuda.Stream:
+def capture_stream(device: torch.device) -> torch.cuda.Stream:
     """One stream per device for every warm-up and capture: torch keeps a cuBLAS workspace (32 MiB
     on Hopper) per (handle, stream) for the life of the process, so a new stream per capture would
     leave more behind each time, and a capture on another stream than its warm-up would double
@@ -249,7 +249,7 @@ class GraphedStep:
         assert padded is not None
         device = padded.vec.device
         with torch.cuda.device(device):
-            side = _capture_stream(device)
+            side = capture_stream(device)
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(self.warmup):
@@ -266,4 +266,4 @@ class GraphedStep:
         self._padded, self.layout = None, None
 
 
-__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity"]
+__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity", "capture_stream"]

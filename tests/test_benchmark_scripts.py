@@ -150,11 +150,12 @@ def test_memory_breakdown_replays_allocator_events():
         {"action": "free_requested", "addr": 3, "size": 70},
         {"action": "free_requested", "addr": 99, "size": 5},  # allocated before the recording
         {"action": "segment_alloc", "addr": 1000, "size": 4096},
+        {"action": "alloc", "addr": 5, "size": 74, "frames": []},  # 50 + 40 - 5 + 74 = 159: no new peak
     ]
     peak, at_peak, after = peak_breakdown(trace)
     assert peak == 160
     assert at_peak == [("md_accel/a.py:7 g", 70, 1), ("md_accel/b.py:7 g", 50, 1), ("(no Python frame)", 40, 1)]
-    assert after == [("md_accel/b.py:7 g", 50, 1), ("(no Python frame)", 40, 1)]
+    assert after == [("(no Python frame)", 114, 2), ("md_accel/b.py:7 g", 50, 1)]
 
 
 def test_model_step_row_settings():
@@ -171,5 +172,12 @@ def test_model_step_row_settings():
     b = model_step.make_backend("md_accel:mace+graph+keep=0+lean_chunks=2+save=64", args)
     assert b.name == "md_accel:mace+graph+keep=0+lean_chunks=2+save=64" and b.graph
     assert b.env == {"MD_ACCEL_KEEP_WEIGHTS_MIB": "0", "MD_ACCEL_LEAN_CHUNKS": "2"} and b.save_mib == 64
+    assert b.pairs and not model_step.make_backend("md_accel:mace+whole", args).pairs  # whole = per edge
     with pytest.raises(ValueError, match="known"):
         model_step.make_backend("md_accel:mace+graph+budget=3", args)
+    with pytest.raises(ValueError, match="known"):
+        model_step.make_backend("md_accel:mace+keep=0+keep=1", args)
+    with pytest.raises(ValueError, match="expected a count"):
+        model_step.make_backend("md_accel:mace+lean_chunks=2.5", args)
+    with pytest.raises(ValueError, match="expected a number of MiB"):
+        model_step.make_backend("md_accel:mace+keep=abc", args)

@@ -114,12 +114,16 @@ def _force_chunked_weights(model, monkeypatch, chunks=5):
     monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(edges / chunks * min(m.weight_numel for m in convs) * 8 / 2**20))
 
 
-@pytest.mark.parametrize("weights", ["whole", "chunked", "pairs", "pairs_chunked"])
+@pytest.mark.parametrize("weights", ["whole", "chunked", "pairs", "pairs_kept", "pairs_chunked"])
 def test_cuda_equals_cpu_reference_float64(model, weights, monkeypatch):
+    """pairs: as small graphs run (no kept rows, the backward in MD_ACCEL_LEAN_CHUNKS chunks);
+    pairs_kept: the rows kept for a one-chunk backward, as larger graphs run."""
     atoms = _copper()
     e_cpu, f_cpu, w_cpu = _evaluate(model, atoms, "cpu")
     if weights.endswith("chunked"):
         _force_chunked_weights(model, monkeypatch)
+    if weights in ("pairs_kept", "pairs_chunked"):
+        monkeypatch.setenv("MD_ACCEL_LEAN_WEIGHTS_MIB", "0")
     gpu = model.to("cuda")
     try:
         e_gpu, f_gpu, w_gpu = _evaluate(gpu, atoms, "cuda", pairs=weights.startswith("pairs"))

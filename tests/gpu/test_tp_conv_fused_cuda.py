@@ -455,18 +455,22 @@ def _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl, train_W=False, create_g
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("chunks", ["whole", "chunked"])
+@pytest.mark.parametrize("chunks", ["whole", "chunked", "lean"])
 @pytest.mark.parametrize("name", ["mace_mp0_medium", "sevennet_l3i5", "tiny"])
 def test_pair_rows_equal_expanded_rows(name, chunks, dtype, monkeypatch):
     """The pair op (P = E / 2 weight rows computed once, the generated kernels reading row w_row[e])
     equals the fused op on the rows expanded per edge, forward and gradients (hidden's summed over
-    each pair), W frozen and trained, against the float64 reference too; bit-identical run to run."""
+    each pair), W frozen and trained, against the float64 reference too; bit-identical run to run.
+    Backward in one chunk with the rows kept, in 7 chunks, and as small graphs run it (lean: no
+    kept rows, MD_ACCEL_LEAN_CHUNKS chunks)."""
     problem, hidden = CONFIGS[name]
     plan = problem().lower()
     assert _cuda.specialise(plan) is not None
     gen = torch.Generator().manual_seed(41)
     g = paired_graph(300, 2000, gen)
     e = g.src.numel()
+    if chunks != "lean":
+        monkeypatch.setenv("MD_ACCEL_LEAN_WEIGHTS_MIB", "0")
     if chunks == "chunked":
         elem = 8 if dtype == torch.float64 else 4
         monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(e / 7 * plan.weight_numel * elem / 2**20))
