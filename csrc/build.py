@@ -23,7 +23,7 @@ CUDA_SOURCES = ["tp_conv_cuda.cpp", "tp_conv_fused_cuda.cpp", "tp_conv_chunked_c
 CUDA_SOURCES += ["chunk_graph_kernels.cu"]
 CUDA_SOURCES += ["species_linear_cuda.cpp", "species_linear_kernels.cu"]
 HEADERS = ["tp_conv.h", "tp_conv_chunked.h", "tp_spec_abi.h", "tp_fused_abi.h", "spec_registry.h"]
-HEADERS += ["species_linear.h", "vec16.cuh"]
+HEADERS += ["species_linear.h", "vec16.cuh", "grouped_mm.h"]
 # symmetric contraction (sc_ops.cpp: schemas + C++ autograd)
 CPU_SOURCES += ["sc_ops.cpp"]
 CUDA_SOURCES += ["sc_cuda.cpp", "sc_kernels.cu"]

@@ -29,6 +29,7 @@
 #include <string>
 
 #include "cublas_tf32.h"
+#include "grouped_mm.h"
 
 namespace md_accel {
 
@@ -73,11 +74,7 @@ std::string shape_error(const Tensor& a, const Tensor& b, bool transpose_b) {
 // The specification: a @ B, for a 3-D a [G, K, d] per group and component: out[g, :, m] = a[g, :, m] @ B.
 Tensor matmul_ref(const Tensor& a, const Tensor& b, bool transpose_b) {
   const Tensor bb = transpose_b ? b.t() : b;
-  if (a.dim() == 3)  // one GEMM over the (g, m) rows of a transposed copy (at::matmul would batch per group)
-    return at::mm(a.transpose(1, 2).reshape({a.size(0) * a.size(2), a.size(1)}), bb)
-        .view({a.size(0), a.size(2), bb.size(1)})
-        .transpose(1, 2)
-        .contiguous();
+  if (a.dim() == 3) return grouped_mm(a, bb);
   return a.mm(bb).contiguous();
 }
 

@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "grouped_mm.h"
+
 namespace md_accel {
 namespace {
 
@@ -51,13 +53,7 @@ Tensor linear_impl(const Tensor& a, const Tensor& b) {
   const bool tensor_cores = a.is_cuda() && a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
                             a.size(1) % 8 == 0 && b.size(1) % 8 == 0 && tensor_cores_enabled() && gemm_op().has_value();
   if (tensor_cores) return gemm_op()->call(a.dim() == 2 ? a.contiguous() : a, b.contiguous(), false);
-  // [G, K, d]: one GEMM over the (g, m) rows of a transposed copy (at::matmul would broadcast b to a
-  // batched GEMM per group: 6x slower for MACE's float64 linears)
-  if (a.dim() == 3)
-    return at::mm(a.transpose(1, 2).reshape({a.size(0) * a.size(2), a.size(1)}), b)
-        .view({a.size(0), a.size(2), b.size(1)})
-        .transpose(1, 2)
-        .contiguous();
+  if (a.dim() == 3) return grouped_mm(a, b);  // [G, K, d]
   return at::mm(a, b);
 }
 

@@ -6,7 +6,7 @@
 (``csrc/gemm_tf32x3*.cpp/.cu``, float32 only) it runs on tensor cores with the 3xTF32 split
 (float32 accuracy, not TF32's); on the CPU it is a plain matmul (float32 / float64). The C++
 library, when built, defines the schema and both implementations; here we add the fake (meta)
-implementation. Without it we define the schema and register the reference (``torch.matmul``,
+implementation. Without it we define the schema and register the reference (``grouped_mm``,
 TF32 off) for CPU and CUDA tensors. No autograd: callers wrap the op (``dA = gemm(dC, B, not t)``).
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Tuple
 
 import torch
 
+from ._linear_ops import grouped_mm
 from ._op_registry import _defined, register_family
 
 SCHEMAS = {"gemm_3xtf32": "(Tensor a, Tensor b, bool transpose_b) -> Tensor"}
@@ -47,10 +48,7 @@ def gemm_3xtf32_ref(a: torch.Tensor, b: torch.Tensor, transpose_b: bool) -> torc
     bb = b.t() if transpose_b else b
 
     def product():
-        if a.dim() == 3:  # per group and component
-            g, k, d = a.shape  # one GEMM over a transposed copy's rows (matmul would batch per group)
-            return torch.mm(a.transpose(1, 2).reshape(g * d, k), bb).view(g, d, bb.shape[1]).transpose(1, 2).contiguous()
-        return torch.matmul(a, bb).contiguous()
+        return grouped_mm(a, bb).contiguous()
 
     if a.is_cuda and torch.get_float32_matmul_precision() != "highest":
         prev = torch.get_float32_matmul_precision()

@@ -14,11 +14,15 @@ from ._op_registry import register_family
 SCHEMAS = {"linear_tf32x3": "(Tensor a, Tensor b) -> Tensor"}
 
 
-def _impl(a, b):
-    if a.dim() == 3:  # [G, K, d]: out[g, :, m] = a[g, :, m] @ b, one GEMM over a transposed copy's rows
+def grouped_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b``; for a [G, K, d] per group and component (``out[g, :, m] = a[g, :, m] @ b``) as one
+    GEMM over a transposed copy's rows (``torch.matmul`` would batch per group). The Python twin of
+    csrc/grouped_mm.h."""
+    if a.dim() == 3:
         g, k, d = a.shape
         return torch.mm(a.transpose(1, 2).reshape(g * d, k), b).view(g, d, b.shape[1]).transpose(1, 2).contiguous()
     return torch.mm(a, b)
+
 
 
 def _fake(a, b):
@@ -41,5 +45,5 @@ def _backward(ctx, g):
 
 
 def register(cpp_library_loaded: bool) -> None:
-    register_family(SCHEMAS, (("linear_tf32x3", _impl),), (("linear_tf32x3", _fake),),
+    register_family(SCHEMAS, (("linear_tf32x3", grouped_mm),), (("linear_tf32x3", _fake),),
                     (("linear_tf32x3", _backward, _setup),), cpp_library_loaded)

@@ -260,6 +260,10 @@ class TensorProductConv(torch.nn.Module):
         return tp_conv_fwd_ref(x, edge_attr, edge_weights, edge_src, edge_dst, num_nodes,
                                self.path_list, self.cg_dense, self.dim_out)
 
+    def _fused_kernels(self, x: torch.Tensor) -> bool:
+        """Whether fused-radial kernels (weights never stored) serve features like ``x``."""
+        return (x.dtype == torch.float32 and self.fused_f32) or (x.dtype == torch.float64 and self.fused_f64)
+
     def use_fused(self, x: torch.Tensor, num_edges: int, graph: Optional[Graph] = None) -> bool:
         """Whether to call ``forward_fused`` for features like ``x`` on ``num_edges`` edges: on CUDA,
         with ``fused_hidden`` set, when ``graph`` has weight rows (the pair op, at every size: it
@@ -272,7 +276,7 @@ class TensorProductConv(torch.nn.Module):
             w_row = graph.w_row
             if w_row is not None:
                 return True
-        if (x.dtype == torch.float32 and self.fused_f32) or (x.dtype == torch.float64 and self.fused_f64):
+        if self._fused_kernels(x):
             return True
         elem = 8 if x.dtype == torch.float64 else 4
         return num_edges * self.weight_numel * elem > self.save_weights_bytes
@@ -310,9 +314,7 @@ class TensorProductConv(torch.nn.Module):
         if graph is not None:
             w_row = graph.w_row
             if w_row is not None:
-                fused_kernels = (x.dtype == torch.float32 and self.fused_f32) or (x.dtype == torch.float64
-                                                                                  and self.fused_f64)
-                if x.is_cuda and not fused_kernels:
+                if x.is_cuda and not self._fused_kernels(x):
                     return torch.ops.md_accel.tp_conv_pair_fwd(
                         x.contiguous(), edge_attr.contiguous(), hidden.contiguous(), w_last.contiguous(), w_row,
                         graph.src, graph.dst, graph.dst_ptr, graph.src_perm, graph.src_ptr,
