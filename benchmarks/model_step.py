@@ -20,9 +20,9 @@ md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, li
 ``+fused`` runs the fused-radial kernels (the radial MLP's last layer inside the conv kernels,
 ``MD_ACCEL_FUSED_RADIAL``), every other md_accel row materialised weights; the radial weights
 are computed once per pair of edges (``edge_partner``, as the Calculator does), ``+edges`` once
-per edge. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``, ``+save=MIB`` set
-MD_ACCEL_KEEP_WEIGHTS_MIB, MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS
-and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row
+per edge. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``, ``+split=N``, ``+save=MIB``
+set MD_ACCEL_KEEP_WEIGHTS_MIB, MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS,
+MD_ACCEL_BWD_SPLIT and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row
 only. Options combine (``md_accel:mace+graph+fused``, ``md_accel:mace+graph+lean=0+keep=0``).
 
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
@@ -108,7 +108,8 @@ class MdAccel(Backend):
     _converted: Dict = {}  # (what, dtype) -> potential on the CPU, converted once for the variants of one model
     SETTINGS = {"keep": "MD_ACCEL_KEEP_WEIGHTS_MIB", "chunk": "MD_ACCEL_WEIGHT_CHUNK_MIB",
                 "lean": "MD_ACCEL_LEAN_WEIGHTS_MIB", "lean_chunks": "MD_ACCEL_LEAN_CHUNKS",
-                "save": "MD_ACCEL_SAVE_WEIGHTS_MIB"}
+                "split": "MD_ACCEL_BWD_SPLIT", "save": "MD_ACCEL_SAVE_WEIGHTS_MIB"}
+    COUNTS = ("lean_chunks", "split")  # settings that are counts; the others are MiB
 
     def __init__(self, what: str, args):
         # WHAT+whole: keep the whole per-edge weights for the backward at any size (the default
@@ -116,9 +117,10 @@ class MdAccel(Backend):
         # WHAT+graph: the Calculator's step (md_accel.step.GraphedStep: a CUDA graph up to
         # AUTO_MAX_EDGES edges; the stress is computed too). WHAT+fused: the fused-radial kernels.
         # WHAT+edges: radial weights per edge instead of per pair.
-        # WHAT+keep=MIB / +chunk=MIB / +lean=MIB / +lean_chunks=N / +save=MIB: MD_ACCEL_KEEP_WEIGHTS_MIB,
-        # MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS (set around each of this
-        # backend's steps) and MD_ACCEL_SAVE_WEIGHTS_MIB (its convs) for this row.
+        # WHAT+keep=MIB / +chunk=MIB / +lean=MIB / +lean_chunks=N / +split=N / +save=MIB:
+        # MD_ACCEL_KEEP_WEIGHTS_MIB, MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS,
+        # MD_ACCEL_BWD_SPLIT (set around each of this backend's steps) and MD_ACCEL_SAVE_WEIGHTS_MIB (its
+        # convs) for this row.
         what, *options = what.split("+")
         pairs = [o.split("=", 1) for o in options if "=" in o]
         settings = dict(pairs)
@@ -127,10 +129,10 @@ class MdAccel(Backend):
         unknown += [k for k in settings if k not in self.SETTINGS]
         if unknown or len(set(options)) != len(options) or len(settings) != len(pairs):
             raise ValueError(f"bad md_accel options {options} {settings} (known: +whole, +graph, +fused, +edges, "
-                             f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +save=MIB)")
+                             f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +split=N, +save=MIB)")
         for k, v in settings.items():  # numbers, as the library reads them (else it would read 0 or 1)
-            if not (v.isdigit() if k == "lean_chunks" else v.replace(".", "", 1).isdigit()):
-                what = "count" if k == "lean_chunks" else "number of MiB"
+            if not (v.isdigit() if k in self.COUNTS else v.replace(".", "", 1).isdigit()):
+                what = "count" if k in self.COUNTS else "number of MiB"
                 raise ValueError(f"md_accel option +{k}={v}: expected a {what}")
         self.env = {self.SETTINGS[k]: v for k, v in settings.items() if k != "save"}
         self.save_mib = float(settings["save"]) if "save" in settings else None

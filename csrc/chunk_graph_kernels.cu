@@ -6,7 +6,8 @@
 // sender's edges inside the chunk are one contiguous run of its group: two binary searches per
 // sender find it, and the chunk's order is those runs, shifted to chunk-local indices:
 //   runs:  lo[s] = first group position with src_perm >= e0, count[s] = positions < e1 from there
-//   (the caller turns count into chunk offsets ptr_c, [N+1], by an exclusive prefix sum)
+//   (the caller turns count into chunk offsets ptr_c, [N+1], by an exclusive prefix sum: the same
+//   kernel writes ptr_c[0] = 0), and the chunk's receiver offsets dst_c = clamp(dst_ptr - e0, 0, e1 - e0)
 //   perm:  perm_c[ptr_c[s] + j] = src_perm[lo[s] + j] - e0
 // O(N log degree + edges of the chunk) instead of passes over every edge of the graph per chunk.
 #include <cuda_runtime.h>
@@ -30,11 +31,17 @@ __device__ __forceinline__ int64_t lower_bound(const int64_t* __restrict__ perm,
 }
 
 __global__ void __launch_bounds__(kThreads) chunk_runs_kernel(const int64_t* __restrict__ src_perm,
-                                                              const int64_t* __restrict__ src_ptr, int64_t n,
+                                                              const int64_t* __restrict__ src_ptr,
+                                                              const int64_t* __restrict__ dst_ptr, int64_t n,
                                                               int64_t e0, int64_t e1, int64_t* __restrict__ lo,
-                                                              int64_t* __restrict__ count) {
+                                                              int64_t* __restrict__ count,
+                                                              int64_t* __restrict__ dst_c,
+                                                              int64_t* __restrict__ ptr_c) {
   const int64_t s = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (s >= n) return;
+  if (s > n) return;
+  dst_c[s] = min(max(dst_ptr[s] - e0, int64_t(0)), e1 - e0);
+  if (s == 0) ptr_c[0] = 0;
+  if (s == n) return;
   const int64_t b = src_ptr[s], e = src_ptr[s + 1];
   const int64_t first = lower_bound(src_perm, b, e, e0);
   lo[s] = first;
@@ -61,12 +68,15 @@ unsigned blocks(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
 
 }  // namespace
 
-// lo, count: [n] each. nullptr on success, else a static error message.
-const char* chunk_sender_runs(const int64_t* src_perm, const int64_t* src_ptr, int64_t n, int64_t e0, int64_t e1,
-                              int64_t* lo, int64_t* count, cudaStream_t stream) {
-  if (n <= 0) return nullptr;
-  if ((n + kThreads - 1) / kThreads > 0x7fffffffLL) return "chunk_sender_runs: too many nodes";
-  chunk_runs_kernel<<<blocks(n), kThreads, 0, stream>>>(src_perm, src_ptr, n, e0, e1, lo, count);
+// lo, count: [n] each; dst_c: [n + 1]; ptr_c: [n + 1], of which only ptr_c[0] is written. nullptr on
+// success, else a static error message.
+const char* chunk_sender_runs(const int64_t* src_perm, const int64_t* src_ptr, const int64_t* dst_ptr, int64_t n,
+                              int64_t e0, int64_t e1, int64_t* lo, int64_t* count, int64_t* dst_c, int64_t* ptr_c,
+                              cudaStream_t stream) {
+  if (n < 0) return nullptr;
+  if ((n + kThreads) / kThreads > 0x7fffffffLL) return "chunk_sender_runs: too many nodes";
+  chunk_runs_kernel<<<blocks(n + 1), kThreads, 0, stream>>>(src_perm, src_ptr, dst_ptr, n, e0, e1, lo, count, dst_c,
+                                                            ptr_c);
   return launch_status();
 }
 

@@ -46,6 +46,11 @@ struct TPDims {
   // on the nodes that have edges in this launch and leave the other rows untouched (edge chunks,
   // tp_conv_chunked_*); 0 = write every row.
   int accumulate;
+  // Specialised backward and double backward only: blocks per receiver of their per-edge kernel
+  // (part 1), each taking a contiguous 1/split of the receiver's edges. That kernel writes per-edge
+  // rows only, so the results do not depend on it; small graphs and edge chunks need it to fill the
+  // GPU (tp_conv_cuda.cpp: receiver_split).
+  int split = 1;
 };
 
 // Operands of one launch. Unused pointers are null. Feature arrays are row-major, contiguous.

@@ -20,10 +20,11 @@ namespace md_accel {
 const TPSpec* tp_conv_spec_for(const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr,
                                const at::Tensor& cg_idx, const at::Tensor& cg_val);
 // One launch of spec's forward (backward = false: into out_or_gx = out) or backward (out_or_gx =
-// grad_x, gy_c, gw_c, work_c) on one chunk's graph; y_c, w_c, gy_c, gw_c, work_c are its rows.
+// grad_x, gy_c, gw_c, work_c) on one chunk's graph of a graph with graph_edges edges; y_c, w_c, gy_c,
+// gw_c, work_c are its rows.
 void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const at::Tensor& x, const at::Tensor& y_c,
-                          const at::Tensor& w_c, const at::Tensor& g, const TPGraph& chunk, int64_t dim_out,
-                          bool accumulate, const at::Tensor& out_or_gx, const at::Tensor& gy_c,
+                          const at::Tensor& w_c, const at::Tensor& g, const TPGraph& chunk, int64_t graph_edges,
+                          int64_t dim_out, bool accumulate, const at::Tensor& out_or_gx, const at::Tensor& gy_c,
                           const at::Tensor& gw_c, const at::Tensor& work_c);
 
 // tp_conv_chunked_cuda.cpp. Operands as prepared by tp_conv_fused_cuda.cpp (contiguous, on the

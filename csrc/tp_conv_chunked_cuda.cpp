@@ -32,8 +32,9 @@
 namespace md_accel {
 
 // chunk_graph_kernels.cu
-const char* chunk_sender_runs(const int64_t* src_perm, const int64_t* src_ptr, int64_t n, int64_t e0, int64_t e1,
-                              int64_t* lo, int64_t* count, cudaStream_t stream);
+const char* chunk_sender_runs(const int64_t* src_perm, const int64_t* src_ptr, const int64_t* dst_ptr, int64_t n,
+                              int64_t e0, int64_t e1, int64_t* lo, int64_t* count, int64_t* dst_c, int64_t* ptr_c,
+                              cudaStream_t stream);
 const char* chunk_sender_perm(const int64_t* src_perm, const int64_t* lo, const int64_t* ptr_c, int64_t n,
                               int64_t e0, int64_t num_c, int64_t* perm_c, cudaStream_t stream);
 
@@ -69,19 +70,21 @@ struct Chunk {
 Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0, int64_t e1, bool sender_order) {
   Chunk c;
   const int64_t N = dst_ptr.numel() - 1, Ec = e1 - e0;
-  c.dst_ptr = dst_ptr.sub(e0).clamp_(0, Ec);
   if (sender_order) {
     auto stream = c10::cuda::getCurrentCUDAStream(src_perm.device().index()).stream();
     const Tensor lo = at::empty({N}, src_perm.options()), count = at::empty({N}, src_perm.options());
-    check(chunk_sender_runs(src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N, e0, e1,
-                            lo.data_ptr<int64_t>(), count.data_ptr<int64_t>(), stream));
-    c.src_ptr = at::zeros({N + 1}, src_perm.options());
+    c.dst_ptr = at::empty({N + 1}, src_perm.options());
+    c.src_ptr = at::empty({N + 1}, src_perm.options());
+    check(chunk_sender_runs(src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), dst_ptr.data_ptr<int64_t>(),
+                            N, e0, e1, lo.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
+                            c.dst_ptr.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), stream));
     Tensor offsets = c.src_ptr.narrow(0, 1, N);  // exclusive prefix sum of the runs' lengths
     at::cumsum_out(offsets, count, 0);
     c.src_perm = at::empty({Ec}, src_perm.options());
     check(chunk_sender_perm(src_perm.data_ptr<int64_t>(), lo.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), N,
                             e0, Ec, c.src_perm.data_ptr<int64_t>(), stream));
   } else {  // the forward reads no by-sender order
+    c.dst_ptr = dst_ptr.sub(e0).clamp_(0, Ec);
     c.src_ptr = src_ptr;
     c.src_perm = src_perm;
   }
@@ -235,7 +238,7 @@ Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, C
     const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, false);
     const Tensor w_c = linear(h.narrow(0, e0, e1 - e0), W);
     maybe_keep(kept, w_c, refused);
-    tp_conv_chunk_launch(spec, false, x, y.narrow(0, e0, e1 - e0), w_c, Tensor(), c.graph, dim_out, e0 > 0,
+    tp_conv_chunk_launch(spec, false, x, y.narrow(0, e0, e1 - e0), w_c, Tensor(), c.graph, E, dim_out, e0 > 0,
                          out, Tensor(), Tensor(), Tensor());
   }
   return out;
@@ -273,7 +276,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
     if (!w_c.defined()) w_c = linear(h_c, W);  // recomputed: the forward did not keep it
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
-    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, c.graph, g.size(1), e0 > 0, gx,
+    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, c.graph, E, g.size(1), e0 > 0, gx,
                          gy.narrow(0, e0, Ec), gw_c, work_c);
     gh.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
     if (need_W) gW.addmm_(h_c.t(), gw_c);
@@ -299,7 +302,7 @@ Tensor tp_conv_pair_fwd(CT x, CT y, CT h, CT W, CT w_row, CT src, CT dst, CT dst
   TPGraph graph{src.data_ptr<int64_t>(),      dst.data_ptr<int64_t>(),     dst_ptr.data_ptr<int64_t>(),
                 src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N,
                 E,                            w_row.data_ptr<int64_t>()};
-  tp_conv_chunk_launch(spec, false, x, y, w, Tensor(), graph, dim_out, false, out, Tensor(), Tensor(), Tensor());
+  tp_conv_chunk_launch(spec, false, x, y, w, Tensor(), graph, E, dim_out, false, out, Tensor(), Tensor(), Tensor());
   return out;
 }
 
@@ -333,7 +336,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
     c.graph.w_row = w_row.data_ptr<int64_t>() + e0;
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
-    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w, g, c.graph, g.size(1), e0 > 0, gx,
+    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w, g, c.graph, E, g.size(1), e0 > 0, gx,
                          gy.narrow(0, e0, Ec), gw_c, work_c);
     gh_e.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
     if (need_W) gW.addmm_(at::index_select(h, 0, w_row.narrow(0, e0, Ec)).t(), gw_c);

@@ -10,7 +10,7 @@
 
 namespace md_accel {
 
-constexpr int kTPSpecAbiVersion = 5;  // 5: TPGraph::w_row
+constexpr int kTPSpecAbiVersion = 6;  // 5: TPGraph::w_row; 6: TPDims::split
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,

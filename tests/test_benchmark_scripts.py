@@ -169,9 +169,10 @@ def test_model_step_row_settings():
     import argparse
 
     args = argparse.Namespace(sevenn_checkpoint="SevenNet_0", nequip_model=None, mace_model=None)
-    b = model_step.make_backend("md_accel:mace+graph+keep=0+lean_chunks=2+save=64", args)
-    assert b.name == "md_accel:mace+graph+keep=0+lean_chunks=2+save=64" and b.graph
-    assert b.env == {"MD_ACCEL_KEEP_WEIGHTS_MIB": "0", "MD_ACCEL_LEAN_CHUNKS": "2"} and b.save_mib == 64
+    b = model_step.make_backend("md_accel:mace+graph+keep=0+lean_chunks=2+split=3+save=64", args)
+    assert b.name == "md_accel:mace+graph+keep=0+lean_chunks=2+split=3+save=64" and b.graph
+    assert b.env == {"MD_ACCEL_KEEP_WEIGHTS_MIB": "0", "MD_ACCEL_LEAN_CHUNKS": "2", "MD_ACCEL_BWD_SPLIT": "3"}
+    assert b.save_mib == 64
     assert b.pairs and not model_step.make_backend("md_accel:mace+whole", args).pairs  # whole = per edge
     with pytest.raises(ValueError, match="known"):
         model_step.make_backend("md_accel:mace+graph+budget=3", args)
@@ -179,5 +180,7 @@ def test_model_step_row_settings():
         model_step.make_backend("md_accel:mace+keep=0+keep=1", args)
     with pytest.raises(ValueError, match="expected a count"):
         model_step.make_backend("md_accel:mace+lean_chunks=2.5", args)
+    with pytest.raises(ValueError, match="expected a count"):
+        model_step.make_backend("md_accel:mace+split=-1", args)
     with pytest.raises(ValueError, match="expected a number of MiB"):
         model_step.make_backend("md_accel:mace+keep=abc", args)

@@ -226,3 +226,52 @@ def test_shared_weight_rows_equal_expanded_rows(dtype, tuning):
         results.append(outs)
     for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), *results):
         assert torch.isfinite(a).all() and torch.equal(a, b), what
+
+
+@pytest.mark.parametrize("tuning", ["default", "prefetch_all_split"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_receiver_split_is_bitwise_neutral(dtype, tuning):
+    """TPDims::split (each receiver's edges cut into that many contiguous parts, one block each, in
+    the per-edge kernel of the backward and double backward): the same bits as one block per
+    receiver, whole graph and edge chunks (parts of a chunk's receiver and empty parts included),
+    shared weight rows too; every output poisoned first."""
+    plan, lib = plan_and_library(tuning)
+    gen = torch.Generator().manual_seed(3)
+    n, g = hub_graph(gen)
+    e, p = g.src.numel(), 41
+    w_row = torch.randint(0, p, (e,), generator=gen)
+    x, y, go, ggx, ggy = (torch.randn(*s, generator=gen, dtype=torch.float64).to(dtype) for s in
+                          ((n, plan.dim_in1), (e, plan.dim_in2), (n, plan.dim_out), (n, plan.dim_in1),
+                           (e, plan.dim_in2)))
+    w_rows = torch.randn(p, plan.weight_numel, generator=gen, dtype=torch.float64).to(dtype)
+    ggw = torch.randn(e, plan.weight_numel, generator=gen, dtype=torch.float64).to(dtype)
+    nan = float("nan")
+
+    def backward(split: int, step: int):
+        gx, gy = torch.full_like(x, nan), torch.full_like(y, nan)
+        gw = torch.full((e, plan.weight_numel), nan, dtype=dtype)
+        for e0 in range(0, e, step):
+            e1 = min(e, e0 + step)
+            work = torch.full((e1 - e0, plan.dim_in1), nan, dtype=dtype)
+            lib.bwd(go, x, y[e0:e1], w_rows, chunk_graph(g, e0, e1) + (w_row[e0:e1],), gx, gy[e0:e1], gw[e0:e1],
+                    work, accumulate=e0 > 0, split=split)
+        return gx, gy, gw
+
+    def double_backward(split: int):
+        outs = [torch.full(s, nan, dtype=dtype) for s in ((n, plan.dim_out), x.shape, y.shape, ggw.shape)]
+        graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr, w_row)
+        lib.dbwd(ggx, ggy, ggw, go, x, y, w_rows, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype),
+                 split=split)
+        return outs
+
+    for step in (13, 1000):
+        one = backward(1, step)
+        for split in (2, 5, 64):  # 64 parts: more than node 3's 60+ edges, so some parts are empty
+            for what, a, b in zip(("grad_x", "grad_y", "grad_w"), backward(split, step), one):
+                assert torch.isfinite(a).all() and torch.equal(a, b), (what, split, step)
+    one = double_backward(1)
+    for split in (3, 64):
+        for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), double_backward(split), one):
+            assert torch.isfinite(a).all() and torch.equal(a, b), (what, split)
+    with pytest.raises(AssertionError, match="split must be positive"):
+        backward(-1, 1000)

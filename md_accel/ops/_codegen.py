@@ -12,7 +12,8 @@ calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/ker
   Thread (slot, u) = channel u of every S-th edge: a 32-channel block in a 64-thread kernel uses
   both warps; the slots' partial sums are added in slot order at the end (no atomics:
   bit-reproducible).
-* bwd: one block per receiver; one pass per in1 block (split over its output blocks when their
+* bwd: one block per receiver (or TPDims::split blocks, each a contiguous part of its edges: the
+  kernel writes per-edge rows only); one pass per in1 block (split over its output blocks when their
   grad_out components exceed BWD_G_BUDGET per channel, per dtype), grad_out of the pass held in
   registers; per edge grad_w (direct), grad_y (fixed-order warp butterfly + cross-warp sum,
   accumulated over passes) and the edge's contribution to grad_x, written to a scratch row; a
@@ -40,7 +41,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 12  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 13  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -708,14 +709,16 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str,
     multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
     red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
     return "".join(tables) + f"""
-// {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: block n = receiver; {len(groups)} pass(es) over its edges.
+// {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: blocks n * d.split .. + d.split - 1 = receiver n, each a
+// contiguous part of its edges; {len(groups)} pass(es) over them.
 {'template <typename T>' if dbwd else 'template <typename T, bool kPrefetch>  // kPrefetch: the next edge weights into L2 first'}
 __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
     const int64_t* __restrict__ w_row, TPDims d) {{
-  const int64_t n = blockIdx.x;
-  const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
+  const int64_t n = blockIdx.x / d.split, part = blockIdx.x % d.split;
+  const int64_t first = dst_ptr[n], deg = dst_ptr[n + 1] - first;
+  const int64_t e_begin = first + deg * part / d.split, e_end = first + deg * (part + 1) / d.split;
   if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
 {red}  const T* grow = g + n * d.out;
 {"".join(bodies)}}}
@@ -874,15 +877,17 @@ bool bwd64_prefetch() {
 template <typename T>
 const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, T* work, cudaStream_t stream) {
   if (g.num_nodes == 0) return nullptr;
-  if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
+  if (d.split < 1) return "split must be positive";
+  if (g.num_nodes * d.split > 0x7fffffffLL) return "too many nodes";
+  const unsigned blocks = unsigned(g.num_nodes * d.split);
   if constexpr (sizeof(T) == 4)
-    bwd_kernel_BS<T, PF32><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
+    bwd_kernel_BS<T, PF32><<<blocks, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
                                                                            g.src, g.dst_ptr, g.w_row, d);
   else if (PF64 && bwd64_prefetch())
-    bwd_kernel_BD<T, true><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
+    bwd_kernel_BD<T, true><<<blocks, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
                                                                            g.src, g.dst_ptr, g.w_row, d);
   else
-    bwd_kernel_BD<T, false><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
+    bwd_kernel_BD<T, false><<<blocks, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work,
                                                                             g.src, g.dst_ptr, g.w_row, d);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
@@ -894,15 +899,17 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
 template <typename T>
 const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, T* work, cudaStream_t stream) {
   if (g.num_nodes == 0) return nullptr;
-  if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
+  if (d.split < 1) return "split must be positive";
+  if (g.num_nodes * d.split > 0x7fffffffLL) return "too many nodes";
+  const unsigned blocks = unsigned(g.num_nodes * d.split);
   dfwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.out,
                                                                   g.src, g.dst_ptr, g.w_row, d);
   if (const char* err = last_error()) return err;
   if constexpr (sizeof(T) == 4)
-    dbwd_kernel_DS<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
+    dbwd_kernel_DS<T><<<blocks, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
                                                                        t.gy, t.gw, work, g.src, g.dst_ptr, g.w_row, d);
   else
-    dbwd_kernel_DD<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
+    dbwd_kernel_DD<T><<<blocks, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g,
                                                                        t.gy, t.gw, work, g.src, g.dst_ptr, g.w_row, d);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
