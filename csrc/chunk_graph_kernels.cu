@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(kThreads) chunk_runs_kernel(const int64_t* __r
                                                               int64_t* __restrict__ ptr_c) {
   const int64_t s = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (s > n) return;
-  dst_c[s] = min(max(dst_ptr[s] - e0, int64_t(0)), e1 - e0);
+  const int64_t r = dst_ptr[s] - e0;
+  dst_c[s] = r < 0 ? 0 : r > e1 - e0 ? e1 - e0 : r;
   if (s == 0) ptr_c[0] = 0;
   if (s == n) return;
   const int64_t b = src_ptr[s], e = src_ptr[s + 1];

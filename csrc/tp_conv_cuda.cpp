@@ -288,24 +288,32 @@ int64_t sm_count(int device) {
 }
 
 // TPDims::split for a specialised backward launch over `launch_edges` of a graph of N receivers and
-// `graph_edges` edges (an edge chunk: launch_edges < graph_edges). One block per receiver leaves
-// small graphs and chunks with few working blocks, each walking a receiver's whole degree in turn
-// (SevenNet-l3i5 at 864 atoms: the backward kernel 0.67 ms per layer, ~15x less work than at 32k
-// for ~20x less time). So receivers are cut into parts until about 16 blocks per SM have edges,
-// each part keeping at least 8 of the average degree's edges (the receiver's grad_out is loaded
-// once per part). MD_ACCEL_BWD_SPLIT (read per call) sets it instead; 0 or unset: this choice.
-int receiver_split(int64_t N, int64_t launch_edges, int64_t graph_edges, int device) {
+// `graph_edges` edges (an edge chunk: launch_edges < graph_edges), whose per-edge kernel keeps
+// `per_sm` blocks resident per SM (TPSpec::bwd_per_sm). With one part per receiver, small graphs and
+// chunks (their edges sit at about N * launch_edges / graph_edges receivers) leave SMs idle while a
+// few blocks walk whole degrees (SevenNet-l3i5 at 864 atoms: 0.67 ms per layer for the backward
+// kernel, ~15x less work than at 32k for ~20x less time). So receivers are cut into parts until
+// two resident waves of parts have edges, each part keeping at least 8 of the average degree's
+// edges (a part loads its receiver's grad_out once per pass). MD_ACCEL_BWD_SPLIT (read per call)
+// sets it instead; 0 or unset: this choice.
+int receiver_split(int64_t N, int64_t launch_edges, int64_t graph_edges, int per_sm, int device) {
   if (N <= 0 || graph_edges <= 0) return 1;
   int64_t split = 0;
   if (const char* v = std::getenv("MD_ACCEL_BWD_SPLIT")) split = std::max<int64_t>(0, std::atoll(v));
   if (split == 0) {
-    constexpr int64_t kBlocksPerSM = 16, kMinEdges = 8;
-    const int64_t target = kBlocksPerSM * sm_count(device);
+    constexpr int64_t kMinEdges = 8;
+    const int64_t want = 2 * std::max(1, per_sm) * sm_count(device);
     const int64_t busy = std::max<int64_t>(1, N * launch_edges / graph_edges);  // receivers with edges here
     const int64_t most = std::max<int64_t>(1, graph_edges / N / kMinEdges);
-    split = busy >= target ? 1 : std::min((target + busy - 1) / busy, most);
+    split = busy >= want ? 1 : std::min((want + busy - 1) / busy, most);
   }
   return int(std::max<int64_t>(1, std::min<int64_t>(split, int64_t(0x7fffffff) / N)));
+}
+
+// Resident blocks per SM of spec's per-edge backward (dbwd: double backward) kernel in x's dtype.
+int per_sm(const TPSpec* spec, bool dbwd, const Tensor& x) {
+  const auto fn = dbwd ? spec->dbwd_per_sm : spec->bwd_per_sm;
+  return fn ? fn(x.scalar_type() == at::kDouble ? 1 : 0) : 1;
 }
 
 template <typename T>
@@ -369,7 +377,9 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
                                                                : p.spec->bwd_f32 != nullptr);
   // scratch for the specialised kernel: each edge's contribution to grad_x
   const Tensor work = spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
-  p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, x.device().index());
+  if (spec)
+    p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, false, x),
+                                  x.device().index());
   if (x.scalar_type() == at::kDouble) {
     const auto t = tensors<double>(x, y, w, g, none, none, none, none, gx, gy, gw);
     if (spec)
@@ -408,7 +418,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
                                                                : p.spec->dbwd_f32 != nullptr);
   // scratch for the specialised kernel: each edge's contribution to g_x
   const Tensor work = spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
-  p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, x.device().index());
+  if (spec)
+    p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, true, x),
+                                  x.device().index());
   if (x.scalar_type() == at::kDouble) {
     const auto t = tensors<double>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw);
     if (spec)
@@ -458,7 +470,8 @@ void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const Tensor& x, co
                           bool accumulate, const Tensor& out_or_gx, const Tensor& gy_c, const Tensor& gw_c,
                           const Tensor& work_c) {
   TPDims d{int(x.size(1)), int(y_c.size(1)), int(w_c.size(1)), int(dim_out), accumulate ? 1 : 0};
-  if (backward) d.split = receiver_split(chunk.num_nodes, chunk.num_edges, graph_edges, x.device().index());
+  if (backward)
+    d.split = receiver_split(chunk.num_nodes, chunk.num_edges, graph_edges, per_sm(spec, false, x), x.device().index());
   if (x.scalar_type() == at::kDouble)
     chunk_launch<double>(spec->fwd_f64, spec->bwd_f64, backward, x, y_c, w_c, g, chunk, d, out_or_gx, gy_c, gw_c,
                          work_c);

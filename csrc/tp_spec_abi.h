@@ -10,7 +10,7 @@
 
 namespace md_accel {
 
-constexpr int kTPSpecAbiVersion = 6;  // 5: TPGraph::w_row; 6: TPDims::split
+constexpr int kTPSpecAbiVersion = 7;  // 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
@@ -35,6 +35,10 @@ struct TPSpec {
   TPSpecBwdFn<double> bwd_f64;
   TPSpecBwdFn<float> dbwd_f32;
   TPSpecBwdFn<double> dbwd_f64;
+  // Resident blocks per SM of the per-edge kernel (part 1) that bwd / dbwd launch, by dtype (f64: 0
+  // or 1); null where that pass is not generated. The host sizes TPDims::split with it.
+  int (*bwd_per_sm)(int f64);
+  int (*dbwd_per_sm)(int f64);
 };
 
 }  // namespace md_accel
