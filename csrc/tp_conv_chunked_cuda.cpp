@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,10 +34,10 @@ namespace md_accel {
 
 // chunk_graph_kernels.cu
 const char* chunk_sender_runs(const int64_t* src_perm, const int64_t* src_ptr, const int64_t* dst_ptr, int64_t n,
-                              int64_t e0, int64_t e1, int64_t* lo, int64_t* count, int64_t* dst_c, int64_t* ptr_c,
+                              int64_t E, int64_t step, int64_t chunks, int64_t* lo, int64_t* count, int64_t* dst_c,
                               cudaStream_t stream);
-const char* chunk_sender_perm(const int64_t* src_perm, const int64_t* lo, const int64_t* ptr_c, int64_t n,
-                              int64_t e0, int64_t num_c, int64_t* perm_c, cudaStream_t stream);
+const char* chunk_sender_perm(const int64_t* src_perm, const int64_t* lo, const int64_t* ptr_c, int64_t n, int64_t E,
+                              int64_t step, int64_t chunks, int64_t* perm, cudaStream_t stream);
 
 namespace {
 
@@ -62,36 +63,55 @@ int64_t chunk_edges(int64_t weights, int64_t elem) {
 
 void check(const char* err) { TORCH_CHECK(err == nullptr, "md_accel tp_conv chunked: ", err); }
 
-struct Chunk {
-  Tensor dst_ptr, src_perm, src_ptr;  // this chunk's (device); they back graph's pointers
+// The forward's graph of the edges [e0, e1): receiver offsets clamped to the chunk (it reads no
+// by-sender order).
+struct FwdChunk {
+  Tensor dst_ptr;  // backs graph.dst_ptr
   TPGraph graph;
 };
 
-Chunk make_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0, int64_t e1, bool sender_order) {
-  Chunk c;
-  const int64_t N = dst_ptr.numel() - 1, Ec = e1 - e0;
-  if (sender_order) {
-    auto stream = c10::cuda::getCurrentCUDAStream(src_perm.device().index()).stream();
-    const Tensor lo = at::empty({N}, src_perm.options()), count = at::empty({N}, src_perm.options());
-    c.dst_ptr = at::empty({N + 1}, src_perm.options());
-    c.src_ptr = at::empty({N + 1}, src_perm.options());
-    check(chunk_sender_runs(src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), dst_ptr.data_ptr<int64_t>(),
-                            N, e0, e1, lo.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
-                            c.dst_ptr.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), stream));
-    Tensor offsets = c.src_ptr.narrow(0, 1, N);  // exclusive prefix sum of the runs' lengths
-    at::cumsum_out(offsets, count, 0);
-    c.src_perm = at::empty({Ec}, src_perm.options());
-    check(chunk_sender_perm(src_perm.data_ptr<int64_t>(), lo.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), N,
-                            e0, Ec, c.src_perm.data_ptr<int64_t>(), stream));
-  } else {  // the forward reads no by-sender order
-    c.dst_ptr = dst_ptr.sub(e0).clamp_(0, Ec);
-    c.src_ptr = src_ptr;
-    c.src_perm = src_perm;
-  }
-  c.graph = {src.data_ptr<int64_t>() + e0, dst.data_ptr<int64_t>() + e0, c.dst_ptr.data_ptr<int64_t>(),
-             c.src_perm.data_ptr<int64_t>(), c.src_ptr.data_ptr<int64_t>(), N, Ec};
+FwdChunk fwd_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0, int64_t e1) {
+  FwdChunk c;
+  c.dst_ptr = dst_ptr.sub(e0).clamp_(0, e1 - e0);
+  c.graph = {src.data_ptr<int64_t>() + e0,      dst.data_ptr<int64_t>() + e0,     c.dst_ptr.data_ptr<int64_t>(),
+             src_perm.data_ptr<int64_t>(),      src_ptr.data_ptr<int64_t>(),      dst_ptr.numel() - 1,
+             e1 - e0};
   return c;
 }
+
+// The backward's graphs of every chunk [c * step, min(E, (c + 1) * step)), built together (three
+// launches per layer, chunk_graph_kernels.cu): receiver offsets clamped to each chunk and each
+// chunk's by-sender order (the global one restricted to the chunk).
+class BwdChunks {
+ public:
+  BwdChunks(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t step)
+      : src_(src), dst_(dst), N_(dst_ptr.numel() - 1), E_(src.numel()), step_(step) {
+    const int64_t C = (E_ + step - 1) / step;
+    auto stream = c10::cuda::getCurrentCUDAStream(src_perm.device().index()).stream();
+    const auto opt = src_perm.options();
+    const Tensor lo = at::empty({C, N_}, opt), count = at::empty({C, N_ + 1}, opt);
+    dst_c_ = at::empty({C, N_ + 1}, opt);
+    check(chunk_sender_runs(src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), dst_ptr.data_ptr<int64_t>(), N_,
+                            E_, step, C, lo.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
+                            dst_c_.data_ptr<int64_t>(), stream));
+    ptr_c_ = at::cumsum(count, 1);  // each chunk's sender offsets
+    perm_ = at::empty({E_}, opt);
+    check(chunk_sender_perm(src_perm.data_ptr<int64_t>(), lo.data_ptr<int64_t>(), ptr_c_.data_ptr<int64_t>(), N_, E_,
+                            step, C, perm_.data_ptr<int64_t>(), stream));
+  }
+
+  // The graph of the chunk starting at edge e0 (a multiple of step).
+  TPGraph graph(int64_t e0) const {
+    const int64_t c = e0 / step_, Ec = std::min(E_, e0 + step_) - e0;
+    return {src_.data_ptr<int64_t>() + e0,   dst_.data_ptr<int64_t>() + e0,   dst_c_.data_ptr<int64_t>() + c * (N_ + 1),
+            perm_.data_ptr<int64_t>() + e0,  ptr_c_.data_ptr<int64_t>() + c * (N_ + 1), N_,
+            Ec};
+  }
+
+ private:
+  Tensor src_, dst_, dst_c_, ptr_c_, perm_;
+  int64_t N_, E_, step_;
+};
 
 // --- weight chunks kept from the forward for the backward -----------------------------------------
 // The backward needs every chunk's w_c again. A chunk the forward kept is not recomputed; the
@@ -235,7 +255,7 @@ Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, C
   Tensor out = at::empty({N, dim_out}, x.options());
   for (int64_t e0 = 0; e0 < E; e0 += step) {
     const int64_t e1 = std::min(E, e0 + step);
-    const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, false);
+    const FwdChunk c = fwd_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1);
     const Tensor w_c = linear(h.narrow(0, e0, e1 - e0), W);
     maybe_keep(kept, w_c, refused);
     tp_conv_chunk_launch(spec, false, x, y.narrow(0, e0, e1 - e0), w_c, Tensor(), c.graph, E, dim_out, e0 > 0,
@@ -267,16 +287,17 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
   const std::vector<Tensor>& use = !kept.empty() && kept[0].size(0) == std::min(E, step) ? kept : none;
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh = at::empty_like(h);
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : no_W;
+  const BwdChunks chunks(src, dst, dst_ptr, src_perm, src_ptr, step);
   size_t i = 0;
   for (int64_t e0 = 0; e0 < E; e0 += step, ++i) {
     const int64_t e1 = std::min(E, e0 + step), Ec = e1 - e0;
-    const Chunk c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, true);
+    const TPGraph graph = chunks.graph(e0);
     const Tensor h_c = h.narrow(0, e0, Ec);
     Tensor w_c = kept_chunk(use, i, Ec, W.size(1));
     if (!w_c.defined()) w_c = linear(h_c, W);  // recomputed: the forward did not keep it
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
-    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, c.graph, E, g.size(1), e0 > 0, gx,
+    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, graph, E, g.size(1), e0 > 0, gx,
                          gy.narrow(0, e0, Ec), gw_c, work_c);
     gh.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
     if (need_W) gW.addmm_(h_c.t(), gw_c);
@@ -324,19 +345,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh_e = at::empty({E, h.size(1)}, h.options());
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : at::empty({0, W.size(1)}, W.options());
   if (E == 0) gx.zero_();
+  std::optional<BwdChunks> chunks;  // none for one chunk: the whole graph as it is
+  if (step < E) chunks.emplace(src, dst, dst_ptr, src_perm, src_ptr, step);
   for (int64_t e0 = 0; e0 < E; e0 += step) {
     const int64_t e1 = std::min(E, e0 + step), Ec = e1 - e0;
-    Chunk c;
-    if (Ec == E) {  // one chunk: the whole graph as it is
-      c.graph = {src.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), dst_ptr.data_ptr<int64_t>(),
-                 src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N, E};
-    } else {
-      c = make_chunk(src, dst, dst_ptr, src_perm, src_ptr, e0, e1, true);
-    }
-    c.graph.w_row = w_row.data_ptr<int64_t>() + e0;
+    TPGraph graph = chunks ? chunks->graph(e0)
+                           : TPGraph{src.data_ptr<int64_t>(),      dst.data_ptr<int64_t>(),     dst_ptr.data_ptr<int64_t>(),
+                                     src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N,
+                                     E};
+    graph.w_row = w_row.data_ptr<int64_t>() + e0;
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
-    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w, g, c.graph, E, g.size(1), e0 > 0, gx,
+    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w, g, graph, E, g.size(1), e0 > 0, gx,
                          gy.narrow(0, e0, Ec), gw_c, work_c);
     gh_e.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
     if (need_W) gW.addmm_(at::index_select(h, 0, w_row.narrow(0, e0, Ec)).t(), gw_c);

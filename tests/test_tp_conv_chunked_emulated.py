@@ -50,7 +50,7 @@ def plan_and_library(tuning="default"):
 
 
 def chunk_graph(g, e0: int, e1: int):
-    """The chunk graph make_chunk (csrc/tp_conv_chunked_cuda.cpp) builds for edges [e0, e1), by
+    """The chunk graph BwdChunks (csrc/tp_conv_chunked_cuda.cpp) builds for edges [e0, e1), by
     its definition: the global by-sender order filtered to the range (its kernels are checked
     against this definition in tests/test_chunk_graph_emulated.py)."""
     ec = e1 - e0
