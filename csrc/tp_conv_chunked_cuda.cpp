@@ -4,7 +4,8 @@
 // clamped to the chunk (receivers without edges in it are skipped by the accumulating kernels),
 // and its by-sender order, which is the global by-sender order src_perm restricted to the chunk:
 // one run per sender (chunk_graph_kernels.cu; src_perm ascending within each sender, as
-// build_graph makes it). The first chunk writes every row, the others add.
+// build_graph makes it; BwdChunks builds every chunk's at once). The first chunk writes every row,
+// the others add.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/cumsum.h>
@@ -73,9 +74,8 @@ struct FwdChunk {
 FwdChunk fwd_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t e0, int64_t e1) {
   FwdChunk c;
   c.dst_ptr = dst_ptr.sub(e0).clamp_(0, e1 - e0);
-  c.graph = {src.data_ptr<int64_t>() + e0,      dst.data_ptr<int64_t>() + e0,     c.dst_ptr.data_ptr<int64_t>(),
-             src_perm.data_ptr<int64_t>(),      src_ptr.data_ptr<int64_t>(),      dst_ptr.numel() - 1,
-             e1 - e0};
+  c.graph = {src.data_ptr<int64_t>() + e0, dst.data_ptr<int64_t>() + e0, c.dst_ptr.data_ptr<int64_t>(),
+             src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), dst_ptr.numel() - 1, e1 - e0};
   return c;
 }
 
@@ -103,9 +103,8 @@ class BwdChunks {
   // The graph of the chunk starting at edge e0 (a multiple of step).
   TPGraph graph(int64_t e0) const {
     const int64_t c = e0 / step_, Ec = std::min(E_, e0 + step_) - e0;
-    return {src_.data_ptr<int64_t>() + e0,   dst_.data_ptr<int64_t>() + e0,   dst_c_.data_ptr<int64_t>() + c * (N_ + 1),
-            perm_.data_ptr<int64_t>() + e0,  ptr_c_.data_ptr<int64_t>() + c * (N_ + 1), N_,
-            Ec};
+    return {src_.data_ptr<int64_t>() + e0, dst_.data_ptr<int64_t>() + e0, dst_c_.data_ptr<int64_t>() + c * (N_ + 1),
+            perm_.data_ptr<int64_t>() + e0, ptr_c_.data_ptr<int64_t>() + c * (N_ + 1), N_, Ec};
   }
 
  private:
@@ -350,9 +349,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
   for (int64_t e0 = 0; e0 < E; e0 += step) {
     const int64_t e1 = std::min(E, e0 + step), Ec = e1 - e0;
     TPGraph graph = chunks ? chunks->graph(e0)
-                           : TPGraph{src.data_ptr<int64_t>(),      dst.data_ptr<int64_t>(),     dst_ptr.data_ptr<int64_t>(),
-                                     src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N,
-                                     E};
+                           : TPGraph{src.data_ptr<int64_t>(), dst.data_ptr<int64_t>(), dst_ptr.data_ptr<int64_t>(),
+                                     src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N, E};
     graph.w_row = w_row.data_ptr<int64_t>() + e0;
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
