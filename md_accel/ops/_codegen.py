@@ -38,6 +38,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+import textwrap
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -718,12 +719,12 @@ __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
     const int64_t* __restrict__ w_row, int64_t num_parts, TPDims d) {{
 {red}  for (int64_t b = blockIdx.x; b < num_parts; b += gridDim.x) {{  // uniform over the block
-  const int64_t n = b / d.split, part = b % d.split;
-  const int64_t first = dst_ptr[n], deg = dst_ptr[n + 1] - first;
-  const int64_t e_begin = first + deg * part / d.split, e_end = first + deg * (part + 1) / d.split;
-  if (e_begin == e_end) continue;  // writes per edge only
-  const T* grow = g + n * d.out;
-{"".join(bodies)}  }}  // every pass ends with a barrier: shared memory is free for the next part
+    const int64_t n = b / d.split, part = b % d.split;
+    const int64_t first = dst_ptr[n], deg = dst_ptr[n + 1] - first;
+    const int64_t e_begin = first + deg * part / d.split, e_end = first + deg * (part + 1) / d.split;
+    if (e_begin == e_end) continue;  // writes per edge only
+    const T* grow = g + n * d.out;
+{textwrap.indent("".join(bodies), "  ")}  }}  // every pass ends with a barrier: shared memory is free for the next part
 }}
 """
 
