@@ -15,6 +15,11 @@
 
 namespace md_accel {
 
+// tp_conv_chunked_cuda.cpp: the device's memory in bytes (0 where the query fails) and its
+// streaming multiprocessors (1 where it fails), queried once per device.
+int64_t device_memory(int device);
+int64_t sm_count(int device);
+
 // tp_conv_cuda.cpp: the specialised kernels serving x's plan and CG values with a forward and a
 // backward in x's dtype, or null (the chunked driver then runs the op unchunked).
 const TPSpec* tp_conv_spec_for(const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr,

@@ -119,23 +119,37 @@ class BwdChunks {
 // 0 keeps none), by default 8 GiB but at most a quarter of the device's memory. Kept and
 // recomputed chunks are bit-identical (the same deterministic GEMM on the same operands).
 
-// The device's memory in bytes (queried once per device; 0 where the query fails).
-int64_t device_memory(int device) {
+}  // namespace
+
+namespace {
+// The device's properties (queried once per device); memory 0 and one SM where the query fails.
+struct DeviceFacts {
+  int64_t memory = -1, sms = 1;
+};
+
+DeviceFacts device_facts(int device) {
   static std::mutex m;
-  static std::vector<int64_t> total(64, -1);
+  static std::vector<DeviceFacts> facts(64);
   std::lock_guard<std::mutex> lock(m);
-  if (device < 0 || device >= int64_t(total.size())) return 0;
-  if (total[device] < 0) {
+  if (device < 0 || device >= int64_t(facts.size())) return {0, 1};
+  if (facts[device].memory < 0) {
     cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
-      total[device] = int64_t(prop.totalGlobalMem);
+      facts[device] = {int64_t(prop.totalGlobalMem), std::max(1, prop.multiProcessorCount)};
     } else {
-      total[device] = 0;
+      facts[device] = {0, 1};
       cudaGetLastError();  // clear only this call's error
     }
   }
-  return total[device];
+  return facts[device];
 }
+}  // namespace
+
+int64_t device_memory(int device) { return device_facts(device).memory; }
+
+int64_t sm_count(int device) { return device_facts(device).sms; }
+
+namespace {
 
 // MiB from an environment variable as bytes (0 when not positive), or -1 when it is not set.
 int64_t env_mib(const char* name) {

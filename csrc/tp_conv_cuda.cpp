@@ -270,23 +270,6 @@ Prepared prepare(const Tensor& x, const Tensor& y, const Tensor& w, const Tensor
   return p;
 }
 
-// Streaming multiprocessors of the device (queried once per device; 1 where the query fails).
-int64_t sm_count(int device) {
-  static std::mutex m;
-  static std::vector<int> count(64, 0);
-  std::lock_guard<std::mutex> lock(m);
-  if (device < 0 || device >= int(count.size())) return 1;
-  if (count[device] == 0) {
-    int v = 0;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || v < 1) {
-      cudaGetLastError();  // clear only this query's error
-      v = 1;
-    }
-    count[device] = v;
-  }
-  return count[device];
-}
-
 // TPDims::split for a specialised backward launch over `launch_edges` of a graph of N receivers and
 // `graph_edges` edges (an edge chunk: launch_edges < graph_edges), whose per-edge kernel keeps
 // `per_sm` blocks resident per SM (TPSpec::bwd_per_sm). With one part per receiver, small graphs and
