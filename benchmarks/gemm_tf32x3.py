@@ -1,13 +1,16 @@
 """md_accel::gemm_3xtf32 (tensor cores, 3xTF32 split, float32 accuracy) on the radial MLP's
 last-layer shapes, as the op routes them (md_accel: cuBLAS TF32 on the split operands for the
-small-K forward) and on md_accel's own kernel for every shape (md_accel_kernel:
-MD_ACCEL_GEMM_CUBLAS=0), vs torch float32 matmul (cuBLAS SGEMM, TF32 off), torch matmul with TF32 on
-(1xTF32: reference only, it loses float32 accuracy) and the memory floor (bytes of A + B + C at
-the measured device-to-device copy bandwidth).
+small-K forward, md_accel's kernel otherwise), on md_accel's kernel for every shape
+(md_accel_kernel: MD_ACCEL_GEMM_CUBLAS=0) and on the kernel's unbiased scheme (md_accel_unbiased:
+MD_ACCEL_GEMM_UNBIASED=1, the tensor cores' truncation mean added back), vs torch float32 matmul (cuBLAS SGEMM, TF32 off), torch matmul with TF32 on (1xTF32:
+reference only, it loses float32 accuracy) and the memory floor (bytes of A + B + C at the
+measured device-to-device copy bandwidth).
 
 Shapes (E = edges): forward W = H @ B, H [E, 64], B [64, N]; input gradient dH = dW @ B^T,
 dW [E, K], B [64, K] (transpose_b). CUDA-event timings, median of --repeats after --warmup;
-max error relative to max|C| against float64 on the first 65536 rows. Prints a markdown table
+max error relative to max|C| against float64 on the first 65536 rows, and the bias: the mean of
+(C - C64) sign(C64) relative to the mean |C64| (truncating accumulation makes it negative; a
+round-to-nearest sum leaves ~1e-9). Prints a markdown table
 and writes gemm_tf32x3.json to OUT_DIR.
 
     python benchmarks/gemm_tf32x3.py OUT_DIR [--rows 312000,2500000] [--repeats 20] [--warmup 3]
@@ -31,7 +34,7 @@ from md_accel.ops import _cuda  # noqa: E402
 # (name, K, N, transpose_b)
 SHAPES = ([("fwd", 64, n, False) for n in (512, 960, 1280, 1760)]
           + [("bwd_x", k, 64, True) for k in (512, 960, 1280, 1760)])
-IMPLS = ("md_accel", "md_accel_kernel", "torch_fp32", "torch_tf32")
+IMPLS = ("md_accel", "md_accel_kernel", "md_accel_unbiased", "torch_fp32", "torch_tf32")
 
 
 def matmul_with(precision: str) -> Callable:
@@ -45,29 +48,34 @@ def matmul_with(precision: str) -> Callable:
     return run
 
 
-def kernel_only(a, b, transpose_b):
-    """The op with the cuBLAS route switched off (the environment is read per call)."""
-    prev = os.environ.get("MD_ACCEL_GEMM_CUBLAS")
-    os.environ["MD_ACCEL_GEMM_CUBLAS"] = "0"
-    try:
-        return torch.ops.md_accel.gemm_3xtf32(a, b, transpose_b)
-    finally:
-        if prev is None:
-            del os.environ["MD_ACCEL_GEMM_CUBLAS"]
-        else:
-            os.environ["MD_ACCEL_GEMM_CUBLAS"] = prev
+def op_with(var: str, value: str) -> Callable:
+    """The op with environment switch ``var`` set to ``value`` (the library reads it per call)."""
+    def run(a, b, transpose_b):
+        prev = os.environ.get(var)
+        os.environ[var] = value
+        try:
+            return torch.ops.md_accel.gemm_3xtf32(a, b, transpose_b)
+        finally:
+            if prev is None:
+                del os.environ[var]
+            else:
+                os.environ[var] = prev
+    return run
 
 
 def impl_fns() -> Dict[str, Callable]:
-    return {"md_accel": torch.ops.md_accel.gemm_3xtf32, "md_accel_kernel": kernel_only,
+    return {"md_accel": torch.ops.md_accel.gemm_3xtf32, "md_accel_kernel": op_with("MD_ACCEL_GEMM_CUBLAS", "0"),
+            "md_accel_unbiased": op_with("MD_ACCEL_GEMM_UNBIASED", "1"),
             "torch_fp32": matmul_with("highest"),
             "torch_tf32": matmul_with("high")}
 
 
-def max_rel_error(fn, a, b, transpose_b, rows: int = 65536) -> float:
+def errors(fn, a, b, transpose_b, rows: int = 65536):
+    """(max |C - C64| / max |C64|, mean (C - C64) sign(C64) / mean |C64|) on the first rows."""
     a = a[:rows]
     ref = a.double() @ (b.t() if transpose_b else b).double()
-    return ((fn(a, b, transpose_b).double() - ref).abs().max() / ref.abs().max()).item()
+    diff = fn(a, b, transpose_b).double() - ref
+    return (diff.abs().max() / ref.abs().max()).item(), ((diff * ref.sign()).mean() / ref.abs().mean()).item()
 
 
 def main(argv: List[str] = None) -> None:
@@ -99,7 +107,7 @@ def main(argv: List[str] = None) -> None:
                         ms = common.time_gpu(lambda: fn(a, b, tb), "cuda", args.warmup, args.repeats)["median_ms"]
                         row[f"{impl}_ms"] = ms
                         row[f"{impl}_tflops"] = row["gflop"] / ms
-                        row[f"{impl}_max_rel_err"] = max_rel_error(fn, a, b, tb)
+                        row[f"{impl}_max_rel_err"], row[f"{impl}_bias"] = errors(fn, a, b, tb)
                     except RuntimeError as exc:  # OOM, ...
                         row[f"{impl}_error"] = str(exc).splitlines()[0]
                     torch.cuda.empty_cache()
@@ -113,16 +121,21 @@ def main(argv: List[str] = None) -> None:
     def f(row, key, fmt="{:.2f}"):
         return fmt.format(row[key]) if key in row else "-"
 
-    lines = ["| E | shape | K | N | md_accel ms | md_accel kernel ms | torch fp32 ms | torch tf32 ms | floor ms | "
-             "md_accel TFLOPS | speedup vs fp32 | md_accel err | kernel err | fp32 err | tf32 err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| E | shape | K | N | md_accel ms | md_accel kernel ms | md_accel unbiased ms | torch fp32 ms | "
+             "torch tf32 ms | floor ms | md_accel TFLOPS | speedup vs fp32 | md_accel err (bias) | "
+             "kernel err (bias) | unbiased err (bias) | fp32 err (bias) | tf32 err |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         speed = (f"{r['torch_fp32_ms'] / r['md_accel_ms']:.2f}x" if "md_accel_ms" in r and "torch_fp32_ms" in r
                  else "-")
+        def err(impl):
+            return f"{f(r, impl + '_max_rel_err', '{:.1e}')} ({f(r, impl + '_bias', '{:+.0e}')})"
+
         lines.append(f"| {r['E']} | {r['shape']} | {r['K']} | {r['N']} | {f(r, 'md_accel_ms')} | "
-                     f"{f(r, 'md_accel_kernel_ms')} | {f(r, 'torch_fp32_ms')} | {f(r, 'torch_tf32_ms')} | {f(r, 'floor_ms')} | "
-                     f"{f(r, 'md_accel_tflops', '{:.1f}')} | {speed} | {f(r, 'md_accel_max_rel_err', '{:.1e}')} | "
-                     f"{f(r, 'md_accel_kernel_max_rel_err', '{:.1e}')} | {f(r, 'torch_fp32_max_rel_err', '{:.1e}')} | {f(r, 'torch_tf32_max_rel_err', '{:.1e}')} |")
+                     f"{f(r, 'md_accel_kernel_ms')} | {f(r, 'md_accel_unbiased_ms')} | {f(r, 'torch_fp32_ms')} | "
+                     f"{f(r, 'torch_tf32_ms')} | {f(r, 'floor_ms')} | {f(r, 'md_accel_tflops', '{:.1f}')} | {speed} | "
+                     f"{err('md_accel')} | {err('md_accel_kernel')} | {err('md_accel_unbiased')} | "
+                     f"{err('torch_fp32')} | {f(r, 'torch_tf32_max_rel_err', '{:.1e}')} |")
     table = "\n".join(lines)
     print(table)
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,

@@ -20,10 +20,11 @@ md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, li
 ``+fused`` runs the fused-radial kernels (the radial MLP's last layer inside the conv kernels,
 ``MD_ACCEL_FUSED_RADIAL``), every other md_accel row materialised weights; the radial weights
 are computed once per pair of edges (``edge_partner``, as the Calculator does), ``+edges`` once
-per edge. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``, ``+split=N``, ``+save=MIB``
-set MD_ACCEL_KEEP_WEIGHTS_MIB, MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS,
-MD_ACCEL_BWD_SPLIT and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row
-only. Options combine (``md_accel:mace+graph+fused``, ``md_accel:mace+graph+lean=0+keep=0``).
+per edge; ``+tf32x3`` runs the node-wise linears on 3xTF32 tensor cores (``MD_ACCEL_LINEAR_TF32X3=1``)
+instead of plain float32 products. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``,
+``+split=N``, ``+cublas=N``, ``+unbiased=N``, ``+save=MIB`` set MD_ACCEL_KEEP_WEIGHTS_MIB,
+MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS, MD_ACCEL_BWD_SPLIT,
+MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row only. Options combine (``md_accel:mace+graph+fused``, ``md_accel:mace+graph+lean=0+keep=0``).
 
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
         [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
@@ -108,28 +109,29 @@ class MdAccel(Backend):
     _converted: Dict = {}  # (what, dtype) -> potential on the CPU, converted once for the variants of one model
     SETTINGS = {"keep": "MD_ACCEL_KEEP_WEIGHTS_MIB", "chunk": "MD_ACCEL_WEIGHT_CHUNK_MIB",
                 "lean": "MD_ACCEL_LEAN_WEIGHTS_MIB", "lean_chunks": "MD_ACCEL_LEAN_CHUNKS",
-                "split": "MD_ACCEL_BWD_SPLIT", "save": "MD_ACCEL_SAVE_WEIGHTS_MIB"}
-    COUNTS = ("lean_chunks", "split")  # settings that are counts; the others are MiB
+                "split": "MD_ACCEL_BWD_SPLIT", "cublas": "MD_ACCEL_GEMM_CUBLAS",
+                "unbiased": "MD_ACCEL_GEMM_UNBIASED", "save": "MD_ACCEL_SAVE_WEIGHTS_MIB"}
+    COUNTS = ("lean_chunks", "split", "cublas", "unbiased")  # settings that are counts; the others are MiB
 
     def __init__(self, what: str, args):
         # WHAT+whole: keep the whole per-edge weights for the backward at any size (the default
         # recomputes them chunk by chunk above MD_ACCEL_SAVE_WEIGHTS_MIB, see md_accel/ops/tp_conv.py).
         # WHAT+graph: the Calculator's step (md_accel.step.GraphedStep: a CUDA graph up to
         # AUTO_MAX_EDGES edges; the stress is computed too). WHAT+fused: the fused-radial kernels.
-        # WHAT+edges: radial weights per edge instead of per pair.
-        # WHAT+keep=MIB / +chunk=MIB / +lean=MIB / +lean_chunks=N / +split=N / +save=MIB:
+        # WHAT+edges: radial weights per edge instead of per pair. WHAT+tf32x3: node-wise linears on 3xTF32.
+        # WHAT+keep=MIB / +chunk=MIB / +lean=MIB / +lean_chunks=N / +split=N / +cublas=N / +unbiased=N / +save=MIB:
         # MD_ACCEL_KEEP_WEIGHTS_MIB, MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS,
-        # MD_ACCEL_BWD_SPLIT (set around each of this backend's steps) and MD_ACCEL_SAVE_WEIGHTS_MIB (its
+        # MD_ACCEL_BWD_SPLIT, MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED (set around each of this backend's steps) and MD_ACCEL_SAVE_WEIGHTS_MIB (its
         # convs) for this row.
         what, *options = what.split("+")
         pairs = [o.split("=", 1) for o in options if "=" in o]
         settings = dict(pairs)
         options = [o for o in options if "=" not in o]
-        unknown = [o for o in options if o not in ("whole", "graph", "fused", "edges")]
+        unknown = [o for o in options if o not in ("whole", "graph", "fused", "edges", "tf32x3")]
         unknown += [k for k in settings if k not in self.SETTINGS]
         if unknown or len(set(options)) != len(options) or len(settings) != len(pairs):
-            raise ValueError(f"bad md_accel options {options} {settings} (known: +whole, +graph, +fused, +edges, "
-                             f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +split=N, +save=MIB)")
+            raise ValueError(f"bad md_accel options {options} {settings} (known: +whole, +graph, +fused, +edges, +tf32x3, "
+                             f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +split=N, +cublas=N, +unbiased=N, +save=MIB)")
         for k, v in settings.items():  # numbers, as the library reads them (else it would read 0 or 1)
             if not (v.isdigit() if k in self.COUNTS else v.replace(".", "", 1).isdigit()):
                 what = "count" if k in self.COUNTS else "number of MiB"
@@ -138,6 +140,7 @@ class MdAccel(Backend):
         self.save_mib = float(settings["save"]) if "save" in settings else None
         self.what, self.args = what, args
         self.whole, self.graph, self.fused = ("whole" in options), ("graph" in options), ("fused" in options)
+        self.tf32x3 = "tf32x3" in options
         # +whole keeps whole per-edge weights, so per edge: a graph with pair rows takes the pair op
         self.pairs = "edges" not in options and not self.whole
         self.keeps_pool = self.graph
@@ -184,9 +187,12 @@ class MdAccel(Backend):
         self.pot = copy.deepcopy(pot).to(device=device, dtype=dtype).eval()
         for p in self.pot.parameters():  # frozen, as the Calculator and the LAMMPS pair style hold it
             p.requires_grad_(False)
+        from md_accel.model.linear import Linear
         from md_accel.ops.tp_conv import TensorProductConv, _save_weights_bytes
 
         for m in self.pot.modules():  # the converted potential is shared by the variants: set each
+            if isinstance(m, Linear):
+                m.tensor_cores = self.tf32x3
             if isinstance(m, TensorProductConv):
                 m.save_weights_bytes = 2 ** 62 if self.whole else _save_weights_bytes() if self.save_mib is None \
                     else int(self.save_mib * 2 ** 20)

@@ -6,6 +6,11 @@
 //    MD_ACCEL_GEMM_CUBLAS=0 in the environment selects the kernel below instead;
 //  - otherwise (its input gradient, K = 512..1760, N = 64) md_accel's own kernel
 //    (gemm_tf32x3_kernels.cu), which reads the large operand once;
+//  - MD_ACCEL_GEMM_UNBIASED=1: every shape on the kernel's unbiased scheme. The tensor cores add
+//    with truncation, which shifts every output toward zero by ~2e-7 of its size (cuBLAS and the
+//    kernel's default scheme alike; benchmarks/gemm_tf32x3.py); the unbiased scheme adds the
+//    truncation's mean back (mma.cuh) at 1.25-1.3x the GEMM time. With the default, a trained MACE
+//    model's float32 energy stays within 5.4e-6 of float64 (the contract: 1e-5), 5.6e-7 unbiased;
 //  - cuBLAS float32 (SIMT) on GPUs that kernel does not fit (see gemm_3xtf32_supported).
 //
 // a [M, K], b [K, N] (or [N, K] when transpose_b), K and N multiples of 8, any M; the output is
@@ -36,6 +41,7 @@ namespace md_accel {
 // gemm_tf32x3_kernels.cu
 bool gemm_3xtf32_supported(int device);
 int gemm_3xtf32_splits(int64_t m, int64_t k, int64_t n);
+bool gemm_3xtf32_unbiased();
 int64_t gemm_3xtf32_scratch_bytes(int64_t m, int64_t k, int64_t n, int splits);
 const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, float* c, int64_t m, int64_t k,
                                int64_t n, int splits, void* scratch, cudaStream_t stream, int group_d,
@@ -114,7 +120,7 @@ std::atomic<bool> g_cublas_failed[kMaxDevices];  // cuBLAS failed on the device 
 // as large as the output (N >= 3K) and K is small enough that the GEMM is bound by writing C.
 bool use_cublas_split3(int device, int64_t K, int64_t N) {
   const char* v = std::getenv("MD_ACCEL_GEMM_CUBLAS");
-  if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+  if ((v != nullptr && std::strcmp(v, "0") == 0) || gemm_3xtf32_unbiased()) return false;
   if (device < 0 || device >= kMaxDevices || g_cublas_failed[device].load(std::memory_order_relaxed)) return false;
   return cublas_tf32_available() && K >= 8 && K <= 128 && N >= 3 * K;
 }

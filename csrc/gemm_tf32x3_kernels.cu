@@ -3,8 +3,10 @@
 //
 //   C[M, N] = A[M, K] @ B[K, N]    (B given as [K, N] or, transposed, as [N, K]; float32, row-major)
 //
-// The 3xTF32 split and the mma fragment layouts: mma.cuh (C += A_lo*B_hi + A_hi*B_lo + A_hi*B_hi;
-// the mma of each 32-wide k tile start from zero: no truncation bias over K = 1760).
+// The 3xTF32 split and the mma fragment layouts: mma.cuh (C += A_lo*B_hi + A_hi*B_lo + A_hi*B_hi).
+// Two accumulation schemes (kUnbiased, chosen at launch, see gemm_3xtf32_unbiased): by default the
+// twelve mma of a 32-wide k tile into one partial; with MD_ACCEL_GEMM_UNBIASED=1 the three mma of
+// each k8 step from zero, their truncation's mean added back (mma_3xtf32: no bias, 1.25-1.3x slower).
 //
 // Made for skinny shapes (radial MLP's last layer and its input gradient): K = 64 with
 // N = 512..1760, and K = 512..1760 with N = 64; any M (64-bit row offsets), K and N multiples
@@ -41,6 +43,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include "mma.cuh"
 
@@ -167,12 +170,15 @@ struct Grouped {
   int64_t lda;  // floats between consecutive groups of A
 };
 
-// c: C, or with several splits the partial products [splits][M][N]. The mma of one 32-wide k tile
-// (4 k8 steps x 3) accumulate into a partial sum started from zero (truncating adds, see mma.cuh),
-// which is added to the result with a round-to-nearest add: a quarter of the adds of one partial
-// per k8 step and 192 instead of 255 registers, at the same accuracy (H200, E = 1.37M, K = 512..1760,
-// N = 64: max error relative to max|C| 3.7-4.6e-7 against 3.3-6.6e-7 per k8 step; 1.15-1.23x faster).
-template <bool kGrouped>
+// c: C, or with several splits the partial products [splits][M][N].
+// !kUnbiased (default): the twelve mma of a 32-wide k tile (4 k8 steps x 3) go into one partial
+// started from zero, added to the result with one round-to-nearest add; each mma's truncation, at
+// the partial's growing size, shifts the output toward zero: -2.3e-7 of its size on average under
+// tests/cuda_emu's truncating mma, -2e-7 measured on an H200 (benchmarks/gemm_tf32x3.py).
+// kUnbiased (MD_ACCEL_GEMM_UNBIASED=1): each k8 step goes through mma_3xtf32 (mma.cuh): its
+// partial, started from zero, and the mean of its truncation are added to the result with
+// round-to-nearest adds; bias +5e-9, 1.25-1.31x the time (H200, 312k rows, K or N = 64).
+template <bool kGrouped, bool kUnbiased>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSM)
 gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, float* __restrict__ c, int64_t M,
                    int K, int N, unsigned n_tiles, unsigned tiles, int kt_per_split, Grouped grp) {
@@ -257,8 +263,8 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
 
     const float* const As = smem + (kt % kStages) * kStageFloats + warp * kWarpRows * kLdA;
     const float* const Bs = smem + (kt % kStages) * kStageFloats + kBM * kLdA;
-    float part[kMTiles][kNTiles][4];
-    zero_fragments(part);
+    float part[kUnbiased ? 1 : kMTiles][kUnbiased ? 1 : kNTiles][4];
+    if constexpr (!kUnbiased) zero_fragments(part);
 #pragma unroll
     for (int ks = 0; ks < kBK / 8; ++ks) {
       uint32_t a_hi[kMTiles][4], a_lo[kMTiles][4];
@@ -278,15 +284,22 @@ gemm_3xtf32_kernel(const float* __restrict__ a, const float2* __restrict__ b, fl
         const uint32_t b_hi[2] = {__float_as_uint(b0.x), __float_as_uint(b1.x)};
         const uint32_t b_lo[2] = {__float_as_uint(b0.y), __float_as_uint(b1.y)};
 #pragma unroll
-        for (int i = 0; i < kMTiles; ++i) mma_3xtf32_into(part[i][j], a_hi[i], a_lo[i], b_hi, b_lo);
+        for (int i = 0; i < kMTiles; ++i) {
+          if constexpr (kUnbiased)
+            mma_3xtf32(acc[i][j], a_hi[i], a_lo[i], b_hi, b_lo);
+          else
+            mma_3xtf32_into(part[i][j], a_hi[i], a_lo[i], b_hi, b_lo);
+        }
       }
     }
+    if constexpr (!kUnbiased) {
 #pragma unroll
-    for (int i = 0; i < kMTiles; ++i)
+      for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
+        for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
-        for (int v = 0; v < 4; ++v) acc[i][j][v] += part[i][j][v];
+          for (int v = 0; v < 4; ++v) acc[i][j][v] += part[i][j][v];
+    }
   }
 
   // epilogue: c0,c1 at (g, 2t..2t+1), c2,c3 at (g+8, 2t..2t+1) of each 16x8 tile
@@ -353,6 +366,50 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 
+}  // namespace
+
+// Whether float32 products avoid the tensor cores' truncation bias: MD_ACCEL_GEMM_UNBIASED=1 (read
+// per call, like MD_ACCEL_GEMM_CUBLAS, so that benchmarks compare both in one process). Then the
+// kernel runs its unbiased scheme and gemm_tf32x3.cpp does not route to cuBLAS.
+bool gemm_3xtf32_unbiased() {
+  const char* v = std::getenv("MD_ACCEL_GEMM_UNBIASED");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+namespace {
+
+// One launch of gemm_3xtf32_kernel<kGrouped, kUnbiased> (its shared-memory size opted in once per
+// device and instance: not again during CUDA graph capture, after a first eager call).
+struct GemmLaunch {
+  const float* a;
+  const float2* b;
+  float* c;
+  int64_t m;
+  int k, n;
+  unsigned n_tiles, tiles;
+  int kt_per_split;
+  Grouped grp;
+  unsigned blocks;
+  cudaStream_t stream;
+
+  template <bool kGrouped, bool kUnbiased>
+  const char* run() const {
+    static std::atomic<bool> smem_set[kMaxDevices];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return "cudaGetDevice failed";
+    if (!smem_set[dev].load(std::memory_order_acquire)) {
+      if (cudaFuncSetAttribute(reinterpret_cast<const void*>(gemm_3xtf32_kernel<kGrouped, kUnbiased>),
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) {
+        cudaGetLastError();
+        return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
+      }
+      smem_set[dev].store(true, std::memory_order_release);
+    }
+    gemm_3xtf32_kernel<kGrouped, kUnbiased><<<blocks, kThreads, kSmemBytes, stream>>>(a, b, c, m, k, n, n_tiles, tiles,
+                                                                                      kt_per_split, grp);
+    return nullptr;
+  }
+};
 }  // namespace
 
 // How many K ranges to run: the S that minimises the time in units of one full-K wave of blocks,
@@ -426,27 +483,13 @@ const char* gemm_3xtf32_launch(const float* a, const float* b, bool trans_b, flo
   const int kt_per_split = int(ceil_div(ceil_div(k, kBK), splits));
   const int64_t blocks = tiles * splits;
   if (blocks > 0x7fffffffLL) return "problem too large for one launch";
-  // once per device and kernel (not again during CUDA graph capture, after a first eager call)
-  static std::atomic<bool> smem_set[2][kMaxDevices];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return "cudaGetDevice failed";
-  if (!smem_set[grouped][dev].load(std::memory_order_acquire)) {
-    const void* fn = grouped ? reinterpret_cast<const void*>(gemm_3xtf32_kernel<true>)
-                             : reinterpret_cast<const void*>(gemm_3xtf32_kernel<false>);
-    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) != cudaSuccess) {
-      cudaGetLastError();
-      return "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) failed";
-    }
-    smem_set[grouped][dev].store(true, std::memory_order_release);
-  }
   float* const part = splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(scratch) + align16(k * n * 8)) : c;
-  const Grouped grp{group_d, group_lda};
-  if (grouped)
-    gemm_3xtf32_kernel<true><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(
-        a, b_split, part, m, ki, ni, unsigned(n_tiles), unsigned(tiles), kt_per_split, grp);
-  else
-    gemm_3xtf32_kernel<false><<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(
-        a, b_split, part, m, ki, ni, unsigned(n_tiles), unsigned(tiles), kt_per_split, grp);
+  const GemmLaunch launch{a, b_split, part, m, ki, ni, unsigned(n_tiles), unsigned(tiles), kt_per_split,
+                          Grouped{group_d, group_lda}, unsigned(blocks), stream};
+  const bool unbiased = gemm_3xtf32_unbiased();
+  const char* launch_err = grouped ? (unbiased ? launch.run<true, true>() : launch.run<true, false>())
+                                   : (unbiased ? launch.run<false, true>() : launch.run<false, false>());
+  if (launch_err != nullptr) return launch_err;
   if (splits > 1) {
     const int64_t total4 = m * n / 4;
     const unsigned sum_grid = unsigned(ceil_div(total4, 256));

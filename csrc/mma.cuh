@@ -5,10 +5,17 @@
 // and a product is accumulated as A_lo*B_hi + A_hi*B_lo + A_hi*B_hi with mma.sync.m16n8k8 (tf32
 // in, float32 accumulate): the dropped A_lo*B_lo term and the roundings leave ~2^-22 relative
 // error per product, the level of a float32 FMA chain. The tensor cores add into their
-// accumulator with truncation (round toward zero), so callers start the mma of a few k8 steps
-// from zero (mma_3xtf32: the three of one step; gemm_3xtf32_kernel: the twelve of a 32-wide k
-// tile, mma_3xtf32_into) and add that partial to the result with a round-to-nearest float add: the
-// truncation bias stays within a partial and does not grow with K.
+// accumulator with truncation (round toward zero): each truncation cuts off half a unit in the
+// last place on average, always toward zero, a bias that adds up over K, over layers and over an
+// energy sum (session 19, docs/benchmarks.md: with every float32 product on the tensor cores a
+// trained MACE model's energy was 2.4e-5 off float64, 6x the error of plain float32). So
+// mma_3xtf32 starts the three mma of one k8 step from zero (the two small terms first: their
+// truncations are 2^-11 smaller) and adds the step's partial c to the result with round-to-nearest
+// adds, together with the mean of what the truncation of c cut off (plus_rz_half_ulp; added to c
+// first: added to a larger result, the half ulp alone would round away): the result's error is then
+// unbiased, like a float32 sum's. The radial MLPs' hidden layers (mlp_hidden_mma.cuh) always run so;
+// gemm_3xtf32_kernel with MD_ACCEL_GEMM_UNBIASED=1 (its default scheme, mma_3xtf32_into over a
+// 32-wide k tile, is 1.25-1.3x faster and keeps the bias).
 //
 // Fragment layouts of mma.m16n8k8 .tf32 (PTX ISA, "Matrix Fragments for mma.m16n8k8"):
 // groupID g = lane >> 2, threadID_in_group t = lane & 3;
@@ -70,8 +77,14 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) 
   lo = tf32_rna(x - __uint_as_float(hi));
 }
 
-// c += a_lo b_hi + a_hi b_lo + a_hi b_hi straight into c (truncating adds): for a partial sum
-// over a few k8 steps that the caller starts from zero and adds to its result itself
+// c + h, h half a unit in the last place of c with c's sign (the mean of what rounding toward
+// zero cut off a result c whose dropped bits are uniform), rounded to nearest: a tie, to even, so
+// c or c + 2h, each half the time. One fma: (c's sign and exponent) * 2^-24 + c; 0 for subnormal c.
+__device__ __forceinline__ float plus_rz_half_ulp(float c) {
+  return fmaf(__uint_as_float(__float_as_uint(c) & 0xff800000u), 0x1p-24f, c);
+}
+
+// c += a_lo b_hi + a_hi b_lo + a_hi b_hi straight into c (truncating adds, the small terms first)
 __device__ __forceinline__ void mma_3xtf32_into(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
                                                 const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
   mma_tf32(c, a_lo, b_hi);
@@ -79,12 +92,13 @@ __device__ __forceinline__ void mma_3xtf32_into(float (&c)[4], const uint32_t (&
   mma_tf32(c, a_hi, b_hi);
 }
 
-// d += a_lo b_hi + a_hi b_lo + a_hi b_hi, the three mma started from zero (see above)
+// d += a_lo b_hi + a_hi b_lo + a_hi b_hi: the three mma started from zero, the partial and its
+// truncation's mean added with round-to-nearest adds (see above)
 __device__ __forceinline__ void mma_3xtf32(float (&d)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
                                            const uint32_t (&b_hi)[2], const uint32_t (&b_lo)[2]) {
   float c[4] = {0.f, 0.f, 0.f, 0.f};
   mma_3xtf32_into(c, a_hi, a_lo, b_hi, b_lo);
 #pragma unroll
-  for (int v = 0; v < 4; ++v) d[v] += c[v];
+  for (int v = 0; v < 4; ++v) d[v] += plus_rz_half_ulp(c[v]);
 }
 }  // namespace md_accel

@@ -184,3 +184,18 @@ def test_model_step_row_settings():
         model_step.make_backend("md_accel:mace+split=-1", args)
     with pytest.raises(ValueError, match="expected a number of MiB"):
         model_step.make_backend("md_accel:mace+keep=abc", args)
+
+
+def test_precision_f32_on_the_cpu(tmp_path):
+    """precision_f32.py on the shipped MACE model, float32 on the CPU against float64: the energy
+    within the conversion contract's float32 tolerance (md_accel's CPU path: 4e-6 measured) and the
+    error of every node-wise module output listed."""
+    out = run_script("precision_f32.py", os.path.join("models", "mace_cu", "mace_cu.mdx"), "--settings", "cpu",
+                     "--cell", "2", "--json", str(tmp_path / "p.json"))
+    (row,) = json.load(open(tmp_path / "p.json"))
+    assert row["setting"] == "cpu" and row["atoms"] == 32
+    assert 0 < row["energy_rel"] <= 1e-5
+    assert row["force_err_max"] <= 1e-4 * max(1.0, row["force_max"])
+    assert {"layers.0.conv", "layers.1.product", "readouts.0"} <= set(row["modules"])
+    assert all(0 < v < 1e-5 for v in row["modules"].values())
+    assert "layers.0.conv" in out

@@ -60,6 +60,15 @@ def mace():
             _mace_shape("medium", torch.float64)]
 
 
+def mace_cu():
+    """The shipped trained copper model (tests/gpu/test_model_cuda.py, benchmarks/precision_f32.py),
+    float32 and float64."""
+    from md_accel import io
+
+    return [io.load(os.path.join(REPO, "models", "mace_cu", "mace_cu.mdx"), dtype=dtype)
+            for dtype in (torch.float32, torch.float64)]
+
+
 def sevenn():
     from md_accel.convert.sevenn import convert_sevenn
 
@@ -80,11 +89,11 @@ def tp_tests():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="+", choices=["sc-tests", "tp-tests", "mace", "sevenn"])
+    ap.add_argument("what", nargs="+", choices=["sc-tests", "tp-tests", "mace", "mace-cu", "sevenn"])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "mace": mace, "sevenn": sevenn}
+    makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "mace": mace, "mace-cu": mace_cu, "sevenn": sevenn}
     modules = [m for what in args.what for m in makers[what]()]
     prebuild(modules, arch=args.arch, workers=args.jobs)
     dirs = [d for d in ("build/tp_specs", "build/sc_specs") if os.path.isdir(os.path.join(REPO, ".gpu", d))]

@@ -7,8 +7,18 @@ weights load 1:1. The output of instruction ``(i, o)`` is scaled by ``path_weigh
 1/sqrt(sum of mul_in over the instructions feeding o)`` (e3nn's "element" normalisation);
 callers may pass explicit path weights (e.g. when constant inputs were folded into ``bias``).
 ``bias`` (e3nn layout, scalar ``0e`` output blocks only) is added unscaled.
+
+The products run in plain float32 (or float64): on CUDA, 3xTF32 tensor cores
+(``md_accel::linear_tf32x3``) only where ``MD_ACCEL_LINEAR_TF32X3=1`` was set when the module
+was built. Their error is unbiased per product but the tensor cores truncate as they accumulate,
+a bias that node-wise linears pass on from layer to layer into every atom's energy: on the trained
+MACE copper model 7e-7 eV per atom, 2.4e-5 of a 108-atom cell's energy against the conversion
+contract's 1e-5, while plain float32 gives 1.3e-7 eV per atom (benchmarks/precision_f32.py,
+docs/benchmarks.md). The edge-wise products (the radial MLPs) keep the tensor cores: with only
+the node-wise linears in float32, that model's error is the CPU float32 path's.
 """
 
+import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -81,6 +91,7 @@ class Linear(torch.nn.Module):
         self.dim_out = self.irreps_out.dim
         self.weight = torch.nn.Parameter(torch.randn(self.weight_numel))
         self.bias = torch.nn.Parameter(torch.zeros(self.bias_numel))
+        self.tensor_cores = os.environ.get("MD_ACCEL_LINEAR_TF32X3", "0") == "1"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
@@ -94,13 +105,19 @@ class Linear(torch.nn.Module):
                 continue
             # the path weight scales the small weight block, not the [n, mul_out, d] product
             w = self.weight[w_off: w_off + mul_in * mul_out].view(mul_in, mul_out) * self.path_weights[k]
-            # one [rows, mul_in] @ [mul_in, mul_out] product per instruction (md_accel::linear_tf32x3:
-            # tensor cores at float32 accuracy for CUDA float32); an l > 0 block as [n, mul_in, d],
-            # which the op multiplies per component in that layout (no transposed copies)
-            if d == 1:
-                y = torch.ops.md_accel.linear_tf32x3(blocks[i], w)
+            # one [rows, mul_in] @ [mul_in, mul_out] product per instruction; an l > 0 block as
+            # [n, mul_in, d]: md_accel::linear_tf32x3 multiplies it per component in that layout,
+            # torch.mm as one product over (node, component) rows of a transposed copy
+            if self.tensor_cores:
+                if d == 1:
+                    y = torch.ops.md_accel.linear_tf32x3(blocks[i], w)
+                else:
+                    y = torch.ops.md_accel.linear_tf32x3(blocks[i].view(n, mul_in, d), w)
+            elif d == 1:
+                y = torch.mm(blocks[i], w)
             else:
-                y = torch.ops.md_accel.linear_tf32x3(blocks[i].view(n, mul_in, d), w)
+                rows = blocks[i].view(n, mul_in, d).transpose(1, 2).reshape(n * d, mul_in)
+                y = torch.mm(rows, w).view(n, d, mul_out).transpose(1, 2)
             parts[o].append(y.reshape(n, mul_out * d))
         outs: List[torch.Tensor] = []
         for o, blk in enumerate(self.out_blocks):

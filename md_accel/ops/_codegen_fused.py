@@ -35,7 +35,7 @@ from typing import Dict, List, Tuple
 from ._codegen import (Unsupported, _analyse, _bwd_contractions, _bwd_weight_grad, _cache_dir, _covered_fn,
                        _fwd_component, _Path, compile_cached, structure_key)
 
-FUSED_GEN_VERSION = 5  # bump when the generated code changes: names the cache entries
+FUSED_GEN_VERSION = 6  # bump when the generated code changes: names the cache entries
 THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
 CHUNK = 16             # edges per chunk (kB): the m16 of the tensor-core tiles
 W_TILE_BYTES = 66 * 1024   # shared memory for one group's W_last tile (P chosen to fit)

@@ -1,8 +1,9 @@
 """CUDA implementation of md_accel::gemm_3xtf32 (tensor cores, 3xTF32 split) against a float64
-reference, on both of its routes (small K: the split operands in one cuBLAS TF32 GEMM; the
-kernel of gemm_tf32x3_kernels.cu, which MD_ACCEL_GEMM_CUBLAS=0 selects everywhere): float32
-accuracy (max error relative to max|C| <= 2e-6, median elementwise relative error within 4x of
-cuBLAS SGEMM's on the same data), the check's power (plain 1xTF32 fails it), every output element
+reference, on its routes (small K: the split operands in one cuBLAS TF32 GEMM; the kernel of
+gemm_tf32x3_kernels.cu, which MD_ACCEL_GEMM_CUBLAS=0 selects everywhere; its unbiased scheme on
+every shape, MD_ACCEL_GEMM_UNBIASED=1): float32 accuracy (max error relative to max|C| <= 2e-6, median elementwise relative error within 4x of
+cuBLAS SGEMM's on the same data), the check's power (plain 1xTF32 fails it), no bias with
+MD_ACCEL_GEMM_UNBIASED=1 (the mean of the tensor cores' truncation added back), every output element
 written, determinism, odd row counts, the two radial-MLP shapes, CUDA-graph replay. Skipped
 without CUDA."""
 from __future__ import annotations
@@ -35,11 +36,17 @@ SHAPES = [(64, 512, False), (64, 1280, False), (64, 1760, False), (64, 960, Fals
 ROWS = [0, 1, 127, 129, 100003]
 
 
-@pytest.fixture(params=["default", "kernel"])
+@pytest.fixture(params=["default", "kernel", "unbiased"])
 def route(request, monkeypatch):
-    """default: cuBLAS for the small-K shapes; kernel: md_accel's kernel for every shape."""
+    """default: cuBLAS for the small-K shapes; kernel: md_accel's kernel for every shape
+    (MD_ACCEL_GEMM_CUBLAS=0); unbiased: the kernel's unbiased scheme for every shape
+    (MD_ACCEL_GEMM_UNBIASED=1)."""
+    monkeypatch.delenv("MD_ACCEL_GEMM_CUBLAS", raising=False)
+    monkeypatch.delenv("MD_ACCEL_GEMM_UNBIASED", raising=False)
     if request.param == "kernel":
         monkeypatch.setenv("MD_ACCEL_GEMM_CUBLAS", "0")
+    if request.param == "unbiased":
+        monkeypatch.setenv("MD_ACCEL_GEMM_UNBIASED", "1")
     return request.param
 
 
@@ -52,16 +59,19 @@ def _kernel_names(fn):
 
 def test_routes(monkeypatch):
     """The forward shape (K = 64) runs the split + cuBLAS, the input gradient (K = 1280) md_accel's
-    kernel; MD_ACCEL_GEMM_CUBLAS=0 sends both to the kernel."""
+    kernel; MD_ACCEL_GEMM_CUBLAS=0 and MD_ACCEL_GEMM_UNBIASED=1 each send both to the kernel."""
     monkeypatch.delenv("MD_ACCEL_GEMM_CUBLAS", raising=False)
+    monkeypatch.delenv("MD_ACCEL_GEMM_UNBIASED", raising=False)
     fwd = _operands(1000, 64, 1280, False)
     bwd = _operands(1000, 1280, 64, True)
     names = _kernel_names(lambda: OP(*fwd, False))
     assert any("split3_a_kernel" in n for n in names) and not any("gemm_3xtf32_kernel" in n for n in names), names
     assert any("gemm_3xtf32_kernel" in n for n in _kernel_names(lambda: OP(*bwd, True)))
-    monkeypatch.setenv("MD_ACCEL_GEMM_CUBLAS", "0")
-    names = _kernel_names(lambda: OP(*fwd, False))
-    assert any("gemm_3xtf32_kernel" in n for n in names) and not any("split3" in n for n in names), names
+    for var, value in (("MD_ACCEL_GEMM_CUBLAS", "0"), ("MD_ACCEL_GEMM_UNBIASED", "1")):
+        monkeypatch.setenv(var, value)
+        names = _kernel_names(lambda: OP(*fwd, False))
+        assert any("gemm_3xtf32_kernel" in n for n in names) and not any("split3" in n for n in names), (var, names)
+        monkeypatch.delenv(var)
 
 
 def _operands(m, k, n, transpose_b, seed=0):
@@ -128,6 +138,23 @@ def test_accuracy(k, n, transpose_b, m, route):
         assert max_rel_1x > 10 * MAX_REL, f"1xTF32 error {max_rel_1x:.3g} passes the check"
     # deterministic
     assert torch.equal(c, OP(a, b, transpose_b))
+
+
+@pytest.mark.parametrize("k,n,transpose_b", [(64, 1280, False), (1280, 64, True)])
+@pytest.mark.parametrize("signs", ["positive", "mixed"])
+def test_kernel_errors_unbiased(k, n, transpose_b, signs, monkeypatch):
+    """With MD_ACCEL_GEMM_UNBIASED=1 the errors average out: the mean of (C - C64) sign(C64) over
+    100k rows is below 1e-8 of the mean |C64| (the default routes: -2e-7, H200; a round-to-nearest
+    float32 GEMM: ~1e-10)."""
+    monkeypatch.delenv("MD_ACCEL_GEMM_CUBLAS", raising=False)
+    monkeypatch.setenv("MD_ACCEL_GEMM_UNBIASED", "1")
+    a, b = _operands(100_000, k, n, transpose_b)
+    if signs == "positive":
+        a, b = a.abs(), b.abs()
+    ref = a.double() @ _bmat(b, transpose_b).double()
+    diff = OP(a, b, transpose_b).double() - ref
+    bias = ((diff * ref.sign()).mean() / ref.abs().mean()).item()
+    assert abs(bias) < 1e-8, f"mean signed error {bias:.2e} of the mean |C|"
 
 
 def test_large_rows(route):

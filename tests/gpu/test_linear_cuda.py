@@ -1,7 +1,9 @@
-"""``Linear`` on CUDA (``md_accel::linear_tf32x3`` products: 3xTF32 tensor cores in float32)
-against the same module on the CPU (tests/test_model_blocks.py checks that one against e3nn), in
-float64 and float32 on fresh random inputs: output, the gradients of x, weight and bias, and a
-second derivative (force training / Hessians). Skipped without CUDA."""
+"""``Linear`` on CUDA against the same module on the CPU (tests/test_model_blocks.py checks that
+one against e3nn), in float64 and float32 on fresh random inputs: output, the gradients of x,
+weight and bias, and a second derivative (force training / Hessians); float32 with plain products
+(the default) and with the opt-in 3xTF32 tensor cores (``MD_ACCEL_LINEAR_TF32X3=1``,
+``md_accel::linear_tf32x3``). The default's float32 errors carry no systematic bias. Skipped
+without CUDA."""
 from __future__ import annotations
 
 import pytest
@@ -36,7 +38,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return diff / scale if scale > 0 else diff
 
 
-def pair(name: str, dtype: torch.dtype, seed: int):
+def pair(name: str, dtype: torch.dtype, seed: int, tensor_cores: bool = False):
     """The same Linear on the CPU and on CUDA, random weights and biases."""
     i, o, biases, explicit = CONFIGS[name]
     gen = torch.Generator().manual_seed(seed)
@@ -48,13 +50,15 @@ def pair(name: str, dtype: torch.dtype, seed: int):
         cpu.bias.copy_(torch.randn(cpu.bias_numel, generator=gen, dtype=torch.float64))
     gpu = Linear(i, o, biases, pw).to(dtype)
     gpu.load_state_dict(cpu.state_dict())
+    gpu.tensor_cores = tensor_cores
     return cpu, gpu.to(DEV), gen
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("dtype,tensor_cores", [(torch.float64, False), (torch.float32, False), (torch.float32, True)],
+                         ids=["float64", "float32", "float32-tf32x3"])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_forward_and_gradients(name, dtype):
-    cpu, gpu, gen = pair(name, dtype, seed=list(CONFIGS).index(name))
+def test_forward_and_gradients(name, dtype, tensor_cores):
+    cpu, gpu, gen = pair(name, dtype, seed=list(CONFIGS).index(name), tensor_cores=tensor_cores)
     for n in (1, 37, 1000):
         x = torch.randn(n, cpu.dim_in, generator=gen, dtype=torch.float64).to(dtype)
         g = torch.randn(n, cpu.dim_out, generator=gen, dtype=torch.float64).to(dtype)
@@ -69,6 +73,27 @@ def test_forward_and_gradients(name, dtype):
         assert rel_err(o_gpu, o_ref) < TOL[dtype], f"{name} n={n} forward"
         for what, a, b in zip(("x", "weight", "bias"), g_gpu, g_ref):
             assert rel_err(a, b) < TOL[dtype], f"{name} n={n} grad {what}"
+
+
+def test_float32_errors_unbiased():
+    """The default float32 products round to nearest: over 2M outputs of positive inputs and
+    weights (where truncation would shift every output the same way) the mean signed error is
+    far below one output's rounding error (~6e-8 relative). The path weights are float32 numbers
+    (a rounded 1/sqrt(fan_in) would scale every output alike)."""
+    irreps = CONFIGS["mace_interaction"][0]
+    gen = torch.Generator().manual_seed(11)
+    pw = torch.tensor(Linear(irreps, irreps).path_weights, dtype=torch.float32).double().tolist()
+    ref_linear = Linear(irreps, irreps, path_weights=pw).double()
+    with torch.no_grad():
+        ref_linear.weight.copy_(torch.rand(ref_linear.weight_numel, generator=gen, dtype=torch.float64).float().double())
+    gpu = Linear(irreps, irreps, path_weights=pw).float().to(DEV)
+    gpu.load_state_dict(ref_linear.state_dict())
+    x = torch.rand(1000, ref_linear.dim_in, generator=gen, dtype=torch.float64).float()
+    ref = ref_linear(x.double())
+    out = gpu(x.to(DEV)).double().cpu()
+    err = (out - ref) / ref.abs().clamp_min(1e-30)
+    assert err.abs().max().item() < 2e-6  # a working product
+    assert abs(err.mean().item()) < 1e-8, f"mean signed relative error {err.mean().item():.2e}"
 
 
 @pytest.mark.parametrize("name", ["mace_interaction", "mixed_bias"])

@@ -294,6 +294,7 @@ def test_kept_weight_chunks(dtype, monkeypatch):
     chunk_mib = g.src.numel() / 7 * plan.weight_numel * elem / 2**20
     monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(chunk_mib))
     monkeypatch.delenv("MD_ACCEL_GEMM_CUBLAS", raising=False)  # the launches counted are the cuBLAS route's
+    monkeypatch.delenv("MD_ACCEL_GEMM_UNBIASED", raising=False)
     pl = plan_args(plan, dtype)
     x, y, h, W, go = inputs(plan, hidden, g, 300, dtype, gen)
     previous = _cuda.set_fused(False)
@@ -507,6 +508,7 @@ def test_pair_rows_computed_once(monkeypatch):
     e = g.src.numel()
     monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(e / 7 * plan.weight_numel * 4 / 2**20))
     monkeypatch.delenv("MD_ACCEL_GEMM_CUBLAS", raising=False)
+    monkeypatch.delenv("MD_ACCEL_GEMM_UNBIASED", raising=False)
     monkeypatch.setenv("MD_ACCEL_LEAN_WEIGHTS_MIB", "0")  # the keep budget decides (small graphs keep none)
     pl = plan_args(plan, torch.float32)
     x, y, _, W, go = inputs(plan, hidden, g, 300, torch.float32, gen)
