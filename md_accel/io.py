@@ -94,6 +94,9 @@ def save(potential: Potential, path: PathLike, provenance: Optional[Dict] = None
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".mdx", dir=directory)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it (mkstemp's file is private to the owner)
         with os.fdopen(fd, "wb") as f:
             f.write(buf.getvalue())
             f.flush()

@@ -134,3 +134,14 @@ def test_save_is_atomic(lj_potential, tmp_path, monkeypatch):
     with pytest.raises(TypeError):  # provenance must be JSON-able; nothing is written
         mio.save(lj_potential, tmp_path / "new.mdx", {"verification": object()})
     assert os.listdir(tmp_path) == ["model.mdx"]
+
+
+def test_saved_file_permissions_follow_the_umask(lj_potential, tmp_path):
+    """A model file is created like any file the user writes (not owner-only, as a temporary file
+    would be): readable by whoever the umask allows, e.g. a cluster group sharing models."""
+    previous = os.umask(0o022)
+    try:
+        mio.save(lj_potential, tmp_path / "model.mdx")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "model.mdx").stat().st_mode & 0o777 == 0o644
