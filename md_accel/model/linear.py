@@ -10,12 +10,10 @@ callers may pass explicit path weights (e.g. when constant inputs were folded in
 
 The products run in plain float32 (or float64): on CUDA, 3xTF32 tensor cores
 (``md_accel::linear_tf32x3``) only where ``MD_ACCEL_LINEAR_TF32X3=1`` was set when the module
-was built. Their error is unbiased per product but the tensor cores truncate as they accumulate,
-a bias that node-wise linears pass on from layer to layer into every atom's energy: on the trained
-MACE copper model 7e-7 eV per atom, 2.4e-5 of a 108-atom cell's energy against the conversion
-contract's 1e-5, while plain float32 gives 1.3e-7 eV per atom (benchmarks/precision_f32.py,
-docs/benchmarks.md). The edge-wise products (the radial MLPs) keep the tensor cores: with only
-the node-wise linears in float32, that model's error is the CPU float32 path's.
+was built. The tensor cores truncate as they accumulate, a bias of ~2e-7 of every output that
+node-wise linears pass on from layer to layer into every atom's energy; plain float32 products
+round to nearest and cost no measurable time here (session 19: docs/benchmarks.md,
+benchmarks/precision_f32.py).
 """
 
 import os
