@@ -146,6 +146,24 @@ def test_radial_shapes_run_tensor_cores(name, dtype, monkeypatch):
     assert not torch.equal(runs[on][0], runs[off][0]) and not torch.equal(runs[on][1], runs[off][1])
 
 
+def test_tensor_cores_without_truncation_bias(monkeypatch):
+    """The float32 tensor-core forward adds each k8 step's truncation mean back (mma.cuh): over 64k
+    outputs of positive inputs and weights its mean signed error against float64 is the CUDA-core
+    kernel's (both +2.5e-8 of the mean output: the float32 activation); without the mean added it
+    was -1.2e-7."""
+    gen = torch.Generator().manual_seed(1)
+    widths = WIDTHS["mace"]
+    x = torch.rand(1024, widths[0], generator=gen, dtype=torch.float64).float()
+    ws = [(torch.rand(a, b, generator=gen, dtype=torch.float64) / a).float() for a, b in zip(widths, widths[1:])]
+    ref = mlp_hidden_fwd_ref(x.double(), [w.double() for w in ws], CST)
+    bias = {}
+    for path in ("f32", "f32_cuda_cores"):
+        use_path(path, monkeypatch)
+        out = call(x, ws).double()
+        bias[path] = (((out - ref) * ref.sign()).mean() / ref.abs().mean()).item()
+    assert abs(bias["f32"] - bias["f32_cuda_cores"]) < 3e-8, bias
+
+
 def test_small_shared_memory_falls_back_to_cuda_cores(monkeypatch):
     """On a GPU with 99 KiB of shared memory per block (sm_86/89) the tensor-core backward of a
     3-layer MLP (~136 KiB of tables) does not fit: the CUDA-core kernel serves it, same bits as
