@@ -10,7 +10,7 @@ Shapes (E = edges): forward W = H @ B, H [E, 64], B [64, N]; input gradient dH =
 dW [E, K], B [64, K] (transpose_b). CUDA-event timings, median of --repeats after --warmup;
 max error relative to max|C| against float64 on the first 65536 rows, and the bias: the mean of
 (C - C64) sign(C64) relative to the mean |C64| (truncating accumulation makes it negative; a
-round-to-nearest sum leaves ~1e-9). Prints a markdown table
+round-to-nearest sum leaves at most ~1e-9). Prints a markdown table
 and writes gemm_tf32x3.json to OUT_DIR.
 
     python benchmarks/gemm_tf32x3.py OUT_DIR [--rows 312000,2500000] [--repeats 20] [--warmup 3]

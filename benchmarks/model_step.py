@@ -22,7 +22,7 @@ md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, li
 are computed once per pair of edges (``edge_partner``, as the Calculator does), ``+edges`` once
 per edge; ``+tf32x3`` runs the node-wise linears on 3xTF32 tensor cores (``MD_ACCEL_LINEAR_TF32X3=1``)
 instead of plain float32 products. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``,
-``+split=N``, ``+cublas=N``, ``+unbiased=N``, ``+save=MIB`` set MD_ACCEL_KEEP_WEIGHTS_MIB,
+``+split=N``, ``+cublas=0|1``, ``+unbiased=0|1``, ``+save=MIB`` set MD_ACCEL_KEEP_WEIGHTS_MIB,
 MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS, MD_ACCEL_BWD_SPLIT,
 MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row only. Options combine (``md_accel:mace+graph+fused``, ``md_accel:mace+graph+lean=0+keep=0``).
 
@@ -112,6 +112,7 @@ class MdAccel(Backend):
                 "split": "MD_ACCEL_BWD_SPLIT", "cublas": "MD_ACCEL_GEMM_CUBLAS",
                 "unbiased": "MD_ACCEL_GEMM_UNBIASED", "save": "MD_ACCEL_SAVE_WEIGHTS_MIB"}
     COUNTS = ("lean_chunks", "split", "cublas", "unbiased")  # settings that are counts; the others are MiB
+    SWITCHES = ("cublas", "unbiased")  # of those, the ones that are 0 or 1
 
     def __init__(self, what: str, args):
         # WHAT+whole: keep the whole per-edge weights for the backward at any size (the default
@@ -119,7 +120,7 @@ class MdAccel(Backend):
         # WHAT+graph: the Calculator's step (md_accel.step.GraphedStep: a CUDA graph up to
         # AUTO_MAX_EDGES edges; the stress is computed too). WHAT+fused: the fused-radial kernels.
         # WHAT+edges: radial weights per edge instead of per pair. WHAT+tf32x3: node-wise linears on 3xTF32.
-        # WHAT+keep=MIB / +chunk=MIB / +lean=MIB / +lean_chunks=N / +split=N / +cublas=N / +unbiased=N / +save=MIB:
+        # WHAT+keep=MIB / +chunk=MIB / +lean=MIB / +lean_chunks=N / +split=N / +cublas=0|1 / +unbiased=0|1 / +save=MIB:
         # MD_ACCEL_KEEP_WEIGHTS_MIB, MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS,
         # MD_ACCEL_BWD_SPLIT, MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED (set around each of this backend's steps) and MD_ACCEL_SAVE_WEIGHTS_MIB (its
         # convs) for this row.
@@ -131,8 +132,10 @@ class MdAccel(Backend):
         unknown += [k for k in settings if k not in self.SETTINGS]
         if unknown or len(set(options)) != len(options) or len(settings) != len(pairs):
             raise ValueError(f"bad md_accel options {options} {settings} (known: +whole, +graph, +fused, +edges, +tf32x3, "
-                             f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +split=N, +cublas=N, +unbiased=N, +save=MIB)")
+                             f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +split=N, +cublas=0|1, +unbiased=0|1, +save=MIB)")
         for k, v in settings.items():  # numbers, as the library reads them (else it would read 0 or 1)
+            if k in self.SWITCHES and v not in ("0", "1"):
+                raise ValueError(f"md_accel option +{k}={v}: expected 0 or 1")
             if not (v.isdigit() if k in self.COUNTS else v.replace(".", "", 1).isdigit()):
                 what = "count" if k in self.COUNTS else "number of MiB"
                 raise ValueError(f"md_accel option +{k}={v}: expected a {what}")

@@ -13,9 +13,10 @@
 // truncations are 2^-11 smaller) and adds the step's partial c to the result with round-to-nearest
 // adds, together with the mean of what the truncation of c cut off (plus_rz_half_ulp; added to c
 // first: added to a larger result, the half ulp alone would round away): the result's error is then
-// unbiased, like a float32 sum's. The radial MLPs' hidden layers (mlp_hidden_mma.cuh) always run so;
-// gemm_3xtf32_kernel with MD_ACCEL_GEMM_UNBIASED=1 (its default scheme, mma_3xtf32_into over a
-// 32-wide k tile, is 1.25-1.3x faster and keeps the bias).
+// unbiased, like a float32 sum's. The radial MLPs' hidden layers (mlp_hidden_mma.cuh) and the opt-in
+// fused-radial kernels' last layer (_codegen_fused.py) always run so; gemm_3xtf32_kernel with
+// MD_ACCEL_GEMM_UNBIASED=1 (its default scheme, mma_3xtf32_into over a 32-wide k tile, is
+// 1.25-1.3x faster and keeps the bias).
 //
 // Fragment layouts of mma.m16n8k8 .tf32 (PTX ISA, "Matrix Fragments for mma.m16n8k8"):
 // groupID g = lane >> 2, threadID_in_group t = lane & 3;
@@ -79,7 +80,8 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) 
 
 // c + h, h half a unit in the last place of c with c's sign (the mean of what rounding toward
 // zero cut off a result c whose dropped bits are uniform), rounded to nearest: a tie, to even, so
-// c or c + 2h, each half the time. One fma: (c's sign and exponent) * 2^-24 + c; 0 for subnormal c.
+// c or c + 2h, each half the time. One fma: (c's sign and exponent) * 2^-24 + c; it adds nothing to
+// a subnormal c, and an odd c at the largest binade's top (|c| = FLT_MAX) may round to inf.
 __device__ __forceinline__ float plus_rz_half_ulp(float c) {
   return fmaf(__uint_as_float(__float_as_uint(c) & 0xff800000u), 0x1p-24f, c);
 }

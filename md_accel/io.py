@@ -21,6 +21,7 @@ import torch
 
 import md_accel
 from md_accel.model import Potential, build
+from md_accel.model.linear import Linear
 from md_accel.ops.prebuild import prebuild_for
 
 FORMAT = "md_accel"
@@ -62,6 +63,21 @@ def _dtype_name(potential: torch.nn.Module) -> str:
     return str(torch.get_default_dtype()).removeprefix("torch.")
 
 
+def _new_file_mode() -> int:
+    """0o666 less the process umask, read from /proc where it is (os.umask can only read it by
+    setting it, process-wide)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def save(potential: Potential, path: PathLike, provenance: Optional[Dict] = None) -> Dict:
     """Script ``potential`` and write it with its metadata to ``path`` atomically (a temporary
     file in the same directory, renamed at the end; nothing is left behind on failure).
@@ -69,6 +85,9 @@ def save(potential: Potential, path: PathLike, provenance: Optional[Dict] = None
     JSON-able); ``date`` is filled in. Returns the metadata written."""
     path = os.fspath(path)
     module = copy.deepcopy(potential).to("cpu")  # leave the caller's module where it is
+    for m in module.modules():  # the file's linears are plain float32 whatever this process set
+        if isinstance(m, Linear):
+            m.tensor_cores = False
     state = module.state_dict()
     prov = {"source": None, "library": None, "library_version": None, "verification": None}
     prov.update(provenance or {})
@@ -94,10 +113,11 @@ def save(potential: Potential, path: PathLike, provenance: Optional[Dict] = None
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".mdx", dir=directory)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it (mkstemp's file is private to the owner)
         with os.fdopen(fd, "wb") as f:
+            try:  # as open() would create it (mkstemp's file is private to the owner)
+                os.fchmod(f.fileno(), _new_file_mode())
+            except OSError:  # file systems that refuse chmod keep mkstemp's mode
+                pass
             f.write(buf.getvalue())
             f.flush()
             os.fsync(f.fileno())

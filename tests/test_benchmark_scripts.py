@@ -184,6 +184,10 @@ def test_model_step_row_settings():
         model_step.make_backend("md_accel:mace+split=-1", args)
     with pytest.raises(ValueError, match="expected a number of MiB"):
         model_step.make_backend("md_accel:mace+keep=abc", args)
+    b = model_step.make_backend("md_accel:mace+graph+tf32x3+cublas=0+unbiased=1", args)
+    assert b.tf32x3 and b.env == {"MD_ACCEL_GEMM_CUBLAS": "0", "MD_ACCEL_GEMM_UNBIASED": "1"}
+    with pytest.raises(ValueError, match="expected 0 or 1"):
+        model_step.make_backend("md_accel:mace+unbiased=2", args)
 
 
 def test_precision_f32_on_the_cpu(tmp_path):

@@ -176,9 +176,10 @@ EMU_CASES = [(130, 64, 72, False), (129, 104, 64, True), (5, 8, 8, False), (40, 
 SPLIT_CASES = EMU_CASES[-2:]
 
 
-# the default accumulation on every case, the unbiased one (MD_ACCEL_GEMM_UNBIASED=1) on two tail cases
+# the default accumulation on every case, the unbiased one (MD_ACCEL_GEMM_UNBIASED=1) on a tail case
+# and a split-K case
 @pytest.mark.parametrize("m,k,n,transpose_b,unbiased", [c + ("0",) for c in EMU_CASES]
-                         + [c + ("1",) for c in (EMU_CASES[0], EMU_CASES[3])])
+                         + [c + ("1",) for c in (EMU_CASES[0], EMU_CASES[-2])])
 def test_emulated_kernel(emu_lib, m, k, n, transpose_b, unbiased, monkeypatch):
     monkeypatch.setenv("EMU_SMS", "2")  # the emulated device SPLIT_CASES are chosen for
     monkeypatch.setenv("EMU_PER_SM", "1")
@@ -221,12 +222,15 @@ def test_emulated_kernel_unbiased(emu_lib, signs, monkeypatch):
     assert (((out.double() - ref) * ref.sign()).mean() / ref.abs().mean()).item() < -1e-7
 
 
-@pytest.mark.parametrize("groups,k,n,d,pad,transpose_b", [(60, 40, 64, 3, 7, False), (23, 64, 72, 7, 0, True),
-                                                          (9, 8, 8, 5, 1, False)])
-def test_emulated_grouped_layout(emu_lib, groups, k, n, d, pad, transpose_b):
+@pytest.mark.parametrize("groups,k,n,d,pad,transpose_b,unbiased", [(60, 40, 64, 3, 7, False, "0"),
+                                                                   (23, 64, 72, 7, 0, True, "0"),
+                                                                   (9, 8, 8, 5, 1, False, "0"),
+                                                                   (23, 64, 72, 7, 0, True, "1")])
+def test_emulated_grouped_layout(emu_lib, groups, k, n, d, pad, transpose_b, unbiased, monkeypatch):
     """A [G, K, d] (groups lda = K * d + pad floats apart: a block of wider feature rows) times B,
     written as [G, N, d]: every element against float64, none left unwritten, deterministic; row
-    tiles that start inside a group (128 rows, d = 3, 5, 7)."""
+    tiles that start inside a group (128 rows, d = 3, 5, 7); both accumulation schemes."""
+    monkeypatch.setenv("MD_ACCEL_GEMM_UNBIASED", unbiased)
     g = torch.Generator().manual_seed(groups + k + n + d)
     lda = k * d + pad
     wide = torch.randn(groups, lda, generator=g)

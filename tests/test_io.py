@@ -145,3 +145,22 @@ def test_saved_file_permissions_follow_the_umask(lj_potential, tmp_path):
     finally:
         os.umask(previous)
     assert (tmp_path / "model.mdx").stat().st_mode & 0o777 == 0o644
+
+
+def test_saved_linears_are_plain_float32(lj_potential, tmp_path, monkeypatch):
+    """MD_ACCEL_LINEAR_TF32X3=1 applies to modules built in the process; a model file (what LAMMPS
+    runs) stores the plain torch.mm form whatever the process set."""
+    from md_accel.model.linear import Linear
+
+    monkeypatch.setenv("MD_ACCEL_LINEAR_TF32X3", "1")
+    lin = Linear("4x0e+2x1o", "3x0e+2x1o")
+    assert lin.tensor_cores
+    archive = torch.jit.script(lin)
+    assert archive.tensor_cores
+    import copy
+
+    module = copy.deepcopy(lj_potential)
+    module.extra = Linear("4x0e", "4x0e")  # a Linear built with the switch on, inside a potential
+    mio.save(module, tmp_path / "model.mdx")
+    loaded = torch.jit.load(str(tmp_path / "model.mdx"))
+    assert loaded.extra.tensor_cores is False

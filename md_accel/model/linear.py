@@ -8,12 +8,14 @@ weights load 1:1. The output of instruction ``(i, o)`` is scaled by ``path_weigh
 callers may pass explicit path weights (e.g. when constant inputs were folded into ``bias``).
 ``bias`` (e3nn layout, scalar ``0e`` output blocks only) is added unscaled.
 
-The products run in plain float32 (or float64): on CUDA, 3xTF32 tensor cores
+The products run through ``torch.mm`` (float32 or float64): on CUDA, 3xTF32 tensor cores
 (``md_accel::linear_tf32x3``) only where ``MD_ACCEL_LINEAR_TF32X3=1`` was set when the module
-was built. The tensor cores truncate as they accumulate, a bias of ~2e-7 of every output that
-node-wise linears pass on from layer to layer into every atom's energy; plain float32 products
-round to nearest and cost no measurable time here (session 19: docs/benchmarks.md,
-benchmarks/precision_f32.py).
+was built (model files always store the ``torch.mm`` form). The tensor cores truncate as they
+accumulate, a bias of ~2e-7 of every output that node-wise linears pass on from layer to layer
+into every atom's energy; float32 products round to nearest and cost no measurable time here
+(session 19: docs/benchmarks.md, benchmarks/precision_f32.py). ``torch.mm`` follows the user's
+TF32 switch (``torch.backends.cuda.matmul.allow_tf32``, off by default), which md_accel leaves
+alone: with it on, these products are 1xTF32 (~1e-3 relative error).
 """
 
 import os

@@ -75,11 +75,12 @@ def test_forward_and_gradients(name, dtype, tensor_cores):
             assert rel_err(a, b) < TOL[dtype], f"{name} n={n} grad {what}"
 
 
-def test_float32_errors_unbiased():
+def test_float32_errors_unbiased(monkeypatch):
     """The default float32 products round to nearest: over 2M outputs of positive inputs and
     weights (where truncation would shift every output the same way) the mean signed error is
     far below one output's rounding error (~6e-8 relative). The path weights are float32 numbers
     (a rounded 1/sqrt(fan_in) would scale every output alike)."""
+    monkeypatch.delenv("MD_ACCEL_LINEAR_TF32X3", raising=False)  # the default, whatever the caller set
     irreps = CONFIGS["mace_interaction"][0]
     gen = torch.Generator().manual_seed(11)
     pw = torch.tensor(Linear(irreps, irreps).path_weights, dtype=torch.float32).double().tolist()
