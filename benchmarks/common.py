@@ -7,6 +7,7 @@ implementation sees the same edge order and md_accel's sorted-graph ops need no 
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import json
@@ -27,6 +28,22 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 CU_LATTICE = 3.61  # Angstrom, fcc copper
+
+
+@contextlib.contextmanager
+def environ(settings: Dict[str, str]):
+    """``os.environ`` updated with ``settings`` inside the block, restored after (md_accel reads
+    its per-call switches, e.g. MD_ACCEL_GEMM_CUBLAS, from the environment)."""
+    before = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # --- graphs -------------------------------------------------------------------------------------

@@ -51,15 +51,8 @@ def matmul_with(precision: str) -> Callable:
 def op_with(var: str, value: str) -> Callable:
     """The op with environment switch ``var`` set to ``value`` (the library reads it per call)."""
     def run(a, b, transpose_b):
-        prev = os.environ.get(var)
-        os.environ[var] = value
-        try:
+        with common.environ({var: value}):
             return torch.ops.md_accel.gemm_3xtf32(a, b, transpose_b)
-        finally:
-            if prev is None:
-                del os.environ[var]
-            else:
-                os.environ[var] = prev
     return run
 
 

@@ -230,17 +230,9 @@ class MdAccel(Backend):
                 return energy_forces_virial(self.pot, *inputs, edge_partner=partner)
 
         def run():
-            before = {k: os.environ.get(k) for k in self.env}
-            os.environ.update(self.env)
-            try:
+            with common.environ(self.env):
                 out = step(species, t["vec"], t["src"], t["dst"], partner) if self.graph else \
                     step(species, t["vec"], t["src"], t["dst"])
-            finally:
-                for k, v in before.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
             return out["energy"], out["forces"]
 
         return run

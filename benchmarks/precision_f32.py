@@ -55,15 +55,13 @@ def evaluate(potential, atoms, device: str):
     cell = torch.tensor(np.asarray(atoms.cell), dtype=torch.float64, device=device)
     edges = neighbor_list(pos, cell, atoms.pbc, potential.cutoff)
     species = torch.tensor([potential.elements.index(s) for s in atoms.get_chemical_symbols()], device=device)
-    vec = edges.vec.to(dtype)
     seen, handles = _node_outputs(potential, len(atoms))
     try:
-        node_e = potential.node_energies(species, vec, edges.src, edges.dst).detach().double().cpu()
+        out = energy_forces_virial(potential, species, edges.vec.to(dtype), edges.src, edges.dst)
     finally:
         for h in handles:
             h.remove()
-    forces = energy_forces_virial(potential, species, vec, edges.src, edges.dst)["forces"].detach().double().cpu()
-    return node_e, forces, seen
+    return out["node_energies"].detach().double().cpu(), out["forces"].detach().double().cpu(), seen
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
