@@ -209,7 +209,7 @@ def md_accel_step(potential, n: int, dtype: torch.dtype, cuda_graph: Optional[bo
                       pair_weights=pair_weights)
     inner = calc._edges
 
-    def edges(*a, **k):  # label the neighbour-list kernels
+    def edges(*a, **k):  # label the uncaptured step's neighbour-list kernels (the graphed step filters in its graph)
         with torch.profiler.record_function(NEIGHBORS):
             return inner(*a, **k)
 

@@ -7,7 +7,7 @@ Stress is ASE's: ``sigma = (1/V) dE/d(strain)`` in eV/A^3, Voigt order xx yy zz 
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, NoReturn, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -21,6 +21,10 @@ from md_accel.model import Potential, energy_forces_virial
 from md_accel.neighbors import Edges, VerletNeighborList
 from md_accel.ops.prebuild import prebuild_for
 from md_accel.step import GraphedStep
+from md_accel.verlet_step import VerletGraphStep
+
+
+HostProbe = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # positions, cell, atomic numbers (CPU)
 
 
 class Calculator(_AseCalculator):
@@ -37,9 +41,10 @@ class Calculator(_AseCalculator):
                   (H2) is 0.74 A; below 0.5 A a potential fitted to DFT data is pure
                   extrapolation and such contacts almost always mean a broken structure
                   (duplicated atoms, wrong units). 0 disables the check.
-    cuda_graph:   on CUDA, capture the step (energy, forces, virial) in a CUDA graph and replay
-                  it while the atom count and a padded edge capacity are unchanged
-                  (``md_accel.step.GraphedStep``; ``self.step`` holds its counters). ``None``
+    cuda_graph:   on CUDA, capture the step (the Verlet list's cutoff filter, energy, forces,
+                  virial, the results' packing) in a CUDA graph and replay it while the atom count
+                  and padded edge and pair capacities are unchanged: one host wait per step
+                  (``md_accel.verlet_step.VerletGraphStep``; ``self.step`` holds its counters). ``None``
                   (default): only while the step is launch-bound, i.e. up to
                   ``GraphedStep.AUTO_MAX_EDGES`` edges; above that the padding (up to 25 % more
                   edges) costs more than the launches it saves (measured: MACE-medium shape,
@@ -89,8 +94,8 @@ class Calculator(_AseCalculator):
         self._species_cache: Optional[Tuple[np.ndarray, torch.Tensor]] = None
         self.stats: Dict[str, int] = {"atoms": 0, "edges": 0}
         use_graph = self.device.type == "cuda" and (cuda_graph is None or bool(cuda_graph))
-        self.step: Optional[GraphedStep] = GraphedStep(
-            self.model, dtype=self.dtype, dst_sorted=True,
+        self.step: Optional[VerletGraphStep] = VerletGraphStep(
+            self.model, self.device, dtype=self.dtype, pair_weights=self.pair_weights,
             max_edges=GraphedStep.AUTO_MAX_EDGES if cuda_graph is None else None) if use_graph else None
 
     # -- input checks and conversion -------------------------------------------------------
@@ -120,75 +125,104 @@ class Calculator(_AseCalculator):
                 "set a cell (atoms.set_cell) or switch off pbc in those directions"
             )
 
-    def _edges(self, atoms, positions_np: np.ndarray, cell_np: np.ndarray, positions: torch.Tensor,
-               species: torch.Tensor) -> Edges:
-        cell = torch.tensor(cell_np, device=self.device)
-        # the Verlet list's reuse check on the host arrays: no wait on the device for it
-        host = (torch.from_numpy(positions_np), torch.from_numpy(cell_np), torch.from_numpy(atoms.get_atomic_numbers()))
-        return self.neighbors.update(positions, cell, atoms.get_pbc(), species, check_on=host)
-
-    def _min_distance(self, edges: Edges) -> Optional[torch.Tensor]:
-        """The shortest edge length, on the device ([1]; None when unchecked or no edges): read
-        with the results, so the check costs no synchronisation of its own."""
-        if self.min_distance <= 0 or edges.vec.shape[0] == 0:
-            return None
-        return torch.linalg.vector_norm(edges.vec.detach(), dim=-1).min().reshape(1)
-
-    def _check_min_distance(self, edges: Edges, d_min: float) -> None:
-        if d_min < self.min_distance:
-            k = int(torch.argmin(torch.linalg.vector_norm(edges.vec.detach(), dim=-1)))
-            i, j = int(edges.dst[k]), int(edges.src[k])
-            raise ValueError(
-                f"atoms {i} and {j} are {d_min:.4f} A apart, closer than "
-                f"min_distance={self.min_distance} A; check the structure (duplicate atoms? units?) "
-                "or pass min_distance=0 to the Calculator"
-            )
-
-    def _evaluate(self, atoms, create_graph: bool = False):
-        """(positions, outputs, edges, shortest edge length on the device or None); the caller checks
-        the distance (``_check_min_distance``) before using the outputs."""
-        # the host arrays once: checked, uploaded, and the Verlet list's reuse check
+    def _host_inputs(self, atoms) -> Tuple[np.ndarray, np.ndarray, torch.Tensor, HostProbe]:
+        """(positions, cell) as float64 arrays, checked; species on the device; the same as CPU
+        tensors for the Verlet list's reuse check, which then runs on the host (no wait on the device)."""
         positions_np, cell_np = atoms.get_positions(), np.array(atoms.get_cell(), dtype=np.float64)
         self._check_geometry(positions_np, cell_np, atoms.get_pbc())
         species = self._species(atoms)
+        host = (torch.from_numpy(positions_np), torch.from_numpy(cell_np), torch.from_numpy(atoms.get_atomic_numbers()))
+        return positions_np, cell_np, species, host
+
+    def _edges(self, atoms, positions: torch.Tensor, cell_np: np.ndarray, species: torch.Tensor,
+               host: HostProbe) -> Edges:
+        cell = torch.tensor(cell_np, device=self.device)
+        return self.neighbors.update(positions, cell, atoms.get_pbc(), species, check_on=host)
+
+    @staticmethod
+    def _shortest(edges: Edges) -> torch.Tensor:
+        """The shortest edge length ([1], on the device; inf without edges): read with the
+        results, so the distance check costs no synchronisation of its own."""
+        if edges.vec.shape[0] == 0:
+            return torch.full((1,), float("inf"), dtype=edges.vec.dtype, device=edges.vec.device)
+        return torch.linalg.vector_norm(edges.vec.detach(), dim=-1).min().reshape(1)
+
+    def _check_min_distance(self, atoms, d_min: float, edges: Optional[Edges] = None) -> None:
+        if d_min >= self.min_distance:
+            return
+        if edges is None:  # the graphed step keeps no edges on the host side: form them once, eagerly
+            positions_np, cell_np, species, host = self._host_inputs(atoms)
+            positions = torch.tensor(positions_np, dtype=torch.float64, device=self.device)
+            edges = self._edges(atoms, positions, cell_np, species, host)
+        k = int(torch.argmin(torch.linalg.vector_norm(edges.vec.detach(), dim=-1)))
+        i, j = int(edges.dst[k]), int(edges.src[k])
+        raise ValueError(
+            f"atoms {i} and {j} are {d_min:.4f} A apart, closer than "
+            f"min_distance={self.min_distance} A; check the structure (duplicate atoms? units?) "
+            "or pass min_distance=0 to the Calculator"
+        )
+
+    def _evaluate(self, atoms, create_graph: bool = False):
+        """(positions, outputs, edges) without the CUDA graph; the caller checks the distance
+        (``_check_min_distance``) before using the outputs."""
+        positions_np, cell_np, species, host = self._host_inputs(atoms)
         positions = torch.tensor(positions_np, dtype=torch.float64, device=self.device)
         if create_graph:
             positions.requires_grad_(True)
-        edges = self._edges(atoms, positions_np, cell_np, positions, species)
-        d_min = self._min_distance(edges)
-        self.stats = {"atoms": len(atoms), "edges": int(edges.src.numel())}
+        edges = self._edges(atoms, positions, cell_np, species, host)
         partner = edges.partner if self.pair_weights and self.device.type == "cuda" else None
         try:
-            if self.step is not None and not create_graph:  # views, valid until the next call
-                out = self.step(species, edges.vec, edges.src, edges.dst, partner)
-            else:
-                out = energy_forces_virial(
-                    self.model, species, edges.vec.to(self.dtype), edges.src, edges.dst, create_graph=create_graph,
-                    dst_sorted=True, edge_partner=partner)
+            out = energy_forces_virial(
+                self.model, species, edges.vec.to(self.dtype), edges.src, edges.dst, create_graph=create_graph,
+                dst_sorted=True, edge_partner=partner)
         except torch.OutOfMemoryError as e:
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
-            raise torch.OutOfMemoryError(
-                f"out of memory on {self.device} evaluating {len(atoms)} atoms ({edges.src.numel()} edges, "
-                f"{self.dtype}). Try a smaller system, float32 (dtype='float32'), a smaller skin (fewer "
-                "stored pairs), or LAMMPS on several GPUs for systems this size. Original error: "
-                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
-            ) from e
-        return positions, out, edges, d_min
+            self._out_of_memory(atoms, e, edges.src.numel())
+        return positions, out, edges
+
+    def _graphed(self, atoms) -> Optional[np.ndarray]:
+        """The packed results of the graphed step (``VerletGraphStep``), or None where it declines
+        (more edges than its ``max_edges``)."""
+        assert self.step is not None
+        positions_np, cell_np, species, host = self._host_inputs(atoms)
+        pbc = atoms.get_pbc()
+        if self.neighbors.pairs is None or self.neighbors.needs_rebuild(host[0], host[1], pbc, host[2]):
+            up = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
+            self.neighbors.rebuild(up(positions_np), up(cell_np), pbc, species, reference=host)
+        try:
+            return self.step(positions_np, cell_np, species, self.neighbors.pairs)
+        except torch.OutOfMemoryError as e:
+            self._out_of_memory(atoms, e, self.step.num_edges)
+
+    def _out_of_memory(self, atoms, error: Exception, num_edges: int) -> NoReturn:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        raise torch.OutOfMemoryError(
+            f"out of memory on {self.device} evaluating {len(atoms)} atoms ({num_edges} edges, "
+            f"{self.dtype}). Try a smaller system, float32 (dtype='float32'), a smaller skin (fewer "
+            "stored pairs), or LAMMPS on several GPUs for systems this size. Original error: "
+            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
+        ) from error
 
     # -- ASE interface ------------------------------------------------------------------------
     def calculate(self, atoms=None, properties=None, system_changes=all_changes) -> None:
         super().calculate(atoms, properties or ["energy"], system_changes)
         atoms = self.atoms
-        _, out, edges, d_min = self._evaluate(atoms)
         n = len(atoms)
-        # one concatenation, one cast and one device-to-host copy: [node energies, forces, virial,
-        # shortest edge]; the energy is their float64 sum on the host
-        parts = [out[k].detach().reshape(-1) for k in ("node_energies", "forces", "virial")]
-        flat = torch.cat(parts + ([d_min.to(parts[0].dtype)] if d_min is not None else [])).to(torch.float64)
-        flat = flat.cpu().numpy()
-        if d_min is not None:
-            self._check_min_distance(edges, float(flat[-1]))  # before any result is kept
+        # [node energies, forces, virial, shortest edge, edge count] in float64 on the host: from the
+        # graphed step, or one concatenation, cast and copy here; the energy is their float64 sum
+        max_edges = None if self.step is None else self.step.max_edges
+        use_graph = self.step is not None and (max_edges is None or self.stats["edges"] <= max_edges)
+        flat = self._graphed(atoms) if use_graph else None
+        edges = None
+        if flat is None:
+            _, out, edges = self._evaluate(atoms)
+            parts = [out[k].detach().reshape(-1) for k in ("node_energies", "forces", "virial")]
+            tail = [self._shortest(edges).to(parts[0].dtype), torch.zeros(1, dtype=parts[0].dtype, device=self.device)]
+            flat = torch.cat(parts + tail).to(torch.float64).cpu().numpy()
+            flat[-1] = edges.src.numel()
+        self.stats = {"atoms": n, "edges": int(flat[-1])}
+        if self.min_distance > 0:
+            self._check_min_distance(atoms, float(flat[4 * n + 9]), edges)  # before any result is kept
         energy = float(flat[:n].sum())
         self.results = {
             "energy": energy,
@@ -205,9 +239,9 @@ class Calculator(_AseCalculator):
         """Analytic second derivatives ``d2E / dx_a dx_b`` ([3N, 3N], eV/A^2, float64), by
         double backward through the force computation."""
         atoms = self.atoms if atoms is None else atoms
-        positions, out, edges, d_min = self._evaluate(atoms, create_graph=True)
-        if d_min is not None:
-            self._check_min_distance(edges, float(d_min))
+        positions, out, edges = self._evaluate(atoms, create_graph=True)
+        if self.min_distance > 0:
+            self._check_min_distance(atoms, float(self._shortest(edges)), edges)
         forces = out["forces"].reshape(-1)
         n3 = forces.numel()
         if not forces.requires_grad:  # no edges: nothing depends on the positions

@@ -78,13 +78,20 @@ def _sorted_pairs(positions: torch.Tensor, cell: torch.Tensor, pbc: Tuple[bool, 
     return src, dst, s, edge_partners(src, dst, s)
 
 
-def _within_cutoff(positions: torch.Tensor, cell: torch.Tensor, pairs: Pairs, cutoff: float) -> Edges:
-    """The pairs closer than ``cutoff`` now. Elementwise ops only, so every edge's vector is
-    computed with the same arithmetic whatever list it comes from."""
-    src, dst, s, partner = pairs
+def pair_vectors(positions: torch.Tensor, cell: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
+                 s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(shift, vec) of pairs ``(src, dst, S)``: ``S @ cell`` and ``pos[src] - pos[dst] + shift``.
+    Elementwise ops only, so every edge's vector is computed with the same arithmetic whatever
+    list (or CUDA graph, ``verlet_step``) it comes from."""
     sf = s.to(positions.dtype)
     shift = sf[:, 0:1] * cell[0] + sf[:, 1:2] * cell[1] + sf[:, 2:3] * cell[2]
-    vec = positions[src] - positions[dst] + shift
+    return shift, positions[src] - positions[dst] + shift
+
+
+def _within_cutoff(positions: torch.Tensor, cell: torch.Tensor, pairs: Pairs, cutoff: float) -> Edges:
+    """The pairs closer than ``cutoff`` now."""
+    src, dst, s, partner = pairs
+    shift, vec = pair_vectors(positions, cell, src, dst, s)
     mask = vec.detach().pow(2).sum(-1) < cutoff * cutoff
     if partner is None:
         keep = mask.nonzero().squeeze(-1)
@@ -125,11 +132,19 @@ class VerletNeighborList:
         self._ref: Optional[Tuple[torch.Tensor, torch.Tensor, Tuple[bool, ...], torch.Tensor]] = None
         self._pairs: Optional[Pairs] = None
 
-    def _can_reuse(
-        self, positions: torch.Tensor, cell: torch.Tensor, pbc: Tuple[bool, ...], species: torch.Tensor
+    @property
+    def pairs(self) -> Optional[Pairs]:
+        """The stored pairs (within ``cutoff + skin`` at the last build), sorted by receiver."""
+        return self._pairs
+
+    def needs_rebuild(
+        self, positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[bool], species: torch.Tensor
     ) -> bool:
+        """Whether the stored pairs may miss a pair within the cutoff at these positions (the
+        criterion in the class docstring; tensors of the kind given at the last ``rebuild``)."""
+        pbc = tuple(bool(p) for p in pbc)
         if self._ref is None or self.skin == 0:
-            return False
+            return True
         ref_pos, ref_cell, ref_pbc, ref_species = self._ref
         if (
             ref_pos.shape != positions.shape
@@ -137,17 +152,30 @@ class VerletNeighborList:
             or ref_pbc != pbc
             or not torch.equal(ref_species, species)
         ):
-            return False
+            return True
         pos = positions.detach().to(torch.float64)
         if torch.equal(ref_cell, cell):
-            return bool((pos - ref_pos).pow(2).sum(-1).max() < (0.5 * self.skin) ** 2)
+            return not bool((pos - ref_pos).pow(2).sum(-1).max() < (0.5 * self.skin) ** 2)
         h_ref, h = ref_cell.to(torch.float64), cell.to(torch.float64)
         if torch.linalg.matrix_rank(h_ref) < 3 or torch.linalg.matrix_rank(h) < 3:
-            return False
+            return True
         m = torch.linalg.solve(h_ref, h)
         u_max = (pos - ref_pos @ m).pow(2).sum(-1).max().sqrt()
         margin = (self.cutoff + self.skin) * torch.linalg.svdvals(m).min() - 2 * u_max - self.cutoff
-        return bool(margin > 0)
+        return not bool(margin > 0)
+
+    def rebuild(
+        self, positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[bool], species: torch.Tensor,
+        reference: Optional[Tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None,
+    ) -> Pairs:
+        """Build the pairs within ``cutoff + skin`` on the positions' device. ``reference``: the
+        (positions, cell, species) that later ``needs_rebuild`` calls compare against (default: these)."""
+        pbc = tuple(bool(p) for p in pbc)
+        ref = reference if reference is not None else (positions, cell.to(positions.dtype), species)
+        self._pairs = _sorted_pairs(positions, cell.to(positions.dtype), pbc, self.cutoff + self.skin)
+        self._ref = (ref[0].detach().to(torch.float64).clone(), ref[1].clone(), pbc, ref[2].clone())
+        self.num_builds += 1
+        return self._pairs
 
     def update(
         self, positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[bool], species: torch.Tensor,
@@ -160,12 +188,9 @@ class VerletNeighborList:
         exactly when the species do, such as atomic numbers): the reuse check then runs on the
         host, so a GPU caller does not wait on the device for it (three synchronisations per step
         fewer). Callers keep to one way: the reference of the last build is kept as given."""
-        pbc = tuple(bool(p) for p in pbc)
         cell = cell.to(positions.dtype)
         probe = check_on if check_on is not None else (positions, cell, species)
-        if not self._can_reuse(probe[0], probe[1], pbc, probe[2]):
-            self._pairs = _sorted_pairs(positions, cell, pbc, self.cutoff + self.skin)
-            self._ref = (probe[0].detach().to(torch.float64).clone(), probe[1].clone(), pbc, probe[2].clone())
-            self.num_builds += 1
-        assert self._pairs is not None
-        return _within_cutoff(positions, cell, self._pairs, self.cutoff)
+        pairs = self._pairs
+        if pairs is None or self.needs_rebuild(probe[0], probe[1], pbc, probe[2]):
+            pairs = self.rebuild(positions, cell, pbc, species, reference=probe)
+        return _within_cutoff(positions, cell, pairs, self.cutoff)

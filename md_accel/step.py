@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional, Tuple, TypeVar
 
 import torch
 
@@ -40,6 +40,7 @@ GROWTH = 1.25  # capacity ladder ratio
 ALIGN = 32  # capacities are multiples of this
 PAD_DEGREE = 4  # a padding node receives at most ~PAD_DEGREE x the mean degree of the real graph
 MODES = ("graph", "padded", "plain")
+T = TypeVar("T")
 
 
 def capacity(n: int, growth: float = GROWTH) -> int:
@@ -121,6 +122,33 @@ class PaddedGraph:
             self.vec[e:self._loaded].copy_(self._pad_vec[e:self._loaded])
         self._loaded = e
 
+    @torch.no_grad()
+    def load_kept(self, keep: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, vec: torch.Tensor,
+                  partner: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``load`` of the pairs where ``keep`` [P] is true, in order (species are loaded apart),
+        without a host synchronisation: slot ``t`` takes the pair at which the running count of kept
+        pairs reaches ``t + 1`` (a search in the prefix sum); slots past the count become padding.
+        Returns the count ([1], on the device): pairs past the edge capacity are dropped, and the
+        caller checks it. ``partner`` [P]: each pair's reverse (kept exactly when it is)."""
+        if keep.shape[0] == 0:
+            raise ValueError("load_kept needs at least one (possibly unkept) pair")
+        cs = torch.cumsum(keep.to(torch.int64), 0)
+        ranks = torch.arange(1, self.layout.edge_capacity + 1, dtype=torch.int64, device=cs.device)
+        k = torch.searchsorted(cs, ranks)
+        real = k < keep.shape[0]
+        k = k.clamp_(max=keep.shape[0] - 1)
+        self.src.copy_(torch.where(real, src[k], self._pad_node))
+        self.dst.copy_(torch.where(real, dst[k], self._pad_node))
+        self.vec.copy_(torch.where(real[:, None], vec[k].to(self.vec.dtype), self._pad_vec))
+        if partner is None:
+            self.partner = None
+        else:
+            if self.partner is None:
+                self.partner = self._pad_partner.clone()
+            self.partner.copy_(torch.where(real, cs[partner[k]] - 1, self._pad_partner))
+        self._loaded = self.layout.edge_capacity  # any slot may hold a real edge now
+        return cs[-1:]
+
     def step(self, potential: torch.nn.Module, dst_sorted: bool = False) -> Dict[str, torch.Tensor]:
         """Energy, node energies and forces of the real nodes, and the virial (detached).
         ``dst_sorted``: the loaded edges are sorted by receiver."""
@@ -160,6 +188,24 @@ def capture_stream(device: torch.device) -> torch.cuda.Stream:
     if index not in _CAPTURE_STREAMS:
         _CAPTURE_STREAMS[index] = torch.cuda.Stream(device=index)
     return _CAPTURE_STREAMS[index]
+
+
+def capture(step: Callable[[], T], device: torch.device, warmup: int = 2) -> Tuple[torch.cuda.CUDAGraph, T]:
+    """(graph, outputs) of ``step`` captured on ``device``: warm-up calls on the capture stream first
+    (the first calls of the custom ops read their plans on the host, cuBLAS sets up its
+    workspaces), then one captured call on the same stream. ``outputs`` are the graph's static
+    output tensors, rewritten by each replay."""
+    with torch.cuda.device(device):
+        side = capture_stream(device)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):  # the warm-up's stream: its cuBLAS workspaces serve
+            outputs = step()
+    return graph, outputs
 
 
 class GraphedStep:
@@ -243,22 +289,10 @@ class GraphedStep:
         return dict(self._outputs)
 
     def _capture(self) -> None:
-        """Warm up on a side stream (first calls of the custom ops read their plans on the host,
-        cuBLAS sets up its workspaces), then capture one step on the same stream."""
         padded = self._padded
         assert padded is not None
-        device = padded.vec.device
-        with torch.cuda.device(device):
-            side = capture_stream(device)
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(self.warmup):
-                    padded.step(self.potential, self.dst_sorted)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=side):  # the warm-up's stream: its cuBLAS workspaces serve
-                outputs = padded.step(self.potential, self.dst_sorted)
-        self._graph, self._outputs = graph, outputs
+        self._graph, self._outputs = capture(lambda: padded.step(self.potential, self.dst_sorted),
+                                             padded.vec.device, self.warmup)
         self.num_captures += 1
 
     def _release(self) -> None:
@@ -266,4 +300,4 @@ class GraphedStep:
         self._padded, self.layout = None, None
 
 
-__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity", "capture_stream"]
+__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity", "capture", "capture_stream"]
