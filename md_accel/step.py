@@ -128,14 +128,16 @@ class PaddedGraph:
         """``load`` of the pairs where ``keep`` [P] is true, in order (species are loaded apart),
         without a host synchronisation: slot ``t`` takes the pair at which the running count of kept
         pairs reaches ``t + 1`` (a search in the prefix sum); slots past the count become padding.
-        Returns the count ([1], on the device): pairs past the edge capacity are dropped, and the
-        caller checks it. ``partner`` [P]: each pair's reverse (kept exactly when it is)."""
+        Returns the count ([1], on the device), which the caller checks: past the edge capacity,
+        every slot is padding (a kept edge's reverse could lie past it, leaving a partner index out
+        of range). ``partner`` [P]: each pair's reverse (kept exactly when it is)."""
         if keep.shape[0] == 0:
             raise ValueError("load_kept needs at least one (possibly unkept) pair")
         cs = torch.cumsum(keep.to(torch.int64), 0)
-        ranks = torch.arange(1, self.layout.edge_capacity + 1, dtype=torch.int64, device=cs.device)
+        capacity = self.layout.edge_capacity
+        ranks = torch.arange(1, capacity + 1, dtype=torch.int64, device=cs.device)
         k = torch.searchsorted(cs, ranks)
-        real = k < keep.shape[0]
+        real = (k < keep.shape[0]) & (cs[-1:] <= capacity)
         k = k.clamp_(max=keep.shape[0] - 1)
         self.src.copy_(torch.where(real, src[k], self._pad_node))
         self.dst.copy_(torch.where(real, dst[k], self._pad_node))

@@ -139,3 +139,36 @@ def test_calculator_through_the_step_equals_plain(lj_potential):
     atoms.positions[5] = atoms.positions[9] + [0.2, 0.0, 0.0]
     with pytest.raises(ValueError, match=r"atoms (5 and 9|9 and 5) are 0\.2000 A apart"):
         atoms.get_potential_energy()
+
+
+@pytest.mark.parametrize("capacity_short", [False, True])
+def test_load_kept_slots_and_partners(capacity_short):
+    """``PaddedGraph.load_kept``: the kept pairs in order, partners renumbered to slots (an
+    involution), padding past the count; a count past the capacity leaves only padding (no
+    partner index out of range), and the count it returns is the true one."""
+    from md_accel.step import Layout, PaddedGraph
+
+    potential = _lj_two_species()
+    atoms = _alloy(n=2, seed=4)
+    pos, cell = torch.tensor(atoms.positions), torch.tensor(np.asarray(atoms.cell))
+    pairs = VerletNeighborList(potential.cutoff, skin=1.0).rebuild(pos, cell, atoms.pbc, _species(potential, atoms))
+    src, dst, s, partner = pairs
+    edges = neighbor_list(pos, cell, atoms.pbc, potential.cutoff)
+    e = edges.src.numel()
+    from md_accel.neighbors import pair_vectors
+
+    vec = pair_vectors(pos, cell, src, dst, s)[1]
+    keep = vec.pow(2).sum(-1) < potential.cutoff ** 2
+    keep &= keep[partner]
+    layout = Layout.for_graph(len(atoms), e // 2 if capacity_short else e)
+    padded = PaddedGraph(layout, potential.cutoff, torch.float64, torch.device("cpu"))
+    count = padded.load_kept(keep, src, dst, vec, partner)
+    assert int(count) == e
+    if capacity_short:
+        assert torch.equal(padded.src, padded._pad_node) and torch.equal(padded.vec, padded._pad_vec)
+        assert torch.equal(padded.partner, padded._pad_partner)
+        return
+    assert torch.equal(padded.src[:e], edges.src) and torch.equal(padded.dst[:e], edges.dst)
+    assert torch.equal(padded.vec[:e], edges.vec) and torch.equal(padded.partner[:e], edges.partner)
+    assert torch.equal(padded.src[e:], padded._pad_node[e:]) and torch.equal(padded.vec[e:], padded._pad_vec[e:])
+    assert torch.equal(padded.partner[padded.partner], torch.arange(layout.edge_capacity))
