@@ -210,6 +210,21 @@ def capture(step: Callable[[], T], device: torch.device, warmup: int = 2) -> Tup
     return graph, outputs
 
 
+def capture_or_warn(step: Callable[[], T], device: torch.device, warmup: int = 2
+                    ) -> Optional[Tuple[torch.cuda.CUDAGraph, T]]:
+    """``capture``, or None with a warning where the capture fails (an op that synchronises with the
+    host, an unsupported kernel, ...): the caller then runs the step uncaptured. Out of memory
+    propagates."""
+    try:
+        return capture(step, device, warmup)
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        warnings.warn(f"md_accel: CUDA graph capture failed, running the step uncaptured "
+                      f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+        return None
+
+
 class GraphedStep:
     """``step(species, edge_vec, edge_src, edge_dst, edge_partner=None)`` -> ``energy``,
     ``node_energies`` [N], ``forces`` [N, 3], ``virial`` [3, 3], all detached. ``edge_partner``:
@@ -274,32 +289,27 @@ class GraphedStep:
         if mode == "padded":
             return self._padded.step(self.potential, self.dst_sorted)
         if self._graph is None:
+            padded = self._padded
             try:
-                self._capture()
+                captured = capture_or_warn(lambda: padded.step(self.potential, self.dst_sorted), edge_vec.device,
+                                           self.warmup)
             except torch.OutOfMemoryError:
                 self._release()
                 raise
-            except Exception as exc:  # noqa: BLE001  (an op that synchronises, an unsupported kernel, ...)
+            if captured is None:
                 self._release()
                 self.mode = "plain"
-                warnings.warn(f"md_accel: CUDA graph capture failed, running the step uncaptured "
-                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
                 return self(species, edge_vec, edge_src, edge_dst, edge_partner)
+            self._graph, self._outputs = captured
+            self.num_captures += 1
         assert self._graph is not None and self._outputs is not None
         self._graph.replay()
         self.num_replays += 1
         return dict(self._outputs)
-
-    def _capture(self) -> None:
-        padded = self._padded
-        assert padded is not None
-        self._graph, self._outputs = capture(lambda: padded.step(self.potential, self.dst_sorted),
-                                             padded.vec.device, self.warmup)
-        self.num_captures += 1
 
     def _release(self) -> None:
         self._graph, self._outputs = None, None
         self._padded, self.layout = None, None
 
 
-__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity", "capture", "capture_stream"]
+__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity", "capture", "capture_or_warn", "capture_stream"]

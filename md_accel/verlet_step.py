@@ -21,14 +21,13 @@ arithmetic), so a replay equals ``step.padded_step`` on them bitwise.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Optional
 
 import numpy as np
 import torch
 
 from .neighbors import Pairs, pair_vectors
-from .step import GROWTH, Layout, PaddedGraph, capacity, capture
+from .step import GROWTH, Layout, PaddedGraph, capacity, capture_or_warn
 
 MODES = ("graph", "padded")
 
@@ -180,16 +179,16 @@ class VerletGraphStep:
     def _run(self) -> np.ndarray:
         if self.mode == "graph" and self._graph is None:
             try:
-                self._graph, self._outputs = capture(self._body, self.device, self.warmup)
-                self.num_captures += 1
+                captured = capture_or_warn(self._body, self.device, self.warmup)
             except torch.OutOfMemoryError:
                 self._release()
                 raise
-            except Exception as exc:  # noqa: BLE001  (an op that synchronises, an unsupported kernel, ...)
+            if captured is None:
                 self._release()
                 self.mode = "padded"
-                warnings.warn(f"md_accel: CUDA graph capture failed, running the step uncaptured "
-                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+            else:
+                self._graph, self._outputs = captured
+                self.num_captures += 1
         if self.mode == "graph":
             self._graph.replay()
             self.num_replays += 1
