@@ -20,7 +20,7 @@ from md_accel import io as _io
 from md_accel.model import Potential, energy_forces_virial
 from md_accel.neighbors import Edges, VerletNeighborList
 from md_accel.ops.prebuild import prebuild_for
-from md_accel.step import GraphedStep
+from md_accel.step import AUTO_MAX_EDGES
 from md_accel.verlet_step import VerletGraphStep
 
 
@@ -46,7 +46,7 @@ class Calculator(_AseCalculator):
                   and padded edge and pair capacities are unchanged: one host wait per step
                   (``md_accel.verlet_step.VerletGraphStep``; ``self.step`` holds its counters). ``None``
                   (default): only while the step is launch-bound, i.e. up to
-                  ``GraphedStep.AUTO_MAX_EDGES`` edges; above that the padding (up to 25 % more
+                  ``md_accel.step.AUTO_MAX_EDGES`` edges; above that the padding (up to 25 % more
                   edges) costs more than the launches it saves (measured: MACE-medium shape,
                   32k Cu atoms, H200: 689 ms graphed vs 614 ms plain). True: always; False:
                   never. Ignored off CUDA.
@@ -96,7 +96,7 @@ class Calculator(_AseCalculator):
         use_graph = self.device.type == "cuda" and (cuda_graph is None or bool(cuda_graph))
         self.step: Optional[VerletGraphStep] = VerletGraphStep(
             self.model, self.device, dtype=self.dtype, pair_weights=self.pair_weights,
-            max_edges=GraphedStep.AUTO_MAX_EDGES if cuda_graph is None else None) if use_graph else None
+            max_edges=AUTO_MAX_EDGES if cuda_graph is None else None) if use_graph else None
 
     # -- input checks and conversion -------------------------------------------------------
     def _species(self, atoms) -> torch.Tensor:
@@ -184,12 +184,10 @@ class Calculator(_AseCalculator):
         (more edges than its ``max_edges``)."""
         assert self.step is not None
         positions_np, cell_np, species, host = self._host_inputs(atoms)
-        pbc = atoms.get_pbc()
-        if self.neighbors.pairs is None or self.neighbors.needs_rebuild(host[0], host[1], pbc, host[2]):
-            up = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
-            self.neighbors.rebuild(up(positions_np), up(cell_np), pbc, species, reference=host)
+        up = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
         try:
-            return self.step(positions_np, cell_np, species, self.neighbors.pairs)
+            pairs = self.neighbors.current_pairs(host, atoms.get_pbc(), lambda: (up(positions_np), up(cell_np), species))
+            return self.step(positions_np, cell_np, species, pairs)
         except torch.OutOfMemoryError as e:
             self._out_of_memory(atoms, e, self.step.num_edges)
 
@@ -216,9 +214,9 @@ class Calculator(_AseCalculator):
         edges = None
         if flat is None:
             _, out, edges = self._evaluate(atoms)
-            parts = [out[k].detach().reshape(-1) for k in ("node_energies", "forces", "virial")]
-            tail = [self._shortest(edges).to(parts[0].dtype), torch.zeros(1, dtype=parts[0].dtype, device=self.device)]
-            flat = torch.cat(parts + tail).to(torch.float64).cpu().numpy()
+            parts = [out[k].detach().reshape(-1).to(torch.float64) for k in ("node_energies", "forces", "virial")]
+            tail = [self._shortest(edges).to(torch.float64), torch.zeros(1, dtype=torch.float64, device=self.device)]
+            flat = torch.cat(parts + tail).cpu().numpy()
             flat[-1] = edges.src.numel()
         self.stats = {"atoms": n, "edges": int(flat[-1])}
         if self.min_distance > 0:

@@ -12,7 +12,7 @@ point), so both have the same length and are kept or dropped together.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -88,15 +88,27 @@ def pair_vectors(positions: torch.Tensor, cell: torch.Tensor, src: torch.Tensor,
     return shift, positions[src] - positions[dst] + shift
 
 
+def within_cutoff_mask(vec: torch.Tensor, cutoff: float, partner: Optional[torch.Tensor] = None,
+                       valid: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(keep, squared lengths) of pair vectors: closer than ``cutoff``, ``valid`` where given, and
+    with partners, both directions kept (the same already: equal lengths; explicit for the indices)."""
+    d2 = vec.detach().pow(2).sum(-1)
+    keep = d2 < cutoff * cutoff
+    if valid is not None:
+        keep = keep & valid
+    if partner is not None:
+        keep = keep & keep[partner]
+    return keep, d2
+
+
 def _within_cutoff(positions: torch.Tensor, cell: torch.Tensor, pairs: Pairs, cutoff: float) -> Edges:
     """The pairs closer than ``cutoff`` now."""
     src, dst, s, partner = pairs
     shift, vec = pair_vectors(positions, cell, src, dst, s)
-    mask = vec.detach().pow(2).sum(-1) < cutoff * cutoff
+    mask = within_cutoff_mask(vec, cutoff, partner)[0]
     if partner is None:
         keep = mask.nonzero().squeeze(-1)
         return Edges(src[keep], dst[keep], shift[keep], vec[keep])
-    mask = mask & mask[partner]  # the same already (equal lengths); made explicit for the indices below
     keep = mask.nonzero().squeeze(-1)
     new_index = torch.cumsum(mask.to(torch.int64), 0) - 1  # kept pair -> its index among the kept
     return Edges(src[keep], dst[keep], shift[keep], vec[keep], new_index[partner[keep]])
@@ -190,7 +202,16 @@ class VerletNeighborList:
         fewer). Callers keep to one way: the reference of the last build is kept as given."""
         cell = cell.to(positions.dtype)
         probe = check_on if check_on is not None else (positions, cell, species)
-        pairs = self._pairs
-        if pairs is None or self.needs_rebuild(probe[0], probe[1], pbc, probe[2]):
-            pairs = self.rebuild(positions, cell, pbc, species, reference=probe)
+        pairs = self.current_pairs(probe, pbc, lambda: (positions, cell, species))
         return _within_cutoff(positions, cell, pairs, self.cutoff)
+
+    def current_pairs(
+        self, probe: Tuple[torch.Tensor, torch.Tensor, torch.Tensor], pbc: Sequence[bool],
+        inputs: Callable[[], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    ) -> Pairs:
+        """The stored pairs, rebuilt first from ``inputs()`` (positions, cell, species on the device
+        to build on) when ``needs_rebuild(*probe)``; ``probe`` becomes the rebuild's reference."""
+        if self._pairs is None or self.needs_rebuild(probe[0], probe[1], pbc, probe[2]):
+            positions, cell, species = inputs()
+            return self.rebuild(positions, cell, pbc, species, reference=probe)
+        return self._pairs

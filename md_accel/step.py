@@ -40,6 +40,7 @@ GROWTH = 1.25  # capacity ladder ratio
 ALIGN = 32  # capacities are multiples of this
 PAD_DEGREE = 4  # a padding node receives at most ~PAD_DEGREE x the mean degree of the real graph
 MODES = ("graph", "padded", "plain")
+AUTO_MAX_EDGES = 300_000  # graphs above it run uncaptured: ~6k atoms at 50 neighbours, well past where launches dominate
 T = TypeVar("T")
 
 
@@ -243,7 +244,7 @@ class GraphedStep:
     max_edges: graphs with more edges run ``"plain"`` (large steps are GPU-bound; padding costs).
     """
 
-    AUTO_MAX_EDGES = 300_000  # ~6k atoms at 50 neighbours: well past where launches dominate
+    AUTO_MAX_EDGES = AUTO_MAX_EDGES
 
     def __init__(self, potential: torch.nn.Module, mode: str = "graph", growth: float = GROWTH,
                  warmup: int = 2, dtype: Optional[torch.dtype] = None, dst_sorted: bool = False,
@@ -312,4 +313,4 @@ class GraphedStep:
         self._padded, self.layout = None, None
 
 
-__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity", "capture", "capture_or_warn", "capture_stream"]
+__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity", "capture", "capture_or_warn", "capture_stream", "AUTO_MAX_EDGES"]

@@ -13,10 +13,11 @@ step the host writes positions and cell into a pinned buffer, copies it up async
 replays, copies the results down: three launches, one wait.
 
 The edge count is known only after the replay, so the results carry it: a count the layout does
-not fit (past the edge capacity: edges were dropped; below its floor: crowded padding) re-lays
-out, re-captures and reruns the step, so the layout always fits the last call's edges. The stored pairs sit in buffers of a pair capacity
-(the padding pairs never kept), so Verlet-list rebuilds reload them without a re-capture while
-they fit. The edges equal those of ``VerletNeighborList.update`` (same pairs, order and
+not fit (past the edge capacity, where the replay ran on padding only, or below its floor) re-lays
+out, re-captures and reruns the step, so the layout always fits the last call's edges. The stored
+pairs sit in buffers of a pair capacity (the padding pairs never kept), so Verlet-list rebuilds
+reload them without a re-capture while they fit (and while the partners stay present or absent).
+The edges equal those of ``VerletNeighborList.update`` (same pairs, order and
 arithmetic), so a replay equals ``step.padded_step`` on them bitwise.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .neighbors import Pairs, pair_vectors
+from .neighbors import Pairs, pair_vectors, within_cutoff_mask
 from .step import GROWTH, Layout, PaddedGraph, capacity, capture_or_warn
 
 MODES = ("graph", "padded")
@@ -40,8 +41,9 @@ class VerletGraphStep:
     when a different tensor is passed); pairs: ``VerletNeighborList.pairs`` (partner ``None``: no
     shared radial weights). mode ``"graph"``: captured and replayed (CUDA); ``"padded"``: the same
     work run eagerly (other devices; also the fallback when a capture fails, with a warning).
-    ``max_edges``: at a new layout, more edges than this return ``None`` (nothing captured): large
-    steps are GPU-bound and the padding costs; the caller runs its plain step.
+    ``max_edges``: a new layout (first call, new atom count, an edge count the layout does not fit)
+    for more edges than this returns ``None`` and releases the graph and buffers: large steps are
+    GPU-bound and the padding costs; the caller runs its plain step.
     """
 
     def __init__(self, potential: torch.nn.Module, device: torch.device, dtype: Optional[torch.dtype] = None,
@@ -81,19 +83,27 @@ class VerletGraphStep:
             self._load_pairs(pairs)
         if self.layout is None or self.layout.num_nodes != n or self._padded is None:
             count = int(self._keep()[0].sum())  # waits for the device: first call, new layout
-            if self.max_edges is not None and count > self.max_edges:
-                self.num_edges = count
+            if not self._lay_out(n, count):
                 return None
-            self._lay_out(n, count)
-        self._load_species(species)
+            self._load_species(species)
         flat = self._run()
         count = int(flat[-1])
-        if not self.layout.fits(n, count):  # edges dropped (past the capacity) or far fewer: rerun on a new layout
-            self._lay_out(n, count)
+        # a count the layout does not fit: past the capacity the replay ran on padding only; far
+        # below it the padding nodes were crowded (exact, but the layout must fit the last call's
+        # edges, which the uncaptured reference, step.padded_step, needs): rerun on a new layout
+        if not self.layout.fits(n, count):
+            if not self._lay_out(n, count):
+                return None
             self._load_species(species)
             flat = self._run()
         self.num_edges = count
         return flat
+
+    def release(self) -> None:
+        """Drop the graph (and its memory pool), the padded buffers and the pair buffers."""
+        self._release()
+        self.layout, self._padded, self._species = None, None, None
+        self._pairs, self._pair_buffers, self._pair_valid = None, None, None
 
     # -- buffers ----------------------------------------------------------------------------------
     def _upload(self, positions: np.ndarray, cell: np.ndarray) -> None:
@@ -140,12 +150,17 @@ class VerletGraphStep:
             self._padded.species[: species.shape[0]].copy_(species)
             self._species = species
 
-    def _lay_out(self, n: int, num_edges: int) -> None:
+    def _lay_out(self, n: int, num_edges: int) -> bool:
+        """A new layout for ``num_edges`` (False, everything released: more than ``max_edges``)."""
+        self.num_edges = num_edges
+        if self.max_edges is not None and num_edges > self.max_edges:
+            self.release()
+            return False
         self._release()
         self.layout = Layout.for_graph(n, num_edges, self.growth)
         self._padded = PaddedGraph(self.layout, self.cutoff, self.dtype, self.device)
         self._species = None
-        self.num_edges = num_edges
+        return True
 
     def _release(self) -> None:
         self._graph, self._outputs = None, None
@@ -158,10 +173,7 @@ class VerletGraphStep:
         pos, cell = self._x[:-9].view(n, 3), self._x[-9:].view(3, 3)
         src, dst, s, partner = self._pair_buffers
         vec = pair_vectors(pos, cell, src, dst, s)[1]
-        d2 = vec.pow(2).sum(-1)
-        keep = (d2 < self.cutoff * self.cutoff) & self._pair_valid
-        if partner is not None:
-            keep = keep & keep[partner]
+        keep, d2 = within_cutoff_mask(vec, self.cutoff, partner, self._pair_valid)
         return keep, d2, vec
 
     def _body(self) -> torch.Tensor:

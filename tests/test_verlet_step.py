@@ -49,15 +49,14 @@ def _eager(potential, atoms, layout):
 def _run(step, neighbors, atoms, species):
     pos, cell = atoms.get_positions(), np.array(atoms.cell, dtype=np.float64)
     probe = (torch.from_numpy(pos), torch.from_numpy(cell), species)
-    if neighbors.pairs is None or neighbors.needs_rebuild(*probe[:2], atoms.pbc, species):
-        neighbors.rebuild(torch.from_numpy(pos), torch.from_numpy(cell), atoms.pbc, species)
-    return step(pos, cell, species, neighbors.pairs)
+    return step(pos, cell, species, neighbors.current_pairs(probe, atoms.pbc, lambda: probe))
 
 
 @pytest.mark.parametrize("pair_weights", [True, False])
 def test_md_with_rebuilds_and_growth_equals_eager_bitwise(pair_weights):
-    """Thirty Verlet steps at 1500 K with a small skin (rebuilds), then a 4 % compression that
-    brings in the next neighbour shell (the edge count outgrows the layout: rerun on a new one)."""
+    """Thirty steps of free flight at 1500 K velocities with a small skin (rebuilds), a 4 %
+    compression after twenty that brings in the next neighbour shell (the edge count outgrows
+    the layout: rerun on a new one)."""
     potential = _lj_two_species()
     atoms = _alloy()
     species = _species(potential, atoms)
@@ -104,13 +103,51 @@ def test_edge_count_past_the_capacity_reruns():
 
 
 def test_declines_past_max_edges():
+    """More edges than ``max_edges`` at a new layout: None, nothing kept; also when the count
+    outgrows a layout made under the limit."""
     potential = _lj_two_species()
     atoms = _alloy()
     species = _species(potential, atoms)
+    neighbors = VerletNeighborList(potential.cutoff, skin=2.0)
     step = VerletGraphStep(potential, torch.device("cpu"), max_edges=100)
-    neighbors = VerletNeighborList(potential.cutoff, skin=0.5)
     assert _run(step, neighbors, atoms, species) is None
     assert step.num_edges > 100 and step.layout is None
+    stretched = atoms.copy()
+    stretched.set_cell(atoms.cell * 1.15, scale_atoms=True)
+    limit = int(neighbor_list(torch.tensor(stretched.positions), torch.tensor(np.asarray(stretched.cell)),
+                              stretched.pbc, potential.cutoff).src.numel())
+    step = VerletGraphStep(potential, torch.device("cpu"), max_edges=limit)
+    neighbors = VerletNeighborList(potential.cutoff, skin=2.0)
+    assert _run(step, neighbors, stretched, species) is not None and step.layout is not None
+    assert _run(step, neighbors, atoms, species) is None  # the same pairs, more edges than the limit
+    assert step.num_edges > limit and step.layout is None and step._pair_buffers is None
+
+
+def test_calculator_switches_paths_at_max_edges(lj_potential):
+    """A Calculator whose step declines past its ``max_edges`` runs the plain step, and returns to the
+    graphed one when the edges fall back under it: the same results either way."""
+    from md_accel.calculator import Calculator
+
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((3, 3, 3))
+    atoms.rattle(0.02, seed=5)
+    expanded = atoms.copy()
+    expanded.set_cell(atoms.cell * 1.15, scale_atoms=True)
+    count = lambda a: int(neighbor_list(torch.tensor(a.positions), torch.tensor(np.asarray(a.cell)),  # noqa: E731
+                                        a.pbc, lj_potential.cutoff).src.numel())
+    stepped = Calculator(copy.deepcopy(lj_potential), device="cpu")
+    stepped.step = VerletGraphStep(stepped.model, torch.device("cpu"), max_edges=count(expanded))
+    plain = Calculator(copy.deepcopy(lj_potential), device="cpu")
+    paths = []
+    for a in (expanded, atoms, atoms, expanded, expanded):
+        stepped.reset()  # recompute: ASE would return the cached results for the same atoms
+        e, f = stepped.get_potential_energy(a), stepped.get_forces(a)
+        assert e == pytest.approx(plain.get_potential_energy(a), rel=1e-12)
+        assert np.abs(f - plain.get_forces(a)).max() < 1e-12
+        assert stepped.stats == plain.stats
+        paths.append(stepped.step.layout is not None)
+    # graphed; declined (too many edges); plain (decided from the last count); plain again, which
+    # counts the edges under the limit; graphed
+    assert paths == [True, False, False, False, True]
 
 
 def test_calculator_through_the_step_equals_plain(lj_potential):
