@@ -186,7 +186,8 @@ class Calculator(_AseCalculator):
         positions_np, cell_np, species, host = self._host_inputs(atoms)
         up = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
         try:
-            pairs = self.neighbors.current_pairs(host, atoms.get_pbc(), lambda: (up(positions_np), up(cell_np), species))
+            pairs = self.neighbors.current_pairs(host, atoms.get_pbc(),
+                                                 lambda: (up(positions_np), up(cell_np), species))
             return self.step(positions_np, cell_np, species, pairs)
         except torch.OutOfMemoryError as e:
             self._out_of_memory(atoms, e, self.step.num_edges)

@@ -40,7 +40,7 @@ GROWTH = 1.25  # capacity ladder ratio
 ALIGN = 32  # capacities are multiples of this
 PAD_DEGREE = 4  # a padding node receives at most ~PAD_DEGREE x the mean degree of the real graph
 MODES = ("graph", "padded", "plain")
-AUTO_MAX_EDGES = 300_000  # graphs above it run uncaptured: ~6k atoms at 50 neighbours, well past where launches dominate
+AUTO_MAX_EDGES = 300_000  # larger graphs run uncaptured: ~6k atoms at 50 neighbours, well past launch-bound
 T = TypeVar("T")
 
 
@@ -313,4 +313,5 @@ class GraphedStep:
         self._padded, self.layout = None, None
 
 
-__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity", "capture", "capture_or_warn", "capture_stream", "AUTO_MAX_EDGES"]
+__all__ = ["GraphedStep", "Layout", "PaddedGraph", "padded_step", "capacity", "capture", "capture_or_warn",
+           "capture_stream", "AUTO_MAX_EDGES"]

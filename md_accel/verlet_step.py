@@ -38,8 +38,8 @@ class VerletGraphStep:
     forces (3N), virial (9), shortest edge length (inf without edges), edge count]``.
 
     positions [N, 3], cell [3, 3]: float64 numpy arrays; species: [N] int64 on the device (loaded
-    when a different tensor is passed); pairs: ``VerletNeighborList.pairs`` (partner ``None``: no
-    shared radial weights). mode ``"graph"``: captured and replayed (CUDA); ``"padded"``: the same
+    when a different tensor is passed); pairs: ``VerletNeighborList.pairs``; ``pair_weights``: pass
+    their partners to the model (radial weights per pair). mode ``"graph"``: captured and replayed (CUDA); ``"padded"``: the same
     work run eagerly (other devices; also the fallback when a capture fails, with a warning).
     ``max_edges``: a new layout (first call, new atom count, an edge count the layout does not fit)
     for more edges than this returns ``None`` and releases the graph and buffers: large steps are
@@ -47,7 +47,8 @@ class VerletGraphStep:
     """
 
     def __init__(self, potential: torch.nn.Module, device: torch.device, dtype: Optional[torch.dtype] = None,
-                 mode: str = "graph", max_edges: Optional[int] = None, pair_weights: bool = True, growth: float = GROWTH, warmup: int = 2):
+                 mode: str = "graph", max_edges: Optional[int] = None, pair_weights: bool = True,
+                 growth: float = GROWTH, warmup: int = 2):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.potential = potential
