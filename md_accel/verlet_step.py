@@ -203,7 +203,8 @@ class VerletGraphStep:
                 self._graph, self._outputs = captured
                 self.num_captures += 1
         if self.mode == "graph":
-            self._graph.replay()
+            with torch.cuda.device(self.device):  # the graph's device, whichever is current
+                self._graph.replay()
             self.num_replays += 1
             flat = self._outputs
         else:
