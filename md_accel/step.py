@@ -95,6 +95,7 @@ class PaddedGraph:
         self.dst = self._pad_node.clone()
         self.vec = self._pad_vec.clone()
         self._pad_partner = torch.arange(e_cap, dtype=torch.int64, device=device) ^ 1
+        self._ranks = torch.arange(1, e_cap + 1, dtype=torch.int64, device=device)  # load_kept's slot ranks
         self.partner: Optional[torch.Tensor] = None  # loaded with partners: [e_cap]
         self._loaded = 0  # real edges currently in the buffers
 
@@ -135,10 +136,8 @@ class PaddedGraph:
         if keep.shape[0] == 0:
             raise ValueError("load_kept needs at least one (possibly unkept) pair")
         cs = torch.cumsum(keep.to(torch.int64), 0)
-        capacity = self.layout.edge_capacity
-        ranks = torch.arange(1, capacity + 1, dtype=torch.int64, device=cs.device)
-        k = torch.searchsorted(cs, ranks)
-        real = (k < keep.shape[0]) & (cs[-1:] <= capacity)
+        k = torch.searchsorted(cs, self._ranks)
+        real = (k < keep.shape[0]) & (cs[-1:] <= self.layout.edge_capacity)
         k = k.clamp_(max=keep.shape[0] - 1)
         self.src.copy_(torch.where(real, src[k], self._pad_node))
         self.dst.copy_(torch.where(real, dst[k], self._pad_node))
@@ -211,16 +210,18 @@ def capture(step: Callable[[], T], device: torch.device, warmup: int = 2) -> Tup
     return graph, outputs
 
 
-def capture_or_warn(step: Callable[[], T], device: torch.device, warmup: int = 2
-                    ) -> Optional[Tuple[torch.cuda.CUDAGraph, T]]:
+def capture_or_warn(step: Callable[[], T], device: torch.device, warmup: int,
+                    release: Callable[[], None]) -> Optional[Tuple[torch.cuda.CUDAGraph, T]]:
     """``capture``, or None with a warning where the capture fails (an op that synchronises with the
     host, an unsupported kernel, ...): the caller then runs the step uncaptured. Out of memory
-    propagates."""
+    propagates. ``release`` (the caller's buffers and graph) runs on either failure."""
     try:
         return capture(step, device, warmup)
     except torch.OutOfMemoryError:
+        release()
         raise
     except Exception as exc:  # noqa: BLE001
+        release()
         warnings.warn(f"md_accel: CUDA graph capture failed, running the step uncaptured "
                       f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
         return None
@@ -291,14 +292,9 @@ class GraphedStep:
             return self._padded.step(self.potential, self.dst_sorted)
         if self._graph is None:
             padded = self._padded
-            try:
-                captured = capture_or_warn(lambda: padded.step(self.potential, self.dst_sorted), edge_vec.device,
-                                           self.warmup)
-            except torch.OutOfMemoryError:
-                self._release()
-                raise
+            captured = capture_or_warn(lambda: padded.step(self.potential, self.dst_sorted), edge_vec.device,
+                                       self.warmup, self._release)
             if captured is None:
-                self._release()
                 self.mode = "plain"
                 return self(species, edge_vec, edge_src, edge_dst, edge_partner)
             self._graph, self._outputs = captured

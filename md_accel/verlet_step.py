@@ -39,8 +39,9 @@ class VerletGraphStep:
 
     positions [N, 3], cell [3, 3]: float64 numpy arrays; species: [N] int64 on the device (loaded
     when a different tensor is passed); pairs: ``VerletNeighborList.pairs``; ``pair_weights``: pass
-    their partners to the model (radial weights per pair). mode ``"graph"``: captured and replayed (CUDA); ``"padded"``: the same
-    work run eagerly (other devices; also the fallback when a capture fails, with a warning).
+    their partners to the model (radial weights per pair). mode ``"graph"``: captured and replayed
+    (CUDA); ``"padded"``: the same work run eagerly (other devices; also the fallback when a
+    capture fails, with a warning).
     ``max_edges``: a new layout (first call, new atom count, an edge count the layout does not fit)
     for more edges than this returns ``None`` and releases the graph and buffers: large steps are
     GPU-bound and the padding costs; the caller runs its plain step.
@@ -191,13 +192,8 @@ class VerletGraphStep:
 
     def _run(self) -> np.ndarray:
         if self.mode == "graph" and self._graph is None:
-            try:
-                captured = capture_or_warn(self._body, self.device, self.warmup)
-            except torch.OutOfMemoryError:
-                self._release()
-                raise
+            captured = capture_or_warn(self._body, self.device, self.warmup, self._release)
             if captured is None:
-                self._release()
                 self.mode = "padded"
             else:
                 self._graph, self._outputs = captured

@@ -48,17 +48,16 @@ def _hot_copper():
     return atoms
 
 
-def _uncaptured_padded(calc, atoms):
-    """The graphed calculator's step on its current layout, run without the graph, from a fresh
+def _uncaptured_padded(model, species, layout, dtype, atoms):
+    """The step on ``layout`` (a graphed step's current one), run without the graph, from a fresh
     neighbour list (identical to the Verlet list's edges, by its contract)."""
     from md_accel.neighbors import neighbor_list
     from md_accel.step import padded_step
 
     pos = torch.tensor(atoms.positions, dtype=torch.float64, device="cuda")
     cell = torch.tensor(np.asarray(atoms.cell), dtype=torch.float64, device="cuda")
-    edges = neighbor_list(pos, cell, atoms.pbc, calc.model.cutoff)
-    species = calc._species(atoms)
-    out = padded_step(calc.model, species, edges.vec, edges.src, edges.dst, calc.step.layout, dtype=calc.dtype,
+    edges = neighbor_list(pos, cell, atoms.pbc, model.cutoff)
+    out = padded_step(model, species, edges.vec, edges.src, edges.dst, layout, dtype=dtype,
                       dst_sorted=True, edge_partner=edges.partner)  # the Calculator's default: weights per pair
     node_e = out["node_energies"].to(torch.float64).cpu().numpy()  # summed on the host, as the Calculator does
     w = out["virial"].to(torch.float64).cpu().numpy()
@@ -118,7 +117,8 @@ def test_graphed_md_equals_uncaptured_steps(model, dtype, weights):
         e, f, s = atoms.get_potential_energy(), atoms.get_forces(), atoms.get_stress()
         if i == 15:
             assert graphed.step.layout != before[0] and graphed.step.num_captures > before[1]
-        e_ref, f_ref, s_ref, num_edges = _uncaptured_padded(graphed, atoms)
+        e_ref, f_ref, s_ref, num_edges = _uncaptured_padded(graphed.model, graphed._species(atoms),
+                                                          graphed.step.layout, graphed.dtype, atoms)
         assert graphed.stats["edges"] == num_edges
         assert e == e_ref and np.array_equal(f, f_ref) and np.array_equal(s, s_ref), (
             f"step {i}: replay != eager: |dE| {abs(e - e_ref):.3g}, max |dF| {np.abs(f - f_ref).max():.3g}, "
@@ -162,9 +162,7 @@ def test_replay_past_the_capacity_reruns(model):
     small = step.layout
     flat = run(atoms)
     assert neighbors.num_builds == 1 and step.num_captures == 2
-    calc = type("C", (), {"model": potential, "step": step, "dtype": torch.float64,
-                          "_species": lambda self, a: species})()
-    e_ref, f_ref, _, num_edges = _uncaptured_padded(calc, atoms)
+    e_ref, f_ref, _, num_edges = _uncaptured_padded(potential, species, step.layout, torch.float64, atoms)
     n = len(atoms)
     assert num_edges > small.edge_capacity and flat[-1] == num_edges
     assert float(flat[:n].sum()) == e_ref and np.array_equal(flat[n: 4 * n].reshape(n, 3), f_ref)
