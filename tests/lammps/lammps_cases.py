@@ -31,7 +31,7 @@ print "RESULT {tag} $(pe:%.17g) $(vol:%.17g) {virial}"
 """
 VIRIAL = " ".join(f"$(c_vir[{k}]:%.17g)" for k in range(1, 7))
 GHOST_CUTOFF = re.compile(r"ghost atom cutoff = ([0-9.]+)")
-REPORT = re.compile(r"md_accel: comm (layer|shell) on (\d+) ranks, per rank \(min / average / max\): "
+REPORT = re.compile(r"md_accel: comm (none|layer|shell) on (\d+) ranks, per rank \(min / average / max\): "
                     r"owned atoms (\d+) / ")
 
 

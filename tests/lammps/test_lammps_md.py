@@ -50,3 +50,23 @@ def test_copper_example_runs(lammps_in_process, tmp_path):
     lmp.file(str(example))
     assert lmp.get_thermo("step") == 40
     assert lmp.get_thermo("vol") != pytest.approx((3 * 3.61) ** 3, rel=1e-6)
+
+
+def test_lammps_step_benchmark(lammps_setup, tmp_path):
+    """benchmarks/lammps_step.py on the CPU: a row per style with a time, written to its JSON."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    model = save_mdx(MessagePassingToy(["Cu", "Ni"], cutoff=4.5, num_layers=2), tmp_path / "m.mdx")
+    styles = "device cpu comm none;device cpu comm layer"
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "lammps_step.py"), "--model", str(model),
+                           "--sizes", "108", "--styles", styles, "--warmup", "2", "--steps", "5",
+                           "--out", str(tmp_path), "--tag", "t"],
+                          env=lammps_setup.env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert [r["style"] for r in rows] == styles.split(";")
+    for r in rows:
+        assert r["atoms"] == 108 and r["ms_per_step"] > 0 and r["captures"] == 0, r

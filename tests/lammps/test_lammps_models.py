@@ -95,12 +95,12 @@ def check(got, refs, cases):
     for case in cases:
         name = case.tag.split("-")[0]
         r = got[case.tag]
-        assert r["mode"] == ("shell" if case.tag.endswith("-shell") else "layer")
+        assert r["mode"] == case.tag.split("-")[1].replace("recompute", "layer")
         diffs[case.tag] = d = max_diffs(r, refs[name][1])
         for key, value in d.items():
             assert value < TOL[key], (case.tag, d)
         shell = got.get(f"{name}-shell")
-        if shell is not None and r["mode"] == "layer":
+        if shell is not None and r["mode"] != "shell":
             assert np.abs(r["forces"] - shell["forces"]).max() < TOL["forces"]
     assert max(np.abs(ref["forces"]).max() for _, ref in refs.values()) > 0.1
     return diffs
@@ -124,6 +124,9 @@ def test_sevennet0(run_lmp, tmp_path, sevennet0, sevennet0_refs, nprocs):
     if nprocs == 2:
         cases.append(Case("triclinic-recompute", data["triclinic"], sevennet0, symbols,
                           "comm layer recompute yes"))
+    if nprocs == 1:
+        cases += [Case("triclinic-none", data["triclinic"], sevennet0, symbols, ""),
+                  Case("cluster-none", data["cluster"], sevennet0, symbols, "comm none", boundary="f f f")]
     if nprocs == 4:
         cases.append(Case("slab-layer", data["slab"], sevennet0, symbols, "comm layer", "* 1 1"))
     got = run_cases(run_lmp, tmp_path, cases, nprocs)
@@ -144,6 +147,8 @@ def test_mace(run_lmp, tmp_path, mace_cu, mace_refs, nprocs):
     data = {name: d for name, (d, _) in mace_refs.items()}
     cases = [Case("triclinic-layer", data["triclinic"], mace_cu, "Cu Cu", "comm layer"),
              Case("triclinic-shell", data["triclinic"], mace_cu, "Cu Cu", "comm shell")]
+    if nprocs == 1:
+        cases.append(Case("triclinic-none", data["triclinic"], mace_cu, "Cu Cu", ""))
     if nprocs == 4:
         cases.append(Case("slab-layer", data["slab"], mace_cu, "Cu Cu", "comm layer", "* 1 1"))
     got = run_cases(run_lmp, tmp_path, cases, nprocs)

@@ -1,10 +1,11 @@
-"""The wheel's `lmp` under `mpirun -np 1/2/4`: both comm modes of pair_style md_accel (layer:
-one-cutoff ghosts and per-layer feature exchange, with and without recomputed layers; shell: a
-num_layers x cutoff ghost shell) give
-the Python reference's energy, forces and virial for a 3-layer message-passing model, on an
-orthogonal box, a triclinic box and a slab cut so that ranks own no atom. MD in comm layer
-on 4 ranks (reneighbouring, atoms changing ranks) follows the single-rank trajectory. A model
-file claiming one layer too few shows that the comparisons catch a too-shallow ghost shell."""
+"""The wheel's `lmp` under `mpirun -np 1/2/4`: the comm modes of pair_style md_accel (none, the
+default on one rank: ghosts replaced by their owned atoms in the graph; layer: one-cutoff ghosts and
+per-layer feature exchange, with and without recomputed layers; shell: a num_layers x cutoff ghost
+shell) give the Python reference's energy, forces and virial for a 3-layer message-passing model, on
+an orthogonal box, a triclinic box and a slab cut so that ranks own no atom. MD in comm layer on 4
+ranks (reneighbouring, atoms changing ranks) and in comm none on one rank follow the single-rank
+comm layer trajectory. A model file claiming one layer too few shows that the comparisons catch a
+too-shallow ghost shell."""
 import re
 
 import numpy as np
@@ -33,16 +34,18 @@ def test_comm_modes_match_reference(run_lmp, tmp_path, nprocs):
         data = write_data(tmp_path / f"{name}.lmp", atoms, types)
         want[name] = reference(model, atoms, TYPE_TO_SPECIES[types - 1])
         grid = "* 1 1" if name == "slab" else "* * *"
-        # no keyword: comm layer, as the model exports the layered interface
+        # no keyword: comm none on one rank, else comm layer (the model exports the layered interface)
         cases += [Case(f"{name}-default", data, model, SYMBOLS, "", grid),
                   Case(f"{name}-recompute", data, model, SYMBOLS, "comm layer recompute yes", grid),
                   Case(f"{name}-shell", data, model, SYMBOLS, "comm shell", grid)]
+        if nprocs == 1:
+            cases.append(Case(f"{name}-layer", data, model, SYMBOLS, "comm layer", grid))
     got = run_cases(run_lmp, tmp_path, cases, nprocs)
     for case in cases:
         r, w = got[case.tag], want[case.tag.split("-")[0]]
-        layer = "shell" not in case.style
-        assert r["mode"] == ("layer" if layer else "shell")
-        assert r["ghost_cutoff"] == pytest.approx(CUTOFF + SKIN if layer else LAYERS * CUTOFF + SKIN)
+        mode = "shell" if "shell" in case.style else "layer" if "layer" in case.style or nprocs > 1 else "none"
+        assert r["mode"] == mode
+        assert r["ghost_cutoff"] == pytest.approx(LAYERS * CUTOFF + SKIN if mode == "shell" else CUTOFF + SKIN)
         assert abs(r["energy"] - w["energy"]) < 1e-10
         np.testing.assert_allclose(r["forces"], w["forces"], rtol=0, atol=1e-10)
         np.testing.assert_allclose(r["virial"], w["virial"], rtol=1e-9, atol=1e-9)
@@ -91,18 +94,30 @@ def thermo(log):
     return np.array(rows, dtype=float)
 
 
-def test_md_layer_mode_follows_single_rank(run_lmp, tmp_path):
+def test_md_modes_follow_single_rank(run_lmp, tmp_path):
     atoms, types = cu_ni(triclinic=True, seed=4)
     toy(tmp_path)
     write_data(tmp_path / "data.lmp", atoms, types)
     one = run_lmp(MD.format(style="comm layer", symbols=SYMBOLS), nprocs=1).stdout
     four = run_lmp(MD.format(style="comm layer", symbols=SYMBOLS), nprocs=4).stdout
-    a, b = thermo(one), thermo(four)
-    assert a.shape == b.shape == (11, 3)
-    builds = int(re.search(r"Neighbor list builds = (\d+)", four).group(1))
-    assert builds >= 3, builds             # border atoms re-found after every rebuild
+    none = run_lmp(MD.format(style="comm none", symbols=SYMBOLS), nprocs=1).stdout
+    a, b, c = thermo(one), thermo(four), thermo(none)
+    assert a.shape == b.shape == c.shape == (11, 3)
+    for log in (four, none):
+        builds = int(re.search(r"Neighbor list builds = (\d+)", log).group(1))
+        assert builds >= 3, builds         # border atoms / owners re-found after every rebuild
     assert np.ptp(a[:, 1]) > 0.5            # eV: the atoms really moved
     np.testing.assert_allclose(b[:, 1:], a[:, 1:], rtol=0, atol=1e-8)
+    np.testing.assert_allclose(c[:, 1:], a[:, 1:], rtol=0, atol=1e-8)
+
+
+def test_comm_none_needs_one_rank(run_lmp, tmp_path):
+    atoms, types = cu_ni(triclinic=False, seed=4)
+    toy(tmp_path)
+    write_data(tmp_path / "data.lmp", atoms, types)
+    proc = run_lmp(MD.format(style="comm none", symbols=SYMBOLS), nprocs=2, check=False)
+    assert proc.returncode != 0
+    assert "comm none needs one MPI rank" in proc.stdout
 
 
 def test_too_shallow_ghost_shell_is_caught(run_lmp, tmp_path):

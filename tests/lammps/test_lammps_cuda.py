@@ -1,0 +1,82 @@
+"""pair_style md_accel on CUDA, one rank (skipped without a GPU; tools/gpu_lammps.sh --check runs it
+with md_accel's op library preloaded): comm none replayed from a CUDA graph gives md_accel's CPU
+calculator's energy, forces and virial (float64, the trained MACE copper model of models/mace_cu),
+as does the uncaptured evaluation; in MD (neighbor-list rebuilds, changing edge counts) the graphed
+trajectory follows the uncaptured one and re-captures only when its layout no longer fits."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lammps_cases import Case, ase_reference, max_diffs, run_cases
+from lammps_toy_potentials import cu_ni, write_data
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "mace_cu" / "mace_cu.mdx"   # float64
+TOL = {"energy": 1e-8, "forces": 1e-9, "virial": 1e-8}
+CAPTURE = re.compile(r"md_accel: CUDA graph capture (\d+): (\d+) atoms, (\d+) edges")
+
+
+def test_graph_matches_calculator(run_lmp, tmp_path):
+    atoms, types = cu_ni(True, seed=6, n=2)
+    atoms.set_chemical_symbols(["Cu"] * len(atoms))
+    data = write_data(tmp_path / "data.lmp", atoms, types)
+    want = ase_reference(MODEL, atoms)
+    cases = [Case("graph", data, MODEL, "Cu Cu", "device cuda cuda_graph yes"),
+             Case("eager", data, MODEL, "Cu Cu", "device cuda cuda_graph no"),
+             Case("layer", data, MODEL, "Cu Cu", "device cuda comm layer")]
+    got = run_cases(run_lmp, tmp_path, cases, 1)
+    for case in cases:
+        d = max_diffs(got[case.tag], want)
+        for key, value in d.items():
+            assert value < TOL[key], (case.tag, d)
+    assert got["graph"]["mode"] == got["eager"]["mode"] == "none"
+    np.testing.assert_allclose(got["graph"]["forces"], got["eager"]["forces"], rtol=0, atol=1e-10)
+    assert np.abs(want["forces"]).max() > 0.1
+
+
+MD = """
+units metal
+atom_style atomic
+lattice fcc 3.61
+region box block 0 4 0 4 0 4
+create_box 1 box
+create_atoms 1 box
+mass 1 63.546
+pair_style md_accel device cuda cuda_graph {graph}
+pair_coeff * * {model} Cu
+neighbor 1.0 bin
+neigh_modify every 1 delay 0 check yes
+velocity all create 2400.0 4928459 mom yes rot yes dist gaussian
+timestep 0.001
+fix nve all nve
+thermo 10
+thermo_style custom step pe etotal
+thermo_modify format float %.15g
+run 200
+"""
+
+
+def thermo(log):
+    rows = re.findall(r"^\s+(\d+)\s+(-?[\d.]+(?:e[-+]\d+)?)\s+(-?[\d.]+(?:e[-+]\d+)?)\s*$", log, re.M)
+    return np.array(rows, dtype=float)
+
+
+def test_md_graph_follows_uncaptured(run_lmp):
+    graphed = run_lmp(MD.format(graph="yes", model=MODEL)).stdout
+    eager = run_lmp(MD.format(graph="no", model=MODEL)).stdout
+    a, b = thermo(graphed), thermo(eager)
+    assert a.shape == b.shape == (21, 3)
+    captures = CAPTURE.findall(graphed)
+    builds = int(re.search(r"Neighbor list builds = (\d+)", graphed).group(1))
+    edges = [int(e) for _, _, e in captures]
+    assert 1 <= len(captures) < 10 and builds >= 10, (captures, builds)
+    assert not CAPTURE.findall(eager)
+    assert np.ptp(a[:, 1]) > 1.0                   # eV: the atoms really moved
+    np.testing.assert_allclose(a[:, 1:], b[:, 1:], rtol=0, atol=1e-8)
+    assert np.abs(a[:, 2] - a[0, 2]).max() / 256 < 2e-3, a[:, 2]   # eV/atom over 200 fs at 2400 K
+    assert all(e > 0 for e in edges)
