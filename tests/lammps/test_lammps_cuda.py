@@ -1,8 +1,8 @@
 """pair_style md_accel on CUDA, one rank (skipped without a GPU; tools/gpu_lammps.sh --check runs it
 with md_accel's op library preloaded): comm none replayed from a CUDA graph gives md_accel's CPU
 calculator's energy, forces and virial (float64, the trained MACE copper model of models/mace_cu),
-as does the uncaptured evaluation; in MD (neighbor-list rebuilds, changing edge counts) the graphed
-trajectory follows the uncaptured one and re-captures only when its layout no longer fits."""
+as does the uncaptured evaluation; in MD (neighbor-list rebuilds, then a compressed box whose edges
+outgrow the layout) the graphed trajectory follows the uncaptured one, re-capturing only then."""
 import re
 from pathlib import Path
 
@@ -49,7 +49,7 @@ create_atoms 1 box
 mass 1 63.546
 pair_style md_accel device cuda cuda_graph {graph}
 pair_coeff * * {model} Cu
-neighbor 1.0 bin
+neighbor 0.3 bin
 neigh_modify every 1 delay 0 check yes
 velocity all create 2400.0 4928459 mom yes rot yes dist gaussian
 timestep 0.001
@@ -57,7 +57,9 @@ fix nve all nve
 thermo 10
 thermo_style custom step pe etotal
 thermo_modify format float %.15g
-run 200
+run 100
+change_box all x scale 0.92 y scale 0.92 z scale 0.92 remap
+run 100
 """
 
 
@@ -70,13 +72,14 @@ def test_md_graph_follows_uncaptured(run_lmp):
     graphed = run_lmp(MD.format(graph="yes", model=MODEL)).stdout
     eager = run_lmp(MD.format(graph="no", model=MODEL)).stdout
     a, b = thermo(graphed), thermo(eager)
-    assert a.shape == b.shape == (21, 3)
+    assert a.shape == b.shape == (22, 3)
     captures = CAPTURE.findall(graphed)
     builds = int(re.search(r"Neighbor list builds = (\d+)", graphed).group(1))
     edges = [int(e) for _, _, e in captures]
-    assert 1 <= len(captures) < 10 and builds >= 10, (captures, builds)
+    # one capture per run setup at most, and one more where the compressed box outgrew the layout
+    assert 2 <= len(captures) <= 3 and edges[-1] > 1.25 * edges[0] and builds >= 5, (captures, builds)
     assert not CAPTURE.findall(eager)
-    assert np.ptp(a[:, 1]) > 1.0                   # eV: the atoms really moved
+    assert np.ptp(a[:11, 1]) > 1.0                # eV: the atoms really moved
     np.testing.assert_allclose(a[:, 1:], b[:, 1:], rtol=0, atol=1e-8)
-    assert np.abs(a[:, 2] - a[0, 2]).max() / 256 < 2e-3, a[:, 2]   # eV/atom over 200 fs at 2400 K
-    assert all(e > 0 for e in edges)
+    drift = np.abs(a[:11, 2] - a[0, 2]).max() / 256
+    assert drift < 2e-3, a[:11, 2]                 # eV/atom over 100 fs at 2400 K
