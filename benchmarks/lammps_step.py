@@ -1,4 +1,4 @@
-"""LAMMPS MD throughput of ``pair_style md_accel`` on one MPI rank, one style per row: fcc Cu at
+"""LAMMPS MD throughput of ``pair_style md_accel`` on one MPI rank, one style per row (each in its own process): fcc Cu at
 300 K, NVE, ``--warmup`` steps then ``--steps`` timed steps (LAMMPS' own "Loop time", neighbour
 lists and integration included). Rows are the pair style's settings, e.g. ``comm none`` (the
 one-rank default, a CUDA graph on CUDA), ``comm none cuda_graph no``, ``comm layer``.
@@ -26,8 +26,6 @@ import common  # noqa: E402
 
 DEFAULT_STYLES = "device cuda comm none;device cuda comm none cuda_graph no;device cuda comm layer"
 CASE = """
-clear
-print "CASE {tag}"
 units metal
 atom_style atomic
 lattice fcc 3.61
@@ -62,28 +60,22 @@ def lmp_executable() -> Path:
     return Path(lammps.__file__).parent / "lmp"
 
 
-def run_size(model: str, element: str, n: int, styles: List[str], warmup: int, steps: int,
-             timeout: float) -> Dict[str, Dict]:
-    """One lmp process for every style at one size: tag -> ms/step, atoms, captures (or error)."""
-    script = "".join(CASE.format(tag=k, n=n, style=s, model=model, element=element, warmup=warmup,
-                                 steps=steps) for k, s in enumerate(styles))
-    proc = subprocess.run([str(lmp_executable()), "-nocite", "-log", "none"], input=script, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-    blocks = re.split(r"^CASE (\d+)$", proc.stdout, flags=re.M)
-    out: Dict[str, Dict] = {}
-    for tag, body in zip(blocks[1::2], blocks[2::2]):
-        loops = LOOP.findall(body)
-        style = styles[int(tag)]
-        if len(loops) < 2:
-            out[style] = {"error": (body.strip().splitlines() or ["no output"])[-1]}
-            continue
-        seconds, nsteps, atoms = loops[-1]
-        out[style] = {"ms_per_step": 1e3 * float(seconds) / int(nsteps), "atoms": int(atoms),
-                      "captures": len(CAPTURES.findall(body))}
-    for style in styles:
-        out.setdefault(style, {"error": f"lmp exited with {proc.returncode}: "
-                                        f"{(proc.stdout.strip().splitlines() or ['no output'])[-1]}"})
-    return out
+def run_style(model: str, element: str, n: int, style: str, warmup: int, steps: int, timeout: float) -> Dict:
+    """One lmp process (a fresh GPU context, so earlier rows leave no cached memory or state behind):
+    ms/step, atoms, CUDA graph captures, or an error."""
+    script = CASE.format(n=n, style=style, model=model, element=element, warmup=warmup, steps=steps)
+    try:
+        proc = subprocess.run([str(lmp_executable()), "-nocite", "-log", "none"], input=script, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    loops = LOOP.findall(proc.stdout)
+    if len(loops) < 2:
+        return {"error": f"lmp exited with {proc.returncode}: "
+                         f"{(proc.stdout.strip().splitlines() or ['no output'])[-1]}"}
+    seconds, nsteps, atoms = loops[-1]
+    return {"ms_per_step": 1e3 * float(seconds) / int(nsteps), "atoms": int(atoms),
+            "captures": len(CAPTURES.findall(proc.stdout))}
 
 
 def main(argv: List[str] | None = None) -> int:
@@ -107,8 +99,8 @@ def main(argv: List[str] | None = None) -> int:
                "model": args.model, "warmup": args.warmup, "steps": args.steps, "rows": []}
     for size in sizes:
         n = cells_for(size)
-        for style, r in run_size(args.model, args.element, n, styles, args.warmup, args.steps,
-                                 args.timeout).items():
+        for style in styles:
+            r = run_style(args.model, args.element, n, style, args.warmup, args.steps, args.timeout)
             row = {"style": style, "cells": n, **r}
             results["rows"].append(row)
             print(f"[lammps_step] {4 * n ** 3:>7} atoms  {style:<45} "

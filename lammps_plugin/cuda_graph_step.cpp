@@ -6,6 +6,8 @@
 #include "cuda_graph_step.h"
 
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -150,7 +152,10 @@ void CudaGraphStep::evaluate()
 void CudaGraphStep::capture()
 {
   for (int i = 0; i < warmup_; i++) evaluate();
-  c10::cuda::CUDAStream(c10::cuda::CUDAStream::UNCHECKED, stream_).synchronize();
+  // as torch.cuda.graph does: the device idle and the allocator's unused cached blocks released
+  // (the previous layout's among them) before the capture starts
+  c10::cuda::device_synchronize();
+  c10::cuda::CUDACachingAllocator::emptyCache();
   graph_ = std::make_unique<at::cuda::CUDAGraph>();
   graph_->capture_begin();
   try {
