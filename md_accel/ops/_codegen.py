@@ -42,7 +42,7 @@ import textwrap
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 15  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 16  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -709,22 +709,32 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str,
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
     multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
     red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
+    body = "".join(bodies)
     return "".join(tables) + f"""
-// {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: parts n * d.split .. + d.split - 1 = receiver n, each a
-// contiguous part of its edges, {len(groups)} pass(es) over them; each block takes the parts blockIdx.x, + gridDim.x, ..
-// (edge chunks have edges at a range of receivers: a grid of every part would be mostly empty blocks).
-{'template <typename T>' if dbwd else 'template <typename T, bool kPrefetch>  // kPrefetch: the next edge weights into L2 first'}
+// {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: {len(groups)} pass(es) over a receiver's edges. kParts: the
+// parts n * d.split .. + d.split - 1 = receiver n, each a contiguous part of its edges, on a persistent grid
+// (each block takes the parts blockIdx.x, + gridDim.x, ..: edge chunks have edges at a range of receivers, a
+// grid of every part would be mostly empty blocks); else block n = receiver n (d.split = 1), straight-line
+// code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
+{'template <typename T, bool kParts>' if dbwd else 'template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first'}
 __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
     const int64_t* __restrict__ w_row, int64_t num_parts, TPDims d) {{
-{red}  for (int64_t b = blockIdx.x; b < num_parts; b += gridDim.x) {{  // uniform over the block
-    const int64_t n = b / d.split, part = b % d.split;
-    const int64_t first = dst_ptr[n], deg = dst_ptr[n + 1] - first;
-    const int64_t e_begin = first + deg * part / d.split, e_end = first + deg * (part + 1) / d.split;
-    if (e_begin == e_end) continue;  // writes per edge only
+{red}  if constexpr (kParts) {{
+    for (int64_t b = blockIdx.x; b < num_parts; b += gridDim.x) {{  // uniform over the block
+      const int64_t n = b / d.split, part = b % d.split;
+      const int64_t first = dst_ptr[n], deg = dst_ptr[n + 1] - first;
+      const int64_t e_begin = first + deg * part / d.split, e_end = first + deg * (part + 1) / d.split;
+      if (e_begin == e_end) continue;  // writes per edge only
+      const T* grow = g + n * d.out;
+{textwrap.indent(body, "    ")}    }}  // every pass ends with a barrier: shared memory is free for the next part
+  }} else {{
+    const int64_t n = blockIdx.x;
+    const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
+    if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
     const T* grow = g + n * d.out;
-{textwrap.indent("".join(bodies), "  ")}  }}  // every pass ends with a barrier: shared memory is free for the next part
+{textwrap.indent(body, "  ")}  }}
 }}
 """
 
@@ -734,7 +744,6 @@ _PRELUDE = r"""
 // Structure key {key}: {num_paths} paths, {nnz} CG non-zeros, {threads} threads per block.
 #include <cuda_runtime.h>
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include "tp_spec_abi.h"
 
@@ -870,8 +879,9 @@ _BWD_LAUNCH = r"""
 bool bwd64_prefetch() {
   static const bool pf = [] {
     int with = 0, without = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&with, bwd_kernel_BD<double, true>, kThreads, 0) != cudaSuccess ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&without, bwd_kernel_BD<double, false>, kThreads, 0) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&with, bwd_kernel_BD<double, true, false>, kThreads, 0) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&without, bwd_kernel_BD<double, false, false>, kThreads, 0) !=
             cudaSuccess) {
       cudaGetLastError();  // clear only this query's error
       return false;
@@ -892,33 +902,25 @@ int resident(K kernel) {
   return v;
 }
 
-// Grid of a per-edge kernel with `per_sm` resident blocks per SM over `parts` receiver parts. Each
-// block takes every grid-th part, so an empty part (an edge chunk has edges at a range of receivers
-// only) costs a loop iteration instead of a block: two blocks per resident slot, unless that leaves
-// more than MD_ACCEL_PARTS_PER_BLOCK (read once; default 8) parts per block, where the grid grows so
-// that the hardware's block scheduling balances the parts with edges: two blocks per slot gave each
-// block ~13 parts with edges in a 32k-atom SevenNet-l3i5 chunk, and the rounding alone idled ~8 %.
+// Grid of a per-edge kernel with receiver parts (kParts) and `per_sm` resident blocks per SM over
+// `parts` parts: two blocks per resident slot at most (each takes every grid-th part), so empty parts
+// cost a loop iteration instead of a block.
 unsigned parts_grid(int64_t parts, int per_sm) {
-  static const int64_t per_block = [] {
-    const char* v = std::getenv("MD_ACCEL_PARTS_PER_BLOCK");
-    const long long n = v ? std::atoll(v) : 0;
-    return n > 0 ? int64_t(n) : int64_t(8);
-  }();
   int dev = 0, sms = 1;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
                                                 cudaSuccess) {
     cudaGetLastError();  // clear only this query's error
     sms = 1;
   }
-  const int64_t grid = std::max<int64_t>(int64_t(2) * per_sm * sms, (parts + per_block - 1) / per_block);
-  return unsigned(std::min<int64_t>(parts, grid));
+  return unsigned(std::min<int64_t>(parts, int64_t(2) * per_sm * sms));
 }
 
-// Resident blocks per SM of the backward's per-edge kernel, the one bwd_launch runs (TPSpec::bwd_per_sm).
+// Resident blocks per SM of the backward's per-edge kernel with receiver parts, the one bwd_launch runs
+// when the host splits receivers (TPSpec::bwd_per_sm, from which the host sizes the split).
 int bwd_per_sm(int f64) {
-  static const int r32 = resident(bwd_kernel_BS<float, PF32>);
-  static const int r64 = PF64 && bwd64_prefetch() ? resident(bwd_kernel_BD<double, true>)
-                                                  : resident(bwd_kernel_BD<double, false>);
+  static const int r32 = resident(bwd_kernel_BS<float, PF32, true>);
+  static const int r64 = PF64 && bwd64_prefetch() ? resident(bwd_kernel_BD<double, true, true>)
+                                                  : resident(bwd_kernel_BD<double, false, true>);
   return f64 ? r64 : r32;
 }
 
@@ -928,16 +930,17 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
   if (d.split < 1) return "split must be positive";
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
   const int64_t parts = g.num_nodes * d.split;
-  const unsigned grid = parts_grid(parts, bwd_per_sm(sizeof(T) == 8));
+  const bool split = d.split > 1;  // else one block per receiver (kParts false)
+  const unsigned grid = split ? parts_grid(parts, bwd_per_sm(sizeof(T) == 8)) : unsigned(g.num_nodes);
+  const auto run = [&](auto kernel) {
+    kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work, g.src, g.dst_ptr, g.w_row, parts, d);
+  };
   if constexpr (sizeof(T) == 4)
-    bwd_kernel_BS<T, PF32><<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work, g.src, g.dst_ptr,
-                                                          g.w_row, parts, d);
+    split ? run(bwd_kernel_BS<T, PF32, true>) : run(bwd_kernel_BS<T, PF32, false>);
   else if (PF64 && bwd64_prefetch())
-    bwd_kernel_BD<T, true><<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work, g.src, g.dst_ptr,
-                                                          g.w_row, parts, d);
+    split ? run(bwd_kernel_BD<T, true, true>) : run(bwd_kernel_BD<T, true, false>);
   else
-    bwd_kernel_BD<T, false><<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work, g.src, g.dst_ptr,
-                                                           g.w_row, parts, d);
+    split ? run(bwd_kernel_BD<T, false, true>) : run(bwd_kernel_BD<T, false, false>);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
@@ -946,7 +949,7 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
 // Double backward: t.out = g_grad_out (forward with substituted arguments), then g_x, g_y, g_w as
 // a backward with substituted arguments (g_x through the work rows and the per-sender sum).
 int dbwd_per_sm(int f64) {
-  static const int r32 = resident(dbwd_kernel_DS<float>), r64 = resident(dbwd_kernel_DD<double>);
+  static const int r32 = resident(dbwd_kernel_DS<float, true>), r64 = resident(dbwd_kernel_DD<double, true>);
   return f64 ? r64 : r32;
 }
 
@@ -956,16 +959,19 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
   if (d.split < 1) return "split must be positive";
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
   const int64_t parts = g.num_nodes * d.split;
-  const unsigned grid = parts_grid(parts, dbwd_per_sm(sizeof(T) == 8));
+  const bool split = d.split > 1;  // else one block per receiver (kParts false)
+  const unsigned grid = split ? parts_grid(parts, dbwd_per_sm(sizeof(T) == 8)) : unsigned(g.num_nodes);
   dfwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.out,
                                                                   g.src, g.dst_ptr, g.w_row, d);
   if (const char* err = last_error()) return err;
+  const auto run = [&](auto kernel) {
+    kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g, t.gy, t.gw, work, g.src, g.dst_ptr,
+                                          g.w_row, parts, d);
+  };
   if constexpr (sizeof(T) == 4)
-    dbwd_kernel_DS<T><<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g, t.gy, t.gw, work,
-                                                     g.src, g.dst_ptr, g.w_row, parts, d);
+    split ? run(dbwd_kernel_DS<T, true>) : run(dbwd_kernel_DS<T, false>);
   else
-    dbwd_kernel_DD<T><<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g, t.gy, t.gw, work,
-                                                     g.src, g.dst_ptr, g.w_row, parts, d);
+    split ? run(dbwd_kernel_DD<T, true>) : run(dbwd_kernel_DD<T, false>);
   if (const char* err = last_error()) return err;
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();

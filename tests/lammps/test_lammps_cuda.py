@@ -1,8 +1,8 @@
 """pair_style md_accel on CUDA, one rank (skipped without a GPU; tools/gpu_lammps.sh --check runs it
 with md_accel's op library preloaded): comm none replayed from a CUDA graph gives md_accel's CPU
 calculator's energy, forces and virial (float64, the trained MACE copper model of models/mace_cu),
-as does the uncaptured evaluation; in MD (neighbor-list rebuilds, then a compressed box whose edges
-outgrow the layout) the graphed trajectory follows the uncaptured one, re-capturing only then."""
+as does the uncaptured evaluation; in MD (neighbor-list rebuilds, then an expanded box whose edges
+fall below the layout's range) the graphed trajectory follows the uncaptured one, re-capturing only then."""
 import re
 from pathlib import Path
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "mace_cu" / "mace_cu.mdx"   # float64
 TOL = {"energy": 1e-8, "forces": 1e-9, "virial": 1e-8}
-CAPTURE = re.compile(r"md_accel: CUDA graph capture (\d+): (\d+) atoms, (\d+) edges")
+CAPTURE = re.compile(r"md_accel: CUDA graph capture (\d+): (\d+) atoms, (\d+) edges \(layout: (\d+) to (\d+) edges")
 
 
 def test_graph_matches_calculator(run_lmp, tmp_path):
@@ -58,7 +58,7 @@ thermo 10
 thermo_style custom step pe etotal
 thermo_modify format float %.15g
 run 100
-change_box all x scale 0.92 y scale 0.92 z scale 0.92 remap
+change_box all x scale 1.1 y scale 1.1 z scale 1.1 remap
 run 100
 """
 
@@ -75,10 +75,11 @@ def test_md_graph_follows_uncaptured(run_lmp):
     assert a.shape == b.shape == (22, 3)
     captures = CAPTURE.findall(graphed)
     builds = int(re.search(r"Neighbor list builds = (\d+)", graphed).group(1))
-    edges = [int(e) for _, _, e in captures]
-    # one capture per run setup at most, and one more where the compressed box outgrew the layout
-    notes = [line for line in graphed.splitlines() if "WARNING" in line or "md_accel:" in line]
-    assert 2 <= len(captures) <= 3 and edges[-1] > 1.25 * edges[0] and builds >= 5, (captures, builds, notes)
+    warnings = [line for line in graphed.splitlines() if "WARNING" in line]
+    # one capture, and one more where the expanded box's edges (about 4,600 of 10,700) left its layout
+    assert len(captures) == 2 and builds >= 5, (captures, builds, warnings)
+    (_, _, e1, lo, hi), (_, _, e2, _, _) = captures
+    assert int(lo) <= int(e1) <= int(hi) and int(e2) < int(lo), captures
     assert not CAPTURE.findall(eager)
     assert np.ptp(a[:11, 1]) > 1.0                # eV: the atoms really moved
     np.testing.assert_allclose(a[:, 1:], b[:, 1:], rtol=0, atol=1e-8)
