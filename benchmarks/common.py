@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -315,3 +315,26 @@ def pyplot():
     except Exception as e:  # noqa: BLE001
         print(f"[bench] matplotlib unavailable ({e}); skipping plots", flush=True)
         return None
+
+
+def loglog_plot(series: Dict[str, Sequence[Tuple[float, float]]], path: str, xlabel: str, ylabel: str,
+                title: Optional[str] = None) -> None:
+    """One line per label through its (x, y) points on log-log axes, saved to ``path`` (labels
+    without points are left out; nothing without matplotlib)."""
+    plt = pyplot()
+    if plt is None:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, pts in series.items():
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

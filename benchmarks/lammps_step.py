@@ -123,21 +123,9 @@ def main(argv: List[str] | None = None) -> int:
     out = common.out_dir(args.out)
     common.write_json(os.path.join(out, f"{args.tag}.json"), results)
     common.append_markdown(os.path.join(out, "tables.md"), f"LAMMPS step ({args.tag})", body)
-    plt = common.pyplot()
-    if plt is not None:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for style in styles:
-            pts = [(4 * r["cells"] ** 3, r["ms_per_step"]) for r in results["rows"]
-                   if r["style"] == style and "ms_per_step" in r]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=style)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("atoms")
-        ax.set_ylabel("ms / MD step")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, f"{args.tag}.png"), dpi=120)
+    series = {style: [(4 * r["cells"] ** 3, r["ms_per_step"]) for r in results["rows"]
+                      if r["style"] == style and "ms_per_step" in r] for style in styles}
+    common.loglog_plot(series, os.path.join(out, f"{args.tag}.png"), "atoms (fcc Cu)", "ms / MD step")
     return 0
 
 

@@ -607,22 +607,9 @@ def main(argv=None):
 
 
 def plot(recs, path, backends, dtype):
-    plt = common.pyplot()
-    if plt is None:
-        return
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name in backends:
-        pts = [(r["atoms"], r["median_ms"]) for r in recs if r["backend"] == name and r.get("status") == "ok"]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", label=name)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("atoms (fcc Cu)")
-    ax.set_ylabel("ms / step (energy + forces)")
-    ax.set_title(f"MD step, {dtype}")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    series = {name: [(r["atoms"], r["median_ms"]) for r in recs if r["backend"] == name and r.get("status") == "ok"]
+              for name in backends}
+    common.loglog_plot(series, path, "atoms (fcc Cu)", "ms / step (energy + forces)", f"MD step, {dtype}")
     print(f"[bench] wrote {path}", flush=True)
 
 

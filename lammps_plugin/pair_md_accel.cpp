@@ -190,57 +190,34 @@ void PairMDAccel::allocate()
 }
 
 /* ----------------------------------------------------------------------
-   pair_style md_accel [device auto|cpu|cuda] [comm none|layer|shell]
-                       [recompute yes|no] [cuda_graph auto|yes|no]
+   pair_style md_accel [device auto|cpu|cuda] [comm auto|none|layer|shell]
+                       [recompute no|yes] [cuda_graph auto|yes|no]
+   (the enums list their values in this order)
 ------------------------------------------------------------------------- */
 
 void PairMDAccel::settings(int narg, char **arg)
 {
-  int iarg = 0;
-  while (iarg < narg) {
-    if (strcmp(arg[iarg], "device") == 0) {
-      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel device", error);
-      std::string choice = arg[iarg + 1];
-      if (choice == "auto")
-        device_choice = DEVICE_AUTO;
-      else if (choice == "cpu")
-        device_choice = DEVICE_CPU;
-      else if (choice == "cuda")
-        device_choice = DEVICE_CUDA;
-      else
-        error->all(FLERR, "Unknown pair_style md_accel device {} (auto, cpu or cuda)", choice);
-      iarg += 2;
-    } else if (strcmp(arg[iarg], "comm") == 0) {
-      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel comm", error);
-      std::string choice = arg[iarg + 1];
-      if (choice == "none")
-        comm_choice = COMM_NONE;
-      else if (choice == "layer")
-        comm_choice = COMM_LAYER;
-      else if (choice == "shell")
-        comm_choice = COMM_SHELL;
-      else
-        error->all(FLERR, "Unknown pair_style md_accel comm {} (none, layer or shell)", choice);
-      iarg += 2;
-    } else if (strcmp(arg[iarg], "recompute") == 0) {
-      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel recompute", error);
-      recompute = utils::logical(FLERR, arg[iarg + 1], false, lmp) == 1;
-      iarg += 2;
-    } else if (strcmp(arg[iarg], "cuda_graph") == 0) {
-      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel cuda_graph", error);
-      std::string choice = arg[iarg + 1];
-      if (choice == "auto")
-        graph_choice = GRAPH_AUTO;
-      else if (choice == "yes")
-        graph_choice = GRAPH_YES;
-      else if (choice == "no")
-        graph_choice = GRAPH_NO;
-      else
-        error->all(FLERR, "Unknown pair_style md_accel cuda_graph {} (auto, yes or no)", choice);
-      iarg += 2;
-    } else {
+  // the value after keyword arg[iarg], as its index among `values` (an error names them otherwise)
+  auto value_of = [&](int iarg, const std::vector<std::string> &values) {
+    const std::string keyword = arg[iarg];
+    if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel " + keyword, error);
+    auto it = std::find(values.begin(), values.end(), std::string(arg[iarg + 1]));
+    if (it == values.end())
+      error->all(FLERR, "Unknown pair_style md_accel {} {} ({})", keyword, arg[iarg + 1],
+                 utils::join_words(values, ", "));
+    return static_cast<int>(it - values.begin());
+  };
+  for (int iarg = 0; iarg < narg; iarg += 2) {
+    if (strcmp(arg[iarg], "device") == 0)
+      device_choice = static_cast<DeviceChoice>(value_of(iarg, {"auto", "cpu", "cuda"}));
+    else if (strcmp(arg[iarg], "comm") == 0)
+      comm_choice = static_cast<CommChoice>(value_of(iarg, {"auto", "none", "layer", "shell"}));
+    else if (strcmp(arg[iarg], "recompute") == 0)
+      recompute = value_of(iarg, {"no", "yes"}) == 1;
+    else if (strcmp(arg[iarg], "cuda_graph") == 0)
+      graph_choice = static_cast<GraphChoice>(value_of(iarg, {"auto", "yes", "no"}));
+    else
       error->all(FLERR, "Unknown pair_style md_accel keyword {}", arg[iarg]);
-    }
   }
 }
 

@@ -89,3 +89,9 @@ def max_diffs(got: dict, want: dict) -> dict:
     if "virial" in got and "virial" in want:
         d["virial"] = float(np.abs(got["virial"] - want["virial"]).max())
     return d
+
+
+def thermo(log: str) -> np.ndarray:
+    """Rows (step, value, value) of a thermo output with two float columns (e.g. pe etotal)."""
+    rows = re.findall(r"^\s+(\d+)\s+(-?[\d.]+(?:e[-+]\d+)?)\s+(-?[\d.]+(?:e[-+]\d+)?)\s*$", log, re.M)
+    return np.array(rows, dtype=float)

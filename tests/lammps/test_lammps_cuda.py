@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lammps_cases import Case, ase_reference, max_diffs, run_cases
+from lammps_cases import Case, ase_reference, max_diffs, run_cases, thermo
 from lammps_toy_potentials import cu_ni, write_data
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -61,11 +61,6 @@ run 100
 change_box all x scale 1.1 y scale 1.1 z scale 1.1 remap
 run 100
 """
-
-
-def thermo(log):
-    rows = re.findall(r"^\s+(\d+)\s+(-?[\d.]+(?:e[-+]\d+)?)\s+(-?[\d.]+(?:e[-+]\d+)?)\s*$", log, re.M)
-    return np.array(rows, dtype=float)
 
 
 def test_md_graph_follows_uncaptured(run_lmp):

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from lammps_cases import Case, run_cases
+from lammps_cases import Case, run_cases, thermo
 from lammps_toy_potentials import (SYMBOLS, TYPE_TO_SPECIES, MessagePassingToy, cu_ni, reference,
                                    save_mdx, slab, write_data)
 
@@ -87,11 +87,6 @@ thermo_style custom step pe etotal
 thermo_modify format float %.15g
 run 100
 """
-
-
-def thermo(log):
-    rows = re.findall(r"^\s+(\d+)\s+(-?[\d.]+(?:e[-+]\d+)?)\s+(-?[\d.]+(?:e[-+]\d+)?)\s*$", log, re.M)
-    return np.array(rows, dtype=float)
 
 
 def test_md_modes_follow_single_rank(run_lmp, tmp_path):
