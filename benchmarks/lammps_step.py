@@ -75,7 +75,8 @@ def run_style(model: str, element: str, n: int, style: str, warmup: int, steps: 
                          f"{(proc.stdout.strip().splitlines() or ['no output'])[-1]}"}
     seconds, nsteps, atoms = loops[-1]
     return {"ms_per_step": 1e3 * float(seconds) / int(nsteps), "atoms": int(atoms),
-            "captures": len(CAPTURES.findall(proc.stdout))}
+            "captures": len(CAPTURES.findall(proc.stdout)),
+            "warnings": [line for line in proc.stdout.splitlines() if "WARNING" in line]}
 
 
 def main(argv: List[str] | None = None) -> int:
@@ -126,7 +127,7 @@ def main(argv: List[str] | None = None) -> int:
     series = {style: [(4 * r["cells"] ** 3, r["ms_per_step"]) for r in results["rows"]
                       if r["style"] == style and "ms_per_step" in r] for style in styles}
     common.loglog_plot(series, os.path.join(out, f"{args.tag}.png"), "atoms (fcc Cu)", "ms / MD step")
-    return 0
+    return 1 if any("error" in r for r in results["rows"]) else 0
 
 
 if __name__ == "__main__":

@@ -75,28 +75,39 @@ def torch_paths() -> tuple[list[Path], Path, list[str], int]:
     return includes, lib, libs, int(torch._C._GLIBCXX_USE_CXX11_ABI)
 
 
-def cuda_include() -> Path:
-    """The CUDA toolkit's include/ (cuda_runtime_api.h): torch's CUDA_HOME, else nvcc's."""
+def cuda_include() -> Path | None:
+    """The CUDA runtime headers (cuda_runtime_api.h): torch's CUDA_HOME, nvcc's toolkit,
+    /usr/local/cuda or the nvidia-cuda-runtime wheel; None where there are none."""
     import shutil
 
     from torch.utils.cpp_extension import CUDA_HOME
 
-    roots = [Path(CUDA_HOME)] if CUDA_HOME else []
+    dirs = [Path(CUDA_HOME) / "include"] if CUDA_HOME else []
     nvcc = shutil.which("nvcc")
     if nvcc:
-        roots.append(Path(nvcc).resolve().parent.parent)
-    roots.append(Path("/usr/local/cuda"))
-    for root in roots:
-        if (root / "include" / "cuda_runtime_api.h").is_file():
-            return root / "include"
-    raise RuntimeError("no CUDA headers (cuda_runtime_api.h) under CUDA_HOME, next to nvcc or in /usr/local/cuda: the plugin's "
-                       "CUDA graph needs them with a CUDA torch")
+        dirs.append(Path(nvcc).resolve().parent.parent / "include")
+    dirs.append(Path("/usr/local/cuda/include"))
+    try:
+        wheel = importlib.util.find_spec("nvidia.cuda_runtime")
+    except ModuleNotFoundError:  # no nvidia namespace package at all
+        wheel = None
+    if wheel is not None and wheel.submodule_search_locations:
+        dirs += [Path(p) / "include" for p in wheel.submodule_search_locations]
+    return next((d for d in dirs if (d / "cuda_runtime_api.h").is_file()), None)
 
 
-def torch_has_cuda() -> bool:
+def with_cuda_graph() -> bool:
+    """Whether the plugin gets its CUDA graph: a CUDA torch and the CUDA headers (else a warning,
+    and the plugin runs comm none uncaptured)."""
     import torch
 
-    return torch.version.cuda is not None
+    if torch.version.cuda is None:
+        return False
+    if cuda_include() is None:
+        print("lammps_plugin/build.py: torch has CUDA but no CUDA headers were found (CUDA_HOME, nvcc, "
+              "/usr/local/cuda, nvidia-cuda-runtime): building without the CUDA graph", file=sys.stderr)
+        return False
+    return True
 
 
 def cpu_ops_sources() -> list[Path]:
@@ -118,8 +129,11 @@ def cflags(cuda_graph: bool) -> list[str]:
     includes = [HERE, lammps_include(), mpi_include(), *t_inc]
     flags = ["-std=c++20", "-O2", "-fPIC", "-DLAMMPS_SMALLBIG", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"]
     if cuda_graph:
+        include = cuda_include()
+        if include is None:
+            raise RuntimeError("no CUDA runtime headers (cuda_runtime_api.h) for the plugin's CUDA graph")
         flags.append("-DMD_ACCEL_CUDA_GRAPH")
-        includes.append(cuda_include())
+        includes.append(include)
     return flags + [f"-I{p}" for p in includes]
 
 
@@ -130,7 +144,7 @@ def plugin_sources(cuda_graph: bool) -> list[str]:
 def commands(out: Path, cxx: str = "g++") -> tuple[list[list[str]], list[list[str]]]:
     """Compile commands (one per source) and the link commands (plugin, then the CPU ops)."""
     _, t_lib, t_libs, _ = torch_paths()
-    cuda_graph = torch_has_cuda()
+    cuda_graph = with_cuda_graph()
     flags = cflags(cuda_graph)
     torch_link = [f"-L{t_lib}", f"-Wl,-rpath,{t_lib}", "-Wl,--no-as-needed", *(f"-l{name}" for name in t_libs)]
     sources = plugin_sources(cuda_graph)
@@ -182,7 +196,9 @@ def check_cuda_graph(cxx: str = "g++") -> None:
     machines whose torch has no CUDA (CI): torch's CUDA headers lack their generated configuration
     there, which C10_CUDA_NO_CMAKE_CONFIGURE_FILE stands in for."""
     flags = [f for f in cflags(True) if f != "-O2"] + ["-fsyntax-only", "-Wall", "-Werror"]
-    if not torch_has_cuda():
+    import torch
+
+    if torch.version.cuda is None:
         flags.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
     def check(source: str) -> str:
         proc = subprocess.run([cxx, *flags, str(HERE / source)], capture_output=True, text=True)

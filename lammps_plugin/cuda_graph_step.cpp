@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 
 using namespace md_accel_lammps;
 
@@ -79,10 +81,27 @@ int64_t GraphLayout::padding_node(int64_t slot) const
 
 /* ---------------------------------------------------------------------- */
 
+namespace {
+
+// One stream per device for every CudaGraphStep: torch keeps a cuBLAS workspace per (handle,
+// stream) for the life of the process, so a new pool stream per step object would leave more
+// behind each time (md_accel/step.py's capture_stream, the same reason).
+c10::Stream capture_stream(c10::DeviceIndex device)
+{
+  static std::mutex lock;
+  static std::map<c10::DeviceIndex, c10::Stream> streams;
+  std::lock_guard<std::mutex> guard(lock);
+  auto it = streams.find(device);
+  if (it == streams.end()) it = streams.emplace(device, c10::cuda::getStreamFromPool(false, device)).first;
+  return it->second;
+}
+
+}    // namespace
+
 CudaGraphStep::CudaGraphStep(torch::jit::Module model, torch::Device device, torch::Dtype dtype,
                              double pad_length, int warmup) :
     model_(std::move(model)), device_(device), dtype_(dtype), pad_length_(pad_length),
-    warmup_(warmup), stream_(c10::cuda::getStreamFromPool(false, device.index()))
+    warmup_(warmup), stream_(capture_stream(device.index()))
 {
 }
 

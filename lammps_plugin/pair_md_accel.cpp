@@ -191,7 +191,7 @@ void PairMDAccel::allocate()
 
 /* ----------------------------------------------------------------------
    pair_style md_accel [device auto|cpu|cuda] [comm auto|none|layer|shell]
-                       [recompute no|yes] [cuda_graph auto|yes|no]
+                       [recompute yes|no] [cuda_graph auto|yes|no]
    (the enums list their values in this order)
 ------------------------------------------------------------------------- */
 
@@ -207,14 +207,20 @@ void PairMDAccel::settings(int narg, char **arg)
                  utils::join_words(values, ", "));
     return static_cast<int>(it - values.begin());
   };
+  // a pair_style line again starts from the defaults
+  device_choice = DEVICE_AUTO;
+  comm_choice = COMM_AUTO;
+  graph_choice = GRAPH_AUTO;
+  recompute = false;
   for (int iarg = 0; iarg < narg; iarg += 2) {
     if (strcmp(arg[iarg], "device") == 0)
       device_choice = static_cast<DeviceChoice>(value_of(iarg, {"auto", "cpu", "cuda"}));
     else if (strcmp(arg[iarg], "comm") == 0)
       comm_choice = static_cast<CommChoice>(value_of(iarg, {"auto", "none", "layer", "shell"}));
-    else if (strcmp(arg[iarg], "recompute") == 0)
-      recompute = value_of(iarg, {"no", "yes"}) == 1;
-    else if (strcmp(arg[iarg], "cuda_graph") == 0)
+    else if (strcmp(arg[iarg], "recompute") == 0) {
+      if (iarg + 2 > narg) utils::missing_cmd_args(FLERR, "pair_style md_accel recompute", error);
+      recompute = utils::logical(FLERR, arg[iarg + 1], false, lmp) == 1;
+    } else if (strcmp(arg[iarg], "cuda_graph") == 0)
       graph_choice = static_cast<GraphChoice>(value_of(iarg, {"auto", "yes", "no"}));
     else
       error->all(FLERR, "Unknown pair_style md_accel keyword {}", arg[iarg]);

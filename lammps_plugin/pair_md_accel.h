@@ -2,7 +2,7 @@
    md_accel: LAMMPS pair style for md_accel message-passing potentials.
 
    pair_style md_accel [device auto|cpu|cuda] [comm auto|none|layer|shell]
-                       [recompute no|yes] [cuda_graph auto|yes|no]
+                       [recompute yes|no] [cuda_graph auto|yes|no]
    pair_coeff * * model.mdx El1 [El2 ...]
 
    The model file is a TorchScript archive whose extra file md_accel.json

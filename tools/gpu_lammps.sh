@@ -12,8 +12,12 @@ bundle=$1; shift
 check=0
 if [[ ${1:-} == --check ]]; then check=1; out=$(mkdir -p "$2" && realpath "$2"); shift 2; fi
 models=()
-for m in "$@"; do [[ $m == *.mdx ]] && models+=("$(realpath "$m")"); done
-((check)) && models=("$PWD/models/mace_cu/mace_cu.mdx" "${models[@]}")
+if ((check)); then
+  models=("$PWD/models/mace_cu/mace_cu.mdx")
+  for m in "$@"; do models+=("$(realpath "$m")"); done
+else
+  models=("$(realpath "$1")")
+fi
 # shellcheck disable=SC1091
 source "$bundle/setup-on-gpu.sh"
 export PYTHONPATH=$PWD:$PYTHONPATH MD_ACCEL_BUILD_DIR=$PWD/.gpu/build TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
@@ -23,20 +27,22 @@ for cache in .gpu/gpu_*.tar.xz; do  # carried build caches (tools/gpu_check.sh p
 done
 TAG=$(python -c "import runpy; print(runpy.run_path('csrc/build.py')['jit_tag']())")
 [[ -f .gpu/prebuilt/$TAG.so ]] && export MD_ACCEL_OPS_LIBRARY=$PWD/.gpu/prebuilt/$TAG.so
-# the ops library and the kernels generated for the models' plans (built once, cached on disk)
-ops=$(python - "${models[@]}" <<'PY'
+# the ops library and the kernels generated for the models' plans (built once, cached on disk):
+# exactly the libraries the models loaded, for the plugin to preload
+python - .gpu/lammps/libs.txt "${models[@]}" <<'PY'
 import sys
 import md_accel
-from md_accel.ops import _cuda
-for path in sys.argv[1:]:
+from md_accel.ops import _cuda, _sc_codegen
+for path in sys.argv[2:]:
     md_accel.load(path, device="cuda")   # moving to CUDA builds/loads the generated kernels
-print(_cuda.library_path())
+with open(sys.argv[1], "w") as f:
+    f.write(f"{_cuda.library_path()}\n")
+    for loaded in (_cuda._loaded_specs, _sc_codegen._loaded, _cuda._loaded_fused):
+        f.write(":".join(loaded) + "\n")
 PY
-)
-export MD_ACCEL_OPS_LIBRARY=$ops
-kernels() { ls "$MD_ACCEL_BUILD_DIR"/$1 2>/dev/null | paste -sd: -; }
-export MD_ACCEL_TP_KERNELS=$(kernels 'tp_specs/[!f]*.so') MD_ACCEL_SC_KERNELS=$(kernels 'sc_specs/*.so') \
-  MD_ACCEL_TP_FUSED_KERNELS=$(kernels 'tp_specs/fused-*.so')
+mapfile -t libs <.gpu/lammps/libs.txt
+export MD_ACCEL_OPS_LIBRARY=${libs[0]} MD_ACCEL_TP_KERNELS=${libs[1]} MD_ACCEL_SC_KERNELS=${libs[2]} \
+  MD_ACCEL_TP_FUSED_KERNELS=${libs[3]}
 python lammps_plugin/build.py --out .gpu/lammps
 export LAMMPS_PLUGIN_PATH=$PWD/.gpu/lammps MD_ACCEL_LAMMPS_PLUGIN_DIR=$PWD/.gpu/lammps
 echo "[gpu_lammps] ops $MD_ACCEL_OPS_LIBRARY; generated kernels: $(echo "$MD_ACCEL_TP_KERNELS" | tr ':' '\n' | wc -l)"
@@ -48,6 +54,7 @@ fi
 status=0
 python -m pytest -q -p no:cacheprovider tests/lammps/test_lammps_cuda.py 2>&1 | tee "$out/pytest_lammps_cuda.log" | tail -15 \
   || status=1
+grep -q " passed" "$out/pytest_lammps_cuda.log" && ! grep -q " skipped" "$out/pytest_lammps_cuda.log" || status=1
 for m in "${models[@]}"; do
   tag=lammps_$(basename "$m" .mdx)
   python benchmarks/lammps_step.py --model "$m" --sizes "${SIZES:-864,4000}" --steps "${STEPS:-100}" \

@@ -181,9 +181,14 @@ def run_all(problem, g, num_nodes, dtype, seed, specialised=None):
         assert rel_err(a, b) <= tol, (name, rel_err(a, b))
 
 
+@pytest.mark.parametrize("split", [None, "3"], ids=["split_auto", "split3"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_matches_reference(name, dtype, kernels):
+def test_matches_reference(name, dtype, split, kernels, monkeypatch):
+    """``split``: receivers cut into parts (MD_ACCEL_BWD_SPLIT, read per call): the generated
+    backward's part loop; without it this small graph runs one block per receiver."""
+    if split is not None:
+        monkeypatch.setenv("MD_ACCEL_BWD_SPLIT", split)
     problem = CONFIGS[name]()
     gen = torch.Generator().manual_seed(1)
     num_nodes = 40

@@ -48,7 +48,8 @@ class Case:
 
 def run_cases(run_lmp, workdir: Path, cases, nprocs: int) -> dict:
     """tag -> energy, virial (Voigt xx yy zz xy xz yz, eV), forces (by atom id), mode (the comm
-    mode the log reports), min_owned (fewest atoms on a rank), ghost_cutoff (A)."""
+    mode the log reports), min_owned (fewest atoms on a rank), ghost_cutoff (A), captures (CUDA
+    graph captures the case logged), warnings (its WARNING lines)."""
     script = "".join(CASE.format(tag=c.tag, data=c.data, model=c.model, symbols=c.symbols, style=c.style,
                                  processors=c.processors, boundary=c.boundary,
                                  virial=VIRIAL) for c in cases)
@@ -57,14 +58,20 @@ def run_cases(run_lmp, workdir: Path, cases, nprocs: int) -> dict:
     ghost_cutoffs = GHOST_CUTOFF.findall(log)
     assert len(reports) == len(cases) == len(ghost_cutoffs), log[-3000:]
     out = {}
+    lines = log.splitlines()
+    first = 0
     for case, (mode, ranks, min_owned), ghost in zip(cases, reports, ghost_cutoffs):
-        line = next(l for l in log.splitlines() if l.startswith(f"RESULT {case.tag} "))
+        last = next(i for i, l in enumerate(lines) if l.startswith(f"RESULT {case.tag} "))
+        line, own = lines[last], lines[first:last]   # the case's own output: since the previous RESULT
+        first = last + 1
         pe, vol, *press = map(float, line.split()[2:])
         forces = np.loadtxt(workdir / f"forces_{case.tag}.dump", skiprows=9)
         assert int(ranks) == nprocs
         out[case.tag] = {"energy": pe, "virial": np.array(press) * vol / NKTV2P_METAL,
                          "forces": forces[:, 1:], "mode": mode, "min_owned": int(min_owned),
-                         "ghost_cutoff": float(ghost)}
+                         "ghost_cutoff": float(ghost),
+                         "captures": sum("md_accel: CUDA graph capture" in l for l in own),
+                         "warnings": [l for l in own if "WARNING" in l]}
     return out
 
 

@@ -35,6 +35,8 @@ def test_graph_matches_calculator(run_lmp, tmp_path):
         for key, value in d.items():
             assert value < TOL[key], (case.tag, d)
     assert got["graph"]["mode"] == got["eager"]["mode"] == "none"
+    assert got["graph"]["captures"] == 1 and not got["graph"]["warnings"], got["graph"]["warnings"]
+    assert got["eager"]["captures"] == got["layer"]["captures"] == 0
     np.testing.assert_allclose(got["graph"]["forces"], got["eager"]["forces"], rtol=0, atol=1e-10)
     assert np.abs(want["forces"]).max() > 0.1
 

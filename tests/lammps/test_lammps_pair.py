@@ -64,7 +64,8 @@ MODELS = {
 @pytest.mark.parametrize("triclinic", [False, True], ids=["orthogonal", "triclinic"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_matches_python_reference(lammps_in_process, tmp_path, name, triclinic, style):
-    """Default comm mode: layer for mp2 (it exports the layered interface), shell for lj."""
+    """The one-rank default (comm none) and comm shell, for a model with the layered interface
+    (mp2) and one without (lj)."""
     atoms, types = cu_ni(triclinic)
     model = save_mdx(MODELS[name](), tmp_path / "model.mdx")
     data = write_data(tmp_path / "data.lmp", atoms, types)
