@@ -98,6 +98,20 @@ def max_diffs(got: dict, want: dict) -> dict:
     return d
 
 
+def nve(skin: float, temperature: float, seed: int) -> str:
+    """Input lines for NVE MD with a neighbour-list check every step, 1 fs, pe and etotal printed
+    every 10 steps with all digits (``thermo`` reads them back)."""
+    return f"""neighbor {skin} bin
+neigh_modify every 1 delay 0 check yes
+velocity all create {temperature} {seed} mom yes rot yes dist gaussian
+timestep 0.001
+fix nve all nve
+thermo 10
+thermo_style custom step pe etotal
+thermo_modify format float %.15g
+"""
+
+
 def thermo(log: str) -> np.ndarray:
     """Rows (step, value, value) of a thermo output with two float columns (e.g. pe etotal)."""
     rows = re.findall(r"^\s+(\d+)\s+(-?[\d.]+(?:e[-+]\d+)?)\s+(-?[\d.]+(?:e[-+]\d+)?)\s*$", log, re.M)

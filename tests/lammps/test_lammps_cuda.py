@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lammps_cases import Case, ase_reference, max_diffs, run_cases, thermo
+from lammps_cases import Case, ase_reference, max_diffs, nve, run_cases, thermo
 from lammps_toy_potentials import cu_ni, write_data
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -51,15 +51,7 @@ create_atoms 1 box
 mass 1 63.546
 pair_style md_accel device cuda cuda_graph {graph}
 pair_coeff * * {model} Cu
-neighbor 0.3 bin
-neigh_modify every 1 delay 0 check yes
-velocity all create 2400.0 4928459 mom yes rot yes dist gaussian
-timestep 0.001
-fix nve all nve
-thermo 10
-thermo_style custom step pe etotal
-thermo_modify format float %.15g
-run 100
+""" + nve(0.3, 2400.0, 4928459) + """run 100
 change_box all x scale 1.1 y scale 1.1 z scale 1.1 remap
 run 100
 """

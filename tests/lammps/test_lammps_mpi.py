@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from lammps_cases import Case, run_cases, thermo
+from lammps_cases import Case, nve, run_cases, thermo
 from lammps_toy_potentials import (SYMBOLS, TYPE_TO_SPECIES, MessagePassingToy, cu_ni, reference,
                                    save_mdx, slab, write_data)
 
@@ -77,16 +77,7 @@ mass 1 58.693
 mass 2 63.546
 pair_style md_accel {style}
 pair_coeff * * model.mdx {symbols}
-neighbor 0.5 bin
-neigh_modify every 1 delay 0 check yes
-velocity all create 1200.0 12345 mom yes rot yes dist gaussian
-timestep 0.001
-fix nve all nve
-thermo 10
-thermo_style custom step pe etotal
-thermo_modify format float %.15g
-run 100
-"""
+""" + nve(0.5, 1200.0, 12345) + "run 100\n"
 
 
 def test_md_modes_follow_single_rank(run_lmp, tmp_path):
