@@ -13,33 +13,12 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <mutex>
 
 using namespace md_accel_lammps;
 
 namespace {
-
-constexpr double GROWTH = 1.25;
-constexpr int64_t ALIGN = 32;
-constexpr int64_t PAD_DEGREE = 4;
-
-int64_t ceil_div(int64_t a, int64_t b)
-{
-  return (a + b - 1) / b;
-}
-
-// smallest rung >= n of the ladder 32, 64, ..., c_{k+1} = roundup32(ceil(GROWTH c_k))
-int64_t capacity(int64_t n)
-{
-  int64_t c = ALIGN;
-  while (c < n) {
-    auto grown = static_cast<int64_t>(std::ceil(static_cast<double>(c) * GROWTH));
-    c = std::max(c + ALIGN, ceil_div(grown, ALIGN) * ALIGN);
-  }
-  return c;
-}
 
 template <typename T>
 void fill_vectors(T *out, const std::vector<double> &vec, int64_t num_edges, int64_t edge_capacity,
@@ -51,37 +30,6 @@ void fill_vectors(T *out, const std::vector<double> &vec, int64_t num_edges, int
     out[3 * s + 1] = out[3 * s + 2] = T(0);
   }
 }
-
-}    // namespace
-
-GraphLayout GraphLayout::for_graph(int64_t num_nodes, int64_t num_edges)
-{
-  GraphLayout l;
-  l.num_nodes = num_nodes;
-  l.edge_capacity = capacity(num_edges);
-  l.min_edges = std::min(
-      static_cast<int64_t>(static_cast<double>(l.edge_capacity) / (GROWTH * GROWTH)), num_edges);
-  const int64_t degree = PAD_DEGREE * std::max<int64_t>(1, ceil_div(num_edges, std::max<int64_t>(num_nodes, 1)));
-  const int64_t pad_nodes = std::max<int64_t>(1, ceil_div(l.edge_capacity - l.min_edges, degree));
-  l.node_capacity = capacity(num_nodes + pad_nodes);
-  return l;
-}
-
-bool GraphLayout::fits(int64_t n, int64_t e) const
-{
-  return n == num_nodes && min_edges <= e && e <= edge_capacity;
-}
-
-int64_t GraphLayout::padding_node(int64_t slot) const
-{
-  // non-decreasing in the slot, spread evenly over the padding nodes
-  return num_nodes + std::max<int64_t>(slot - min_edges, 0) * (node_capacity - num_nodes) /
-      std::max<int64_t>(edge_capacity - min_edges, 1);
-}
-
-/* ---------------------------------------------------------------------- */
-
-namespace {
 
 // One stream per device for every CudaGraphStep: torch keeps a cuBLAS workspace per (handle,
 // stream) for the life of the process, so a new pool stream per step object would leave more

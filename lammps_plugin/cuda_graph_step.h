@@ -20,6 +20,8 @@
 #ifndef LMP_MD_ACCEL_CUDA_GRAPH_STEP_H
 #define LMP_MD_ACCEL_CUDA_GRAPH_STEP_H
 
+#include "graph_layout.h"
+
 #include <torch/script.h>
 
 #include <cstdint>
@@ -31,17 +33,6 @@ struct CUDAGraph;
 }
 
 namespace md_accel_lammps {
-
-// md_accel/step.py's Layout.for_graph, same ladder and rounding (GROWTH 1.25, multiples of 32,
-// padding nodes receiving at most ~4x the real graph's mean degree)
-struct GraphLayout {
-  int64_t num_nodes = 0, node_capacity = 0, edge_capacity = 0, min_edges = 0;
-
-  static GraphLayout for_graph(int64_t num_nodes, int64_t num_edges);
-  bool fits(int64_t num_nodes, int64_t num_edges) const;
-  // the padding node of edge slot s (s >= the real edge count)
-  int64_t padding_node(int64_t slot) const;
-};
 
 class CudaGraphStep {
  public:
