@@ -21,6 +21,8 @@ struct GraphLayout {
   static constexpr double GROWTH = 1.25;
   static constexpr int64_t ALIGN = 32;
   static constexpr int64_t PAD_DEGREE = 4;    // a padding node receives <= ~4x the mean degree
+  // cuda_graph auto: larger graphs run uncaptured (bound by the GPU, not by launches)
+  static constexpr int64_t AUTO_MAX_EDGES = 300000;
 
   int64_t num_nodes = 0, node_capacity = 0, edge_capacity = 0, min_edges = 0;
 

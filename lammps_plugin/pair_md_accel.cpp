@@ -721,9 +721,10 @@ void PairMDAccel::compute_images(torch::Tensor &node_e, torch::Tensor &grad)
 bool PairMDAccel::use_cuda_graph(int64_t num_edges)
 {
 #ifdef MD_ACCEL_CUDA_GRAPH
-  constexpr int64_t AUTO_MAX_EDGES = 300000;    // md_accel/step.py's AUTO_MAX_EDGES
+  using md_accel_lammps::GraphLayout;
   bool on = comm_mode == COMM_NONE && device.is_cuda() &&
-      (graph_choice == GRAPH_YES || (graph_choice == GRAPH_AUTO && num_edges <= AUTO_MAX_EDGES));
+      (graph_choice == GRAPH_YES ||
+       (graph_choice == GRAPH_AUTO && num_edges <= GraphLayout::AUTO_MAX_EDGES));
   if (!on) graphed.reset();
   return on;
 #else

@@ -26,13 +26,8 @@ summary=()
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /'
 "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
-for cache in .gpu/gpu_*.tar.xz; do
-  [[ -f $cache ]] && tar xJf "$cache" -C .gpu && echo "unpacked $cache"
-done
-TAG=$("$PYTHON" -c "import runpy; print(runpy.run_path('csrc/build.py')['jit_tag']())")  # no md_accel import: that builds
-if [[ -f .gpu/prebuilt/$TAG.so ]]; then
-  export MD_ACCEL_OPS_LIBRARY=$ROOT/.gpu/prebuilt/$TAG.so
-fi
+# shellcheck source=tools/gpu_cache.sh
+source tools/gpu_cache.sh
 
 t0=$SECONDS
 if "$PYTHON" - <<'PY' 2>&1 | tee "$LOGS/build.log"; then

@@ -22,11 +22,8 @@ fi
 source "$bundle/setup-on-gpu.sh"
 export PYTHONPATH=$PWD:$PYTHONPATH MD_ACCEL_BUILD_DIR=$PWD/.gpu/build TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 mkdir -p "$MD_ACCEL_BUILD_DIR" .gpu/lammps
-for cache in .gpu/gpu_*.tar.xz; do  # carried build caches (tools/gpu_check.sh packs them)
-  [[ -f $cache ]] && tar xJf "$cache" -C .gpu
-done
-TAG=$(python -c "import runpy; print(runpy.run_path('csrc/build.py')['jit_tag']())")
-[[ -f .gpu/prebuilt/$TAG.so ]] && export MD_ACCEL_OPS_LIBRARY=$PWD/.gpu/prebuilt/$TAG.so
+# shellcheck source=tools/gpu_cache.sh
+source tools/gpu_cache.sh   # carried build caches (tools/gpu_check.sh packs them)
 # the ops library and the kernels generated for the models' plans (built once, cached on disk):
 # exactly the libraries the models loaded, for the plugin to preload
 python - .gpu/lammps/libs.txt "${models[@]}" <<'PY'

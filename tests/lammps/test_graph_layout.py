@@ -1,6 +1,7 @@
 """The plugin's CUDA-graph layout (lammps_plugin/graph_layout.h) is md_accel/step.py's Layout written
 again in C++: compiled here with g++ (no torch, no CUDA), it must give the same capacities, edge range,
-fits() and padding nodes as the Python calculator for graphs from a few atoms to a million edges."""
+fits(), padding nodes and graph-size limit as the Python calculator, for graphs from a few atoms to a
+million edges."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from md_accel.step import Layout, PaddedGraph
+from md_accel.step import AUTO_MAX_EDGES, Layout, PaddedGraph
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,6 +19,7 @@ PROGRAM = r"""
 #include <cstdio>
 using md_accel_lammps::GraphLayout;
 int main() {
+  std::printf("%lld\n", (long long) GraphLayout::AUTO_MAX_EDGES);
   long long n, e;
   while (std::scanf("%lld %lld", &n, &e) == 2) {
     const GraphLayout l = GraphLayout::for_graph(n, e);
@@ -50,6 +52,7 @@ def test_layouts_match_step_py(layout_program):
     graphs.append((25000, 1_000_000))
     out = subprocess.run([str(layout_program)], input="".join(f"{n} {e}\n" for n, e in graphs), text=True,
                          capture_output=True, check=True).stdout.splitlines()
+    assert int(out.pop(0)) == AUTO_MAX_EDGES   # cuda_graph auto's limit, the calculator's
     assert len(out) == len(graphs)
     for (n, e), line in zip(graphs, out):
         nodes, n_cap, e_cap, e_min, fits, above, below, *pad = map(int, line.split())
