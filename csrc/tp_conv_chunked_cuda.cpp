@@ -14,6 +14,7 @@
 #include <ATen/ops/index_select.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -116,7 +117,11 @@ class BwdChunks {
 // The backward needs every chunk's w_c again. A chunk the forward kept is not recomputed; the
 // forward keeps chunks while the kept chunks alive on the device (all layers, all steps: a chunk
 // counts until autograd frees it) stay within a budget: MD_ACCEL_KEEP_WEIGHTS_MIB (read per call;
-// 0 keeps none), by default 8 GiB but at most a quarter of the device's memory. Kept and
+// 0 keeps none) when set. By default 8 GiB plus the largest tensor of rows offered for keeping on
+// the device so far, at most a quarter of the device's memory: a layer whose rows are not kept
+// recomputes them in its backward, so the step's peak already holds one layer's rows beside the
+// kept ones; the default lets the kept rows grow by one such layer (for MACE's two interactions
+// both layers' rows, with no higher peak: the second layer's backward runs first). Kept and
 // recomputed chunks are bit-identical (the same deterministic GEMM on the same operands).
 
 }  // namespace
@@ -159,17 +164,14 @@ int64_t env_mib(const char* name) {
   return std::isfinite(mib) && mib > 0 ? int64_t(std::min(mib, 1e12) * 1048576.0) : 0;
 }
 
-int64_t keep_budget_bytes(int device) {
-  const int64_t set = env_mib("MD_ACCEL_KEEP_WEIGHTS_MIB");
-  return set >= 0 ? set : std::min<int64_t>(int64_t(8) << 30, device_memory(device) / 4);
-}
-
 class KeptChunks {
  public:
   // Whether `bytes` more fit in device's budget; if so they are counted from now on as `t`'s storage.
   bool admit(const Tensor& t, int device) {
-    const int64_t budget = keep_budget_bytes(device), bytes = int64_t(t.storage().nbytes());
+    const int64_t bytes = int64_t(t.storage().nbytes());
     std::lock_guard<std::mutex> lock(m_);
+    if (device >= 0 && device < int64_t(largest_.size())) largest_[device] = std::max(largest_[device], bytes);
+    const int64_t budget = budget_bytes(device);
     entries_.erase(std::remove_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.storage.expired(); }),
                    entries_.end());
     int64_t live = 0;
@@ -180,6 +182,14 @@ class KeptChunks {
   }
 
  private:
+  // The keep budget of `device` (m_ held).
+  int64_t budget_bytes(int device) const {
+    const int64_t set = env_mib("MD_ACCEL_KEEP_WEIGHTS_MIB");
+    if (set >= 0) return set;
+    const int64_t largest = device >= 0 && device < int64_t(largest_.size()) ? largest_[device] : 0;
+    return std::min<int64_t>((int64_t(8) << 30) + largest, device_memory(device) / 4);
+  }
+
   struct Entry {
     int device;
     int64_t bytes;
@@ -187,6 +197,7 @@ class KeptChunks {
   };
   std::mutex m_;
   std::vector<Entry> entries_;
+  std::vector<int64_t> largest_ = std::vector<int64_t>(64, 0);  // per device: the largest tensor offered
 };
 
 // Appends w (chunk number kept->size()) to *kept when the budget admits it; chunks are kept as a
@@ -355,7 +366,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
   if (!w.defined()) w = linear(h, W);  // recomputed: the forward did not keep it
   const Tensor Wt = W.t().contiguous();
   const int64_t step = pair_bwd_chunk_edges(E, W.size(1), x.element_size());
-  Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh_e = at::empty({E, h.size(1)}, h.options());
+  Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh = at::zeros_like(h);
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : at::empty({0, W.size(1)}, W.options());
   if (E == 0) gx.zero_();
   std::optional<BwdChunks> chunks;  // none for one chunk: the whole graph as it is
@@ -370,10 +381,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
     tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w, g, graph, E, g.size(1), e0 > 0, gx,
                          gy.narrow(0, e0, Ec), gw_c, work_c);
-    gh_e.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
+    // each row gets its (at most two) edges' terms, one add each into zero: the same in any order
+    gh.index_add_(0, w_row.narrow(0, e0, Ec), linear(gw_c, Wt));
     if (need_W) gW.addmm_(at::index_select(h, 0, w_row.narrow(0, e0, Ec)).t(), gw_c);
   }
-  return {gx, gy, edges_to_rows(gh_e, w_row, P), gW};
+  return {gx, gy, gh, gW};
 }
 
 }  // namespace md_accel

@@ -76,15 +76,14 @@ def sevenn():
 
 
 def tp_tests():
-    """The tensor-product convolutions of tests/gpu/test_tp_conv_fused_cuda.py (benchmarks/workloads.py)."""
+    """The tensor-product convolutions of benchmarks/workloads.py (benchmarks/kernels.py runs all of them,
+    tests/gpu/test_tp_conv_fused_cuda.py some)."""
     sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     from workloads import WORKLOADS
 
     from md_accel.ops import TensorProductConv
 
-    return [TensorProductConv(w.irreps_in1, w.irreps_in2, w.irreps_out, w.instructions)
-            for name, w in WORKLOADS.items() if name in ("mace_mp0_medium", "mace_first", "sevennet_0",
-                                                         "sevennet_l3i5", "nequip_l3")]
+    return [TensorProductConv(w.irreps_in1, w.irreps_in2, w.irreps_out, w.instructions) for w in WORKLOADS.values()]
 
 
 def main():
