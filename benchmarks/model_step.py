@@ -21,7 +21,8 @@ md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, li
 ``MD_ACCEL_FUSED_RADIAL``), every other md_accel row materialised weights; the radial weights
 are computed once per pair of edges (``edge_partner``, as the Calculator does), ``+edges`` once
 per edge; ``+tf32x3`` runs the node-wise linears on 3xTF32 tensor cores (``MD_ACCEL_LINEAR_TF32X3=1``)
-instead of plain float32 products. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``,
+instead of plain float32 products; ``+per_block`` runs them as one GEMM per instruction (transposed
+copies of l > 0 blocks, the layout before session 23) instead of one ``species_linear`` op. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``,
 ``+split=N``, ``+cublas=0|1``, ``+unbiased=0|1``, ``+save=MIB`` set MD_ACCEL_KEEP_WEIGHTS_MIB,
 MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS, MD_ACCEL_BWD_SPLIT,
 MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row only. Options combine (``md_accel:mace+graph+fused``, ``md_accel:mace+graph+lean=0+keep=0``).
@@ -120,6 +121,7 @@ class MdAccel(Backend):
         # WHAT+graph: the Calculator's step (md_accel.step.GraphedStep: a CUDA graph up to
         # AUTO_MAX_EDGES edges; the stress is computed too). WHAT+fused: the fused-radial kernels.
         # WHAT+edges: radial weights per edge instead of per pair. WHAT+tf32x3: node-wise linears on 3xTF32.
+        # WHAT+per_block: node-wise linears as one GEMM per instruction.
         # WHAT+keep=MIB / +chunk=MIB / +lean=MIB / +lean_chunks=N / +split=N / +cublas=0|1 / +unbiased=0|1 / +save=MIB:
         # MD_ACCEL_KEEP_WEIGHTS_MIB, MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS,
         # MD_ACCEL_BWD_SPLIT, MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED (set around each of this backend's steps) and MD_ACCEL_SAVE_WEIGHTS_MIB (its
@@ -128,10 +130,10 @@ class MdAccel(Backend):
         pairs = [o.split("=", 1) for o in options if "=" in o]
         settings = dict(pairs)
         options = [o for o in options if "=" not in o]
-        unknown = [o for o in options if o not in ("whole", "graph", "fused", "edges", "tf32x3")]
+        unknown = [o for o in options if o not in ("whole", "graph", "fused", "edges", "tf32x3", "per_block")]
         unknown += [k for k in settings if k not in self.SETTINGS]
         if unknown or len(set(options)) != len(options) or len(settings) != len(pairs):
-            raise ValueError(f"bad md_accel options {options} {settings} (known: +whole, +graph, +fused, +edges, +tf32x3, "
+            raise ValueError(f"bad md_accel options {options} {settings} (known: +whole, +graph, +fused, +edges, +tf32x3, +per_block, "
                              f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +split=N, +cublas=0|1, +unbiased=0|1, +save=MIB)")
         for k, v in settings.items():  # numbers, as the library reads them (else it would read 0 or 1)
             if k in self.SWITCHES and v not in ("0", "1"):
@@ -144,6 +146,7 @@ class MdAccel(Backend):
         self.what, self.args = what, args
         self.whole, self.graph, self.fused = ("whole" in options), ("graph" in options), ("fused" in options)
         self.tf32x3 = "tf32x3" in options
+        self.per_block = "per_block" in options
         # +whole keeps whole per-edge weights, so per edge: a graph with pair rows takes the pair op
         self.pairs = "edges" not in options and not self.whole
         self.keeps_pool = self.graph
@@ -196,6 +199,7 @@ class MdAccel(Backend):
         for m in self.pot.modules():  # the converted potential is shared by the variants: set each
             if isinstance(m, Linear):
                 m.tensor_cores = self.tf32x3
+                m.per_block = self.per_block
             if isinstance(m, TensorProductConv):
                 m.save_weights_bytes = 2 ** 62 if self.whole else _save_weights_bytes() if self.save_mib is None \
                     else int(self.save_mib * 2 ** 20)

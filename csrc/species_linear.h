@@ -42,7 +42,8 @@ struct SLWInstr {
 };
 
 // Sizes and operands shared by the launches. species/order: [N] int64; order[p] = node at
-// species-sorted position p (stable argsort of species).
+// species-sorted position p (stable argsort of species). Both null: one species, nodes in their
+// own order (a plain equivariant Linear, which then needs no transposed copies of its blocks).
 struct SLProblem {
   const int64_t* species;
   const int64_t* order;

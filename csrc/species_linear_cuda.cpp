@@ -3,7 +3,8 @@
 // allocation, and the launches (species_linear_kernels.cu).
 //
 // Instruction table `ins`: 6 integers per instruction (i_off, mul_in, o_off, mul_out, d, w_off)
-// with path weights `path_weights` (see md_accel/ops/species_linear.py).
+// with path weights `path_weights` (see md_accel/ops/sl_reference.py). Empty species and order:
+// one species (weight [1, numel]), the plain Linear.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -105,8 +106,13 @@ void check_same(const Tensor& t, const Tensor& ref, const char* name) {
               " must be ", ref.scalar_type(), " on ", ref.device());
 }
 
+// species and order both empty (and num_species 1): every node is species 0, in its own order.
 SLProblem problem(const Tensor& species, const Tensor& order, const Tensor& feat, int64_t num_species,
                   int64_t weight_numel) {
+  if (species.numel() == 0 && order.numel() == 0 && feat.size(0) > 0) {
+    TORCH_CHECK(num_species == 1, "md_accel species_linear: without species the weight must have one row");
+    return {nullptr, nullptr, feat.size(0), num_species, weight_numel};
+  }
   for (const Tensor* t : {&species, &order}) {
     TORCH_CHECK(t->scalar_type() == at::kLong && t->dim() == 1 && t->numel() == feat.size(0),
                 "md_accel species_linear: species and order must be int64 [", feat.size(0), "]");

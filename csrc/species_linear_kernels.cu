@@ -53,6 +53,13 @@ struct SchedParams {
   int mult[kMaxSchedGroups];
 };
 
+// The node at species-sorted position q, and a node's species: without species and order (a plain
+// Linear) every node is species 0, in its own order.
+__device__ __forceinline__ int64_t node_at(const SLProblem& p, int64_t q) { return p.order ? p.order[q] : q; }
+__device__ __forceinline__ int64_t species_of(const SLProblem& p, int64_t node) {
+  return p.species ? p.species[node] : 0;
+}
+
 __device__ __forceinline__ void segment(const int64_t* seg_ptr, int64_t s, int64_t n, int64_t& lo, int64_t& hi) {
   lo = imin<int64_t>(imax<int64_t>(seg_ptr[s], 0), n);
   hi = imin<int64_t>(imax<int64_t>(seg_ptr[s + 1], lo), n);
@@ -64,9 +71,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t q = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t N = p.num_nodes, S = p.num_species;
   if (q >= N) return;
-  const int64_t node = p.order[q];
-  const int64_t b = p.species[node];
-  const int64_t a = q == 0 ? -1 : p.species[p.order[q - 1]];
+  const int64_t node = node_at(p, q);
+  const int64_t b = species_of(p, node);
+  const int64_t a = q == 0 ? -1 : species_of(p, node_at(p, q - 1));
   for (int64_t s = imax<int64_t>(a + 1, 0); s <= imin<int64_t>(b, S); ++s) seg_ptr[s] = q;
   if (q == N - 1)
     for (int64_t s = imax<int64_t>(b + 1, 0); s <= S; ++s) seg_ptr[s] = N;
@@ -164,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   segment(seg_ptr, s, p.num_nodes, seg_lo, seg_hi);
   const int64_t p0 = seg_lo + int64_t(local / ctiles) * tnodes;
   const int nodes = int(imin<int64_t>(tnodes, seg_hi - p0));
-  if (tid < nodes) s_node[tid] = p.order[p0 + tid];
+  if (tid < nodes) s_node[tid] = node_at(p, p0 + tid);
   __syncthreads();
 
   // Per-thread load slots, fixed for the whole K loop (only the K offset moves). A slot j holds
@@ -331,7 +338,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < SLOTS; ++j) {
       const int nl = step * nb + sl_nl[j];
       const bool ok = sl_nl[j] >= 0 && nl < nodes;
-      const int64_t node = ok ? p.order[p0 + nl] : 0;
+      const int64_t node = ok ? node_at(p, p0 + nl) : 0;
       ra[j] = ok && sl_a[j] ? x[node * ld_x + in.x_off + int64_t(u0) * D + sl_r[j]] : T(0);
       rb[j] = ok && sl_b[j] ? g[node * ld_g + in.g_off + int64_t(w0) * D + sl_r[j]] : T(0);
     }

@@ -88,6 +88,7 @@ def save(potential: Potential, path: PathLike, provenance: Optional[Dict] = None
     for m in module.modules():  # the file's linears are plain float32 whatever this process set
         if isinstance(m, Linear):
             m.tensor_cores = False
+            m.per_block = False
     state = module.state_dict()
     prov = {"source": None, "library": None, "library_version": None, "verification": None}
     prov.update(provenance or {})

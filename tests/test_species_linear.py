@@ -186,3 +186,36 @@ def test_torchscript():
     scripted = torch.jit.script(_UsesSpeciesLinear(m))
     assert "md_accel::species_linear_fwd" in str(scripted.sl.forward_species.graph)
     torch.testing.assert_close(scripted(x, species), m.forward_species(x, species), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["mixed", "mace_to_hidden", "l5"])
+def test_one_species_form_is_linear(name):
+    """Empty species and order (one species): ``Linear.forward_node_op`` (how ``Linear`` runs on CUDA)
+    equals ``Linear``'s per-block products (checked against e3nn in test_model_blocks.py), biases
+    included, to second order (forces and force training)."""
+    from md_accel.model.linear import Linear
+
+    gen = torch.Generator().manual_seed(11)
+    m = Linear(*CONFIGS[name], biases=True)
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(m.weight.shape, generator=gen))
+        m.bias.copy_(torch.randn(m.bias.shape, generator=gen))
+    assert name != "mixed" or m.bias_numel > 0
+    x = torch.randn(17, m.dim_in, generator=gen)
+    target = torch.randn(17, m.dim_in, generator=gen)
+
+    def loss(fwd):
+        xr = x.clone().requires_grad_()
+        y = fwd(xr)
+        (gx,) = torch.autograd.grad((y ** 2).sum() + y.sum(), xr, create_graph=True)
+        return (y,) + torch.autograd.grad(((gx - target) ** 2).sum() + y.sum(), (xr, m.weight, m.bias))
+
+    for a, b in zip(loss(m.forward_node_op), loss(m.forward_blocks)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    none = torch.empty(0, dtype=torch.long)
+    w = m.weight.detach().view(1, -1).clone().requires_grad_()
+    xs = x[:5].clone().requires_grad_()
+    fn = lambda x, w: OPS.species_linear_fwd(x, w, none, none, m.op_ins, m.path_weights, m.dim_out)  # noqa: E731
+    assert torch.autograd.gradgradcheck(fn, (xs, w))
+    with pytest.raises((ValueError, RuntimeError), match="one row"):
+        OPS.species_linear_fwd(x, torch.zeros(2, m.weight_numel), none, none, m.op_ins, m.path_weights, m.dim_out)

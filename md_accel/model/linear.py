@@ -8,7 +8,12 @@ weights load 1:1. The output of instruction ``(i, o)`` is scaled by ``path_weigh
 callers may pass explicit path weights (e.g. when constant inputs were folded into ``bias``).
 ``bias`` (e3nn layout, scalar ``0e`` output blocks only) is added unscaled.
 
-The products run through ``torch.mm`` (float32 or float64): on CUDA, 3xTF32 tensor cores
+On CUDA the whole map is one ``md_accel::species_linear_fwd`` call with one species (its kernels
+read and write each block in the ``[n, mul, 2l+1]`` layout: no transposed copies, no sums or
+concatenation of blocks; round-to-nearest float32 / float64 FMAs); the per-instruction products
+below are the CPU path (and, with ``per_block``, a CUDA one for comparisons).
+
+The per-instruction products run through ``torch.mm`` (float32 or float64): on CUDA, 3xTF32 tensor cores
 (``md_accel::linear_tf32x3``) only where ``MD_ACCEL_LINEAR_TF32X3=1`` was set when the module
 was built (model files always store the ``torch.mm`` form). The tensor cores truncate as they
 accumulate, a bias of ~2e-7 of every output that node-wise linears pass on from layer to layer
@@ -48,6 +53,8 @@ class Linear(torch.nn.Module):
     ins: List[List[int]]
     out_blocks: List[List[int]]
     path_weights: List[float]
+    op_ins: List[int]
+    bias_cols: List[List[int]]
 
     def __init__(
         self,
@@ -87,15 +94,40 @@ class Linear(torch.nn.Module):
             self.out_blocks.append([mo.mul, mo.ir.dim, b_off if has_bias else -1, int(o in fed)])
             b_off += mo.dim if has_bias else 0
         self.bias_numel = b_off
+        # the same map as md_accel::species_linear_* tables: (i_off, mul_in, o_off, mul_out, d, w_off)
+        # per instruction, and (column, bias offset, width) per biased output block
+        self.op_ins: List[int] = [v for r in self.ins for v in (in_off[r[0]], r[1], out_off[r[2]], r[3], r[4], r[5])]
+        self.bias_cols: List[List[int]] = [[out_off[o], blk[2], blk[0] * blk[1]]
+                                           for o, blk in enumerate(self.out_blocks) if blk[2] >= 0]
         self.dim_in = self.irreps_in.dim
         self.dim_out = self.irreps_out.dim
         self.weight = torch.nn.Parameter(torch.randn(self.weight_numel))
         self.bias = torch.nn.Parameter(torch.zeros(self.bias_numel))
         self.tensor_cores = os.environ.get("MD_ACCEL_LINEAR_TF32X3", "0") == "1"
+        self.per_block = False  # True: the per-instruction products on CUDA too (comparisons)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.dim_in)
+        if x2.is_cuda and not self.tensor_cores and not self.per_block:
+            out = self.forward_node_op(x2)
+        else:
+            out = self.forward_blocks(x2)
+        return out.reshape(lead + (self.dim_out,))
+
+    def forward_node_op(self, x2: torch.Tensor) -> torch.Tensor:
+        """The whole map as one ``md_accel::species_linear_fwd`` call with one species: every block
+        read and written in its ``[n, mul, d]`` layout, no transposed copies, sums or concatenation
+        (its gradients are that op family's, closed under differentiation); then the biases."""
+        one_species = torch.empty(0, dtype=torch.long, device=x2.device)
+        out = torch.ops.md_accel.species_linear_fwd(x2.contiguous(), self.weight.view(1, -1), one_species,
+                                                    one_species, self.op_ins, self.path_weights, self.dim_out)
+        for c in self.bias_cols:
+            out.narrow(1, c[0], c[2]).add_(self.bias.narrow(0, c[1], c[2]))
+        return out
+
+    def forward_blocks(self, x2: torch.Tensor) -> torch.Tensor:
+        """One product per instruction (the CPU path and the reference of the CUDA op's use)."""
         n = x2.shape[0]
         parts: List[List[torch.Tensor]] = [[] for _ in range(len(self.out_blocks))]
         blocks = torch.split(x2, self.in_sizes, dim=-1)
@@ -134,8 +166,7 @@ class Linear(torch.nn.Module):
             if b_off >= 0:
                 y = y + self.bias[b_off: b_off + mul * d]
             outs.append(y)
-        out = torch.cat(outs, dim=-1) if len(outs) > 0 else x2.new_zeros((n, 0))
-        return out.reshape(lead + (self.dim_out,))
+        return torch.cat(outs, dim=-1) if len(outs) > 0 else x2.new_zeros((n, 0))
 
     def spec(self) -> Dict:
         out: Dict = {"irreps_in": str(self.irreps_in), "irreps_out": str(self.irreps_out), "biases": self.biases}

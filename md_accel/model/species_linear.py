@@ -22,15 +22,10 @@ class SpeciesLinear(Linear):
     """``out[n] = Linear_{species[n]}(x[n])``; ``weight`` is ``[num_species, weight_numel]``
     (row ``s`` in ``Linear``'s flat layout). No biases."""
 
-    op_ins: List[int]
-
     def __init__(self, irreps_in, irreps_out, num_species: int, path_weights: Optional[Sequence[float]] = None):
         super().__init__(irreps_in, irreps_out, False, path_weights)
         self.num_species = int(num_species)
         self.weight = torch.nn.Parameter(torch.randn(self.num_species, self.weight_numel))
-        # the op's instruction table: (i_off, mul_in, o_off, mul_out, d, w_off) per instruction
-        in_off, out_off = self.irreps_in.offsets(), self.irreps_out.offsets()
-        self.op_ins: List[int] = [v for r in self.ins for v in (in_off[r[0]], r[1], out_off[r[2]], r[3], r[4], r[5])]
 
     def forward_species(self, x: torch.Tensor, species: torch.Tensor) -> torch.Tensor:
         if x.is_cuda:

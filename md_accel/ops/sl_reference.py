@@ -9,7 +9,8 @@ row-major ``[mul_in, mul_out]`` matrix, scaled by ``path_weights[k]``:
 
     out[n, o_off + w*d + i] += pw_k * sum_u weight[species[n], w_off + u*mul_out + w] * x[n, i_off + u*d + i]
 
-Output columns no instruction writes are zero. ``bwd_x`` and ``bwd_w`` are the gradients of
+Output columns no instruction writes are zero. Empty ``species`` and ``order`` stand for one
+species (``weight`` ``[1, numel]``): ``Linear`` runs on CUDA as this op. ``bwd_x`` and ``bwd_w`` are the gradients of
 ``<g, fwd(x, W)>`` with respect to ``x`` and ``W``; together with ``fwd`` they are closed under
 differentiation (see ``csrc/species_linear_ops.cpp``).
 """
@@ -29,8 +30,13 @@ def weight_numel(ins: List[int]) -> int:
     return max([r[5] + r[1] * r[3] for r in instructions(ins)] + [0])
 
 
-def _species_groups(species: torch.Tensor, num_species: int) -> List[Tuple[int, torch.Tensor]]:
-    """``(s, node indices of species s)`` for every species with nodes."""
+def _species_groups(species: torch.Tensor, num_species: int, n: int) -> List[Tuple[int, torch.Tensor]]:
+    """``(s, node indices of species s)`` for every species with nodes, of ``n`` nodes. An empty
+    ``species`` with ``n > 0`` nodes means one species: a plain ``Linear`` (weight ``[1, numel]``)."""
+    if species.numel() == 0 and n > 0:
+        if num_species != 1:
+            raise ValueError("without species the weight must have one row")
+        return [(0, torch.arange(n, device=species.device))]
     if species.numel() > 0 and (int(species.min()) < 0 or int(species.max()) >= num_species):
         raise ValueError(f"species outside [0, {num_species})")
     order = torch.argsort(species, stable=True)
@@ -41,7 +47,7 @@ def _species_groups(species: torch.Tensor, num_species: int) -> List[Tuple[int, 
 def species_linear_fwd_ref(x: torch.Tensor, weight: torch.Tensor, species: torch.Tensor, ins: List[int],
                            path_weights: List[float], dim_out: int) -> torch.Tensor:
     out = x.new_zeros((x.shape[0], dim_out))
-    for s, idx in _species_groups(species, weight.shape[0]):
+    for s, idx in _species_groups(species, weight.shape[0], x.shape[0]):
         xs = x.index_select(0, idx)
         ys = x.new_zeros((idx.numel(), dim_out))
         for (i_off, mi, o_off, mo, d, w_off), pw in zip(instructions(ins), path_weights):
@@ -57,7 +63,7 @@ def species_linear_fwd_ref(x: torch.Tensor, weight: torch.Tensor, species: torch
 def species_linear_bwd_x_ref(grad_out: torch.Tensor, weight: torch.Tensor, species: torch.Tensor, ins: List[int],
                              path_weights: List[float], dim_in: int) -> torch.Tensor:
     gx = grad_out.new_zeros((grad_out.shape[0], dim_in))
-    for s, idx in _species_groups(species, weight.shape[0]):
+    for s, idx in _species_groups(species, weight.shape[0], grad_out.shape[0]):
         gs = grad_out.index_select(0, idx)
         ys = grad_out.new_zeros((idx.numel(), dim_in))
         for (i_off, mi, o_off, mo, d, w_off), pw in zip(instructions(ins), path_weights):
@@ -73,7 +79,7 @@ def species_linear_bwd_x_ref(grad_out: torch.Tensor, weight: torch.Tensor, speci
 def species_linear_bwd_w_ref(x: torch.Tensor, grad_out: torch.Tensor, species: torch.Tensor, ins: List[int],
                              path_weights: List[float], num_species: int) -> torch.Tensor:
     gw = x.new_zeros((num_species, weight_numel(ins)))
-    for s, idx in _species_groups(species, num_species):
+    for s, idx in _species_groups(species, num_species, x.shape[0]):
         xs, gs = x.index_select(0, idx), grad_out.index_select(0, idx)
         for (i_off, mi, o_off, mo, d, w_off), pw in zip(instructions(ins), path_weights):
             if mi == 0 or mo == 0:
