@@ -21,8 +21,8 @@ md_accel rows: ``md_accel:WHAT`` runs the step uncaptured (launches included, li
 ``MD_ACCEL_FUSED_RADIAL``), every other md_accel row materialised weights; the radial weights
 are computed once per pair of edges (``edge_partner``, as the Calculator does), ``+edges`` once
 per edge; ``+tf32x3`` runs the node-wise linears on 3xTF32 tensor cores (``MD_ACCEL_LINEAR_TF32X3=1``)
-instead of plain float32 products; ``+per_block`` runs them as one GEMM per instruction (transposed
-copies of l > 0 blocks, the layout before session 23) instead of one ``species_linear`` op. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``,
+instead of plain float32 products; ``+per_block`` runs the float64 ones as one GEMM per instruction
+(transposed copies of l > 0 blocks, as before session 23) instead of one ``species_linear`` op. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``,
 ``+split=N``, ``+cublas=0|1``, ``+unbiased=0|1``, ``+save=MIB`` set MD_ACCEL_KEEP_WEIGHTS_MIB,
 MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS, MD_ACCEL_BWD_SPLIT,
 MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row only. Options combine (``md_accel:mace+graph+fused``, ``md_accel:mace+graph+lean=0+keep=0``).

@@ -19,7 +19,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
+#include "mma.cuh"
 #include "species_linear.h"
 #include "vec16.cuh"
 
@@ -134,7 +137,11 @@ struct GemmParams {
   SLTerm terms[kMaxTermsPerLaunch];
 };
 
-template <typename T, int BM, int BN, int TM, int TN, bool TRANS>
+// MMA (float64 only): the tile's products on the tensor cores (DMMA, mma.m8n8k4: IEEE float64
+// products and sums, mma.cuh), each warp a WM x WN part of the BM x BN tile; else CUDA-core FMAs,
+// each thread a TM x TN part. One DMMA does the work of 8 warp-wide FMA instructions: the FMA form
+// of the float64 tiles issued at ~30 % of the FMA peak (session 23, benchmarks/linear.py).
+template <typename T, int BM, int BN, int TM, int TN, bool TRANS, bool MMA>
 __global__ void __launch_bounds__(kThreads, 2)
     gemm_kernel(SLProblem p, GemmParams gp, const T* __restrict__ src, int64_t ld_src, const T* __restrict__ weight,
                 T* __restrict__ dst, int64_t ld_dst, const int64_t* __restrict__ seg_ptr,
@@ -143,10 +150,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int TX = BN / TN;
   constexpr int NG = TN / LANES;  // column groups of LANES contiguous columns per thread
   constexpr int GS = BN / NG;     // stride between a thread's column groups
-  constexpr int AS = BM + LANES;  // padded shared-memory rows (16-byte aligned)
-  constexpr int BS = BN + LANES;
+  // padded shared-memory rows, 16-byte aligned; for the DMMA fragments (lane (g, t) reads row t,
+  // column g) a row stride of 4 mod 16 doubles puts a half-warp's 16 loads in distinct banks
+  constexpr int PAD = MMA ? 4 : LANES;
+  constexpr int AS = BM + PAD;
+  constexpr int BS = BN + PAD;
+  constexpr int WN = BN >= 64 ? 32 : 16;  // MMA warp tile WM x WN
+  constexpr int WARPS_N = BN / WN, WARPS_M = (kThreads / 32) / WARPS_N, WM = BM / WARPS_M;
+  constexpr int MT = WM / 8, NT = WN / 8;  // m8n8 tiles per warp
   constexpr int A_SLOTS = BM * kBK / kThreads;
   constexpr int B_SLOTS = BN * kBK / kThreads;
+  static_assert(!MMA || (sizeof(T) == 8 && WARPS_M * WARPS_N * 32 == kThreads && WM % 8 == 0 && kBK % 4 == 0),
+                "mma tile");
   static_assert(TX * (BM / TM) == kThreads, "thread tile");
   static_assert(TM % LANES == 0 && TN % LANES == 0 && GS == TX * LANES, "vector loads");
   static_assert(A_SLOTS * kThreads == BM * kBK && B_SLOTS * kThreads == BN * kBK, "load slots");
@@ -222,11 +237,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int q = 0; q < grp.num_terms; ++q) nchunks += (gp.terms[grp.first_term + q].k + kBK - 1) / kBK;
 
   const int tx = tid % TX, ty = tid / TX;
-  T acc[TM][TN];
+  // MMA: lane (g, t) of warp (wm, wn) holds acc[mt][nt][v] = C(row wm*WM + mt*8 + g, col wn*WN + nt*8 + 2t + v)
+  const int lane = tid % 32, g8 = lane >> 2, t4 = lane & 3;
+  const int wm0 = (tid / 32) / WARPS_N * WM, wn0 = (tid / 32) % WARPS_N * WN;
+  constexpr int AM = MMA ? MT : TM, AN = MMA ? NT * 2 : TN;
+  T acc[AM][AN];
 #pragma unroll
-  for (int m = 0; m < TM; ++m)
+  for (int m = 0; m < AM; ++m)
 #pragma unroll
-    for (int n = 0; n < TN; ++n) acc[m][n] = T(0);
+    for (int n = 0; n < AN; ++n) acc[m][n] = T(0);
 
   int term = 0, u0 = 0;
   load(term, u0);
@@ -243,35 +262,51 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
       load(term, u0);
     }
+    if constexpr (MMA) {
 #pragma unroll
-    for (int kk = 0; kk < kBK; ++kk) {
-      T a[TM], b[TN];
+      for (int k4 = 0; k4 < kBK; k4 += 4) {
+        T a[MT], b[NT];
 #pragma unroll
-      for (int v = 0; v < TM / LANES; ++v) ld16(a + v * LANES, &As[buf][kk][ty * TM + v * LANES]);
+        for (int mt = 0; mt < MT; ++mt) a[mt] = As[buf][k4 + t4][wm0 + mt * 8 + g8];
 #pragma unroll
-      for (int g = 0; g < NG; ++g) ld16(b + g * LANES, &Bs[buf][kk][g * GS + tx * LANES]);
+        for (int nt = 0; nt < NT; ++nt) b[nt] = Bs[buf][k4 + t4][wn0 + nt * 8 + g8];
 #pragma unroll
-      for (int m = 0; m < TM; ++m)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int n = 0; n < TN; ++n) acc[m][n] += a[m] * b[n];
+          for (int nt = 0; nt < NT; ++nt) {
+            double(&c)[2] = *reinterpret_cast<double(*)[2]>(&acc[mt][2 * nt]);
+            mma_f64(c, a[mt], b[nt]);
+          }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < kBK; ++kk) {
+        T a[TM], b[TN];
+#pragma unroll
+        for (int v = 0; v < TM / LANES; ++v) ld16(a + v * LANES, &As[buf][kk][ty * TM + v * LANES]);
+#pragma unroll
+        for (int g = 0; g < NG; ++g) ld16(b + g * LANES, &Bs[buf][kk][g * GS + tx * LANES]);
+#pragma unroll
+        for (int m = 0; m < TM; ++m)
+#pragma unroll
+          for (int n = 0; n < TN; ++n) acc[m][n] += a[m] * b[n];
+      }
     }
     if (more) store(buf ^ 1);
     __syncthreads();
   }
 
 #pragma unroll
-  for (int m = 0; m < TM; ++m) {
-    const int r = ty * TM + m;
+  for (int m = 0; m < AM; ++m) {
+    const int r = MMA ? wm0 + m * 8 + g8 : ty * TM + m;
     const int nl = r / D;
     if (nl >= nodes) continue;
     T* row = dst + s_node[nl] * ld_dst + grp.dst_off + r % D;
 #pragma unroll
-    for (int g = 0; g < NG; ++g)
-#pragma unroll
-      for (int l = 0; l < LANES; ++l) {
-        const int c = c0 + g * GS + tx * LANES + l;
-        if (c < grp.ncols) row[int64_t(c) * D] = acc[m][g * LANES + l];
-      }
+    for (int n = 0; n < AN; ++n) {
+      const int c = c0 + (MMA ? wn0 + (n >> 1) * 8 + 2 * t4 + (n & 1) : (n / LANES) * GS + tx * LANES + n % LANES);
+      if (c < grp.ncols) row[int64_t(c) * D] = acc[m][n];
+    }
   }
 }
 
@@ -424,22 +459,41 @@ constexpr int class_bm(int cls) {
   return (sizeof(T) == 8 && cls == 2) ? 64 : 128;
 }
 
-template <typename T, bool TRANS>
+template <typename T, bool TRANS, bool MMA>
 void launch_class(int cls, int blocks, cudaStream_t stream, const SLProblem& p, const GemmParams& gp, const T* src,
                   int64_t ld_src, const T* weight, T* dst, int64_t ld_dst, const int64_t* seg_ptr,
                   const int* task_ptr) {
   if (cls == 0)
-    gemm_kernel<T, 128, 32, 4, 4, TRANS><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst, ld_dst,
-                                                                          seg_ptr, task_ptr);
+    gemm_kernel<T, 128, 32, 4, 4, TRANS, MMA><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+                                                                               ld_dst, seg_ptr, task_ptr);
   else if (cls == 1)
-    gemm_kernel<T, 128, 64, 8, 4, TRANS><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst, ld_dst,
-                                                                          seg_ptr, task_ptr);
+    gemm_kernel<T, 128, 64, 8, 4, TRANS, MMA><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+                                                                               ld_dst, seg_ptr, task_ptr);
   else if constexpr (sizeof(T) == 8)
-    gemm_kernel<T, 64, 128, 4, 8, TRANS><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst, ld_dst,
-                                                                          seg_ptr, task_ptr);
+    gemm_kernel<T, 64, 128, 4, 8, TRANS, MMA><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+                                                                               ld_dst, seg_ptr, task_ptr);
   else
-    gemm_kernel<T, 128, 128, 8, 8, TRANS><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
-                                                                           ld_dst, seg_ptr, task_ptr);
+    gemm_kernel<T, 128, 128, 8, 8, TRANS, MMA><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+                                                                                ld_dst, seg_ptr, task_ptr);
+}
+
+// float64 on the tensor cores where the device has DMMA (compute capability >= 8.0) and
+// MD_ACCEL_SL_DMMA is not 0 (comparisons); float32 on the CUDA cores (round-to-nearest FMAs).
+template <typename T>
+bool use_dmma() {
+  if constexpr (sizeof(T) != 8) {
+    return false;
+  } else {
+    static const bool on = [] {
+      const char* v = std::getenv("MD_ACCEL_SL_DMMA");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    int dev = 0, major = 0;
+    if (!on || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+      return false;
+    return major >= 8;
+  }
 }
 
 inline int64_t align16(int64_t b) { return (b + 15) / 16 * 16; }
@@ -523,10 +577,19 @@ const char* species_linear_gemm_launch(const SLProblem& p, const T* src, int64_t
       ++q;
     }
     if (blocks > 0x7fffffff) return "problem too large for one launch";
-    if (trans)
-      launch_class<T, true>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr, task_ptr);
+    const bool mma = use_dmma<T>();
+    if (trans && mma)
+      launch_class<T, true, sizeof(T) == 8>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                  task_ptr);
+    else if (trans)
+      launch_class<T, true, false>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                   task_ptr);
+    else if (mma)
+      launch_class<T, false, sizeof(T) == 8>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                   task_ptr);
     else
-      launch_class<T, false>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr, task_ptr);
+      launch_class<T, false, false>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                    task_ptr);
     if (const char* err = last_error()) return err;
   }
   return nullptr;

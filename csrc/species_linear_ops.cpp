@@ -43,26 +43,34 @@ const c10::TypedOperatorHandle<OpSig>& bwd_w_op() {
 
 constexpr int kInputs = 7;  // a, b, species, order, ins, path_weights, size
 
-// Shared forward of the three ops: a and b are the differentiable operands.
+// Shared forward of the three ops: a and b are the differentiable operands. Each gradient needs
+// only the other operand (bilinear), so a is kept only when b requires grad and b only when a does:
+// with frozen weights (MD forces) x is not held until the backward (a linear's input can be a wide
+// conv output, 2 GB for SevenNet-l3i5 at 32k atoms in float64). The sizes are kept instead.
 Tensor save_and_call(AutogradContext* ctx, const c10::TypedOperatorHandle<OpSig>& h, const Tensor& a,
                      const Tensor& b, const Tensor& species, const Tensor& order, c10::IntArrayRef ins,
                      c10::ArrayRef<double> pw, int64_t size) {
-  ctx->save_for_backward({a, b, species, order});
+  ctx->save_for_backward({b.requires_grad() ? a : Tensor(), a.requires_grad() ? b : Tensor(), species, order});
   ctx->saved_data["ins"] = ins.vec();
   ctx->saved_data["pw"] = pw.vec();
+  ctx->saved_data["a_cols"] = a.size(1);
+  ctx->saved_data["b_rows"] = b.size(0);
+  ctx->saved_data["b_cols"] = b.size(1);
   at::AutoDispatchBelowADInplaceOrView guard;
   return h.call(a, b, species, order, ins, pw, size);
 }
 
 struct Saved {
-  Tensor a, b, species, order;
+  Tensor a, b, species, order;  // a (b): undefined unless b (a) required grad
   std::vector<int64_t> ins;
   std::vector<double> pw;
+  int64_t a_cols, b_rows, b_cols;
 };
 
 Saved saved(AutogradContext* ctx) {
   const auto s = ctx->get_saved_variables();
-  return {s[0], s[1], s[2], s[3], ctx->saved_data["ins"].toIntVector(), ctx->saved_data["pw"].toDoubleVector()};
+  return {s[0], s[1], s[2], s[3], ctx->saved_data["ins"].toIntVector(), ctx->saved_data["pw"].toDoubleVector(),
+          ctx->saved_data["a_cols"].toInt(), ctx->saved_data["b_rows"].toInt(), ctx->saved_data["b_cols"].toInt()};
 }
 
 class FwdFunction : public torch::autograd::Function<FwdFunction> {
@@ -76,8 +84,8 @@ class FwdFunction : public torch::autograd::Function<FwdFunction> {
     if (!grads[0].defined()) return out;
     const Saved s = saved(ctx);
     const Tensor g = grads[0].contiguous();
-    if (ctx->needs_input_grad(0)) out[0] = bwd_x_op().call(g, s.b, s.species, s.order, s.ins, s.pw, s.a.size(1));
-    if (ctx->needs_input_grad(1)) out[1] = bwd_w_op().call(s.a, g, s.species, s.order, s.ins, s.pw, s.b.size(0));
+    if (ctx->needs_input_grad(0)) out[0] = bwd_x_op().call(g, s.b, s.species, s.order, s.ins, s.pw, s.a_cols);
+    if (ctx->needs_input_grad(1)) out[1] = bwd_w_op().call(s.a, g, s.species, s.order, s.ins, s.pw, s.b_rows);
     return out;
   }
 };
@@ -93,8 +101,8 @@ class BwdXFunction : public torch::autograd::Function<BwdXFunction> {
     if (!grads[0].defined()) return out;
     const Saved s = saved(ctx);
     const Tensor h = grads[0].contiguous();
-    if (ctx->needs_input_grad(0)) out[0] = fwd_op().call(h, s.b, s.species, s.order, s.ins, s.pw, s.a.size(1));
-    if (ctx->needs_input_grad(1)) out[1] = bwd_w_op().call(h, s.a, s.species, s.order, s.ins, s.pw, s.b.size(0));
+    if (ctx->needs_input_grad(0)) out[0] = fwd_op().call(h, s.b, s.species, s.order, s.ins, s.pw, s.a_cols);
+    if (ctx->needs_input_grad(1)) out[1] = bwd_w_op().call(h, s.a, s.species, s.order, s.ins, s.pw, s.b_rows);
     return out;
   }
 };
@@ -110,8 +118,8 @@ class BwdWFunction : public torch::autograd::Function<BwdWFunction> {
     if (!grads[0].defined()) return out;
     const Saved s = saved(ctx);
     const Tensor hw = grads[0].contiguous();
-    if (ctx->needs_input_grad(0)) out[0] = bwd_x_op().call(s.b, hw, s.species, s.order, s.ins, s.pw, s.a.size(1));
-    if (ctx->needs_input_grad(1)) out[1] = fwd_op().call(s.a, hw, s.species, s.order, s.ins, s.pw, s.b.size(1));
+    if (ctx->needs_input_grad(0)) out[0] = bwd_x_op().call(s.b, hw, s.species, s.order, s.ins, s.pw, s.a_cols);
+    if (ctx->needs_input_grad(1)) out[1] = fwd_op().call(s.a, hw, s.species, s.order, s.ins, s.pw, s.b_cols);
     return out;
   }
 };

@@ -8,10 +8,12 @@ weights load 1:1. The output of instruction ``(i, o)`` is scaled by ``path_weigh
 callers may pass explicit path weights (e.g. when constant inputs were folded into ``bias``).
 ``bias`` (e3nn layout, scalar ``0e`` output blocks only) is added unscaled.
 
-On CUDA the whole map is one ``md_accel::species_linear_fwd`` call with one species (its kernels
-read and write each block in the ``[n, mul, 2l+1]`` layout: no transposed copies, no sums or
-concatenation of blocks; round-to-nearest float32 / float64 FMAs); the per-instruction products
-below are the CPU path (and, with ``per_block``, a CUDA one for comparisons).
+On CUDA in float64 the whole map is one ``md_accel::species_linear_fwd`` call with one species:
+its kernels read and write each block in the ``[n, mul, 2l+1]`` layout (no transposed copies, no
+sums or concatenation of blocks) and multiply on the float64 tensor cores (DMMA, IEEE products and
+sums). In float32 that op's CUDA-core tiles were slower than ``torch.mm`` on the wide linears
+(session 23, benchmarks/linear.py), so float32 takes the per-instruction products below, as the
+CPU does (``per_block`` selects them in float64 too, for comparisons).
 
 The per-instruction products run through ``torch.mm`` (float32 or float64): on CUDA, 3xTF32 tensor cores
 (``md_accel::linear_tf32x3``) only where ``MD_ACCEL_LINEAR_TF32X3=1`` was set when the module
@@ -109,7 +111,7 @@ class Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.dim_in)
-        if x2.is_cuda and not self.tensor_cores and not self.per_block:
+        if x2.is_cuda and x2.dtype == torch.float64 and not self.per_block:
             out = self.forward_node_op(x2)
         else:
             out = self.forward_blocks(x2)

@@ -55,33 +55,37 @@ def _bwd_w_fake(x, grad_out, species, order, ins, path_weights, num_species):
 # --- Python autograd (used only when the C++ library does not define the ops) -------------------
 # inputs (a, b, species, order, ins, path_weights, size); a and b are the differentiable operands
 
+# a is kept only when b requires grad and b only when a does (each gradient needs the other
+# operand), as the C++ autograd does; the sizes are kept instead.
+
 def _setup(ctx, inputs, output):
     a, b, species, order, ins, pw, _ = inputs
-    ctx.save_for_backward(a, b, species, order)
+    ctx.save_for_backward(a if b.requires_grad else None, b if a.requires_grad else None, species, order)
     ctx.tables = (ins, pw)
+    ctx.a_cols, ctx.b_rows, ctx.b_cols = a.shape[1], b.shape[0], b.shape[1]
 
 
 def _fwd_backward(ctx, g):
     x, w, species, order = ctx.saved_tensors
     ops, g = torch.ops.md_accel, g.contiguous()
-    gx = ops.species_linear_bwd_x(g, w, species, order, *ctx.tables, x.shape[1]) if ctx.needs_input_grad[0] else None
-    gw = ops.species_linear_bwd_w(x, g, species, order, *ctx.tables, w.shape[0]) if ctx.needs_input_grad[1] else None
+    gx = ops.species_linear_bwd_x(g, w, species, order, *ctx.tables, ctx.a_cols) if ctx.needs_input_grad[0] else None
+    gw = ops.species_linear_bwd_w(x, g, species, order, *ctx.tables, ctx.b_rows) if ctx.needs_input_grad[1] else None
     return gx, gw, None, None, None, None, None
 
 
 def _bwd_x_backward(ctx, h):
     g, w, species, order = ctx.saved_tensors
     ops, h = torch.ops.md_accel, h.contiguous()
-    gg = ops.species_linear_fwd(h, w, species, order, *ctx.tables, g.shape[1]) if ctx.needs_input_grad[0] else None
-    gw = ops.species_linear_bwd_w(h, g, species, order, *ctx.tables, w.shape[0]) if ctx.needs_input_grad[1] else None
+    gg = ops.species_linear_fwd(h, w, species, order, *ctx.tables, ctx.a_cols) if ctx.needs_input_grad[0] else None
+    gw = ops.species_linear_bwd_w(h, g, species, order, *ctx.tables, ctx.b_rows) if ctx.needs_input_grad[1] else None
     return gg, gw, None, None, None, None, None
 
 
 def _bwd_w_backward(ctx, hw):
     x, g, species, order = ctx.saved_tensors
     ops, hw = torch.ops.md_accel, hw.contiguous()
-    gx = ops.species_linear_bwd_x(g, hw, species, order, *ctx.tables, x.shape[1]) if ctx.needs_input_grad[0] else None
-    gg = ops.species_linear_fwd(x, hw, species, order, *ctx.tables, g.shape[1]) if ctx.needs_input_grad[1] else None
+    gx = ops.species_linear_bwd_x(g, hw, species, order, *ctx.tables, ctx.a_cols) if ctx.needs_input_grad[0] else None
+    gg = ops.species_linear_fwd(x, hw, species, order, *ctx.tables, ctx.b_cols) if ctx.needs_input_grad[1] else None
     return gx, gg, None, None, None, None, None
 
 
