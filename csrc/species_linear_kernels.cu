@@ -31,7 +31,6 @@ namespace {
 
 constexpr int kThreads = 256;       // gemm / wgrad blocks
 constexpr int kSchedThreads = 1024;  // the schedule kernel's single block
-constexpr int kBK = 8;              // K step of gemm_kernel
 constexpr int kWK = 16;             // K rows (node, i) per step of wgrad_kernel
 constexpr int kMaxSchedGroups = 64;
 constexpr int kMaxGroupsPerLaunch = 16;
@@ -141,7 +140,7 @@ struct GemmParams {
 // products and sums, mma.cuh), each warp a WM x WN part of the BM x BN tile; else CUDA-core FMAs,
 // each thread a TM x TN part. One DMMA does the work of 8 warp-wide FMA instructions: the FMA form
 // of the float64 tiles issued at ~30 % of the FMA peak (session 23, benchmarks/linear.py).
-template <typename T, int BM, int BN, int TM, int TN, bool TRANS, bool MMA>
+template <typename T, int BM, int BN, int TM, int TN, bool TRANS, bool MMA, int KB>
 __global__ void __launch_bounds__(kThreads, 2)
     gemm_kernel(SLProblem p, GemmParams gp, const T* __restrict__ src, int64_t ld_src, const T* __restrict__ weight,
                 T* __restrict__ dst, int64_t ld_dst, const int64_t* __restrict__ seg_ptr,
@@ -158,15 +157,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   constexpr int WN = BN >= 64 ? 32 : 16;  // MMA warp tile WM x WN
   constexpr int WARPS_N = BN / WN, WARPS_M = (kThreads / 32) / WARPS_N, WM = BM / WARPS_M;
   constexpr int MT = WM / 8, NT = WN / 8;  // m8n8 tiles per warp
-  constexpr int A_SLOTS = BM * kBK / kThreads;
-  constexpr int B_SLOTS = BN * kBK / kThreads;
-  static_assert(!MMA || (sizeof(T) == 8 && WARPS_M * WARPS_N * 32 == kThreads && WM % 8 == 0 && kBK % 4 == 0),
+  constexpr int A_SLOTS = BM * KB / kThreads;
+  constexpr int B_SLOTS = BN * KB / kThreads;
+  static_assert(!MMA || (sizeof(T) == 8 && WARPS_M * WARPS_N * 32 == kThreads && WM % 8 == 0 && KB % 4 == 0),
                 "mma tile");
   static_assert(TX * (BM / TM) == kThreads, "thread tile");
   static_assert(TM % LANES == 0 && TN % LANES == 0 && GS == TX * LANES, "vector loads");
-  static_assert(A_SLOTS * kThreads == BM * kBK && B_SLOTS * kThreads == BN * kBK, "load slots");
-  __shared__ __align__(16) T As[2][kBK][AS];
-  __shared__ __align__(16) T Bs[2][kBK][BS];
+  static_assert(A_SLOTS * kThreads == BM * KB && B_SLOTS * kThreads == BN * KB, "load slots");
+  static_assert(KB <= 16 && KB * kSLMaxDim < 256 && (KB - 1) * AS + BM < 0xFFF, "load slot packing");
+  __shared__ __align__(16) T As[2][KB][AS];
+  __shared__ __align__(16) T Bs[2][KB][BS];
   __shared__ int64_t s_node[BM];
 
   const int tid = threadIdx.x;
@@ -190,15 +190,15 @@ __global__ void __launch_bounds__(kThreads, 2)
   __syncthreads();
 
   // Per-thread load slots, fixed for the whole K loop (only the K offset moves). A slot j holds
-  // element (kk, r) of node nl's strip, packed: kk | r << 3 | nl << 11 | shared index << 19
+  // element (kk, r) of node nl's strip, packed: kk | r << 4 | nl << 12 | shared index << 20
   // (0xFFF: outside the tile's rows, not stored).
-  int a_pk[A_SLOTS];
+  unsigned a_pk[A_SLOTS];
 #pragma unroll
   for (int j = 0; j < A_SLOTS; ++j) {
     const int q = tid + j * kThreads;
-    const int nl = q / (kBK * D), r = q % (kBK * D), kk = r / D;
+    const int nl = q / (KB * D), r = q % (KB * D), kk = r / D;
     const int sm = nl < tnodes ? kk * AS + nl * D + r % D : 0xFFF;
-    a_pk[j] = kk | (r << 3) | (imin(nl, 255) << 11) | (sm << 19);
+    a_pk[j] = unsigned(kk) | unsigned(r) << 4 | unsigned(imin(nl, 255)) << 12 | unsigned(sm) << 20;
   }
   const T* w_s = weight + s * p.weight_numel;
 
@@ -208,14 +208,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t off = tm.src_off + int64_t(u0) * D;
 #pragma unroll
     for (int j = 0; j < A_SLOTS; ++j) {
-      const int kk = a_pk[j] & 7, r = (a_pk[j] >> 3) & 0xFF, nl = (a_pk[j] >> 11) & 0xFF;
+      const int kk = a_pk[j] & 0xF, r = (a_pk[j] >> 4) & 0xFF, nl = (a_pk[j] >> 12) & 0xFF;
       ra[j] = (nl < nodes && u0 + kk < tm.k) ? src[s_node[nl] * ld_src + off + r] : T(0);
     }
     const T pw = T(tm.pw);
 #pragma unroll
     for (int j = 0; j < B_SLOTS; ++j) {
       const int q = tid + j * kThreads;  // coalesced along the weight's contiguous index
-      const int k = u0 + (TRANS ? q % kBK : q / BN), c = c0 + (TRANS ? q / kBK : q % BN);
+      const int k = u0 + (TRANS ? q % KB : q / BN), c = c0 + (TRANS ? q / KB : q % BN);
       const int64_t w_idx = TRANS ? int64_t(c) * tm.w_ld + k : int64_t(k) * tm.w_ld + c;
       rb[j] = (k < tm.k && c < grp.ncols) ? pw * w_s[tm.w_off + w_idx] : T(0);
     }
@@ -223,18 +223,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto store = [&](int buf) {
 #pragma unroll
     for (int j = 0; j < A_SLOTS; ++j) {
-      const int sm = a_pk[j] >> 19;
+      const int sm = int(a_pk[j] >> 20);
       if (sm != 0xFFF) (&As[buf][0][0])[sm] = ra[j];
     }
 #pragma unroll
     for (int j = 0; j < B_SLOTS; ++j) {
       const int q = tid + j * kThreads;
-      Bs[buf][TRANS ? q % kBK : q / BN][TRANS ? q / kBK : q % BN] = rb[j];
+      Bs[buf][TRANS ? q % KB : q / BN][TRANS ? q / KB : q % BN] = rb[j];
     }
   };
 
   int nchunks = 0;
-  for (int q = 0; q < grp.num_terms; ++q) nchunks += (gp.terms[grp.first_term + q].k + kBK - 1) / kBK;
+  for (int q = 0; q < grp.num_terms; ++q) nchunks += (gp.terms[grp.first_term + q].k + KB - 1) / KB;
 
   const int tx = tid % TX, ty = tid / TX;
   // MMA: lane (g, t) of warp (wm, wn) holds acc[mt][nt][v] = C(row wm*WM + mt*8 + g, col wn*WN + nt*8 + 2t + v)
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int buf = ch & 1;
     const bool more = ch + 1 < nchunks;
     if (more) {
-      u0 += kBK;
+      u0 += KB;
       if (u0 >= gp.terms[grp.first_term + term].k) {
         ++term;
         u0 = 0;
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     if constexpr (MMA) {
 #pragma unroll
-      for (int k4 = 0; k4 < kBK; k4 += 4) {
+      for (int k4 = 0; k4 < KB; k4 += 4) {
         T a[MT], b[NT];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) a[mt] = As[buf][k4 + t4][wm0 + mt * 8 + g8];
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     } else {
 #pragma unroll
-      for (int kk = 0; kk < kBK; ++kk) {
+      for (int kk = 0; kk < KB; ++kk) {
         T a[TM], b[TN];
 #pragma unroll
         for (int v = 0; v < TM / LANES; ++v) ld16(a + v * LANES, &As[buf][kk][ty * TM + v * LANES]);
@@ -463,17 +463,19 @@ template <typename T, bool TRANS, bool MMA>
 void launch_class(int cls, int blocks, cudaStream_t stream, const SLProblem& p, const GemmParams& gp, const T* src,
                   int64_t ld_src, const T* weight, T* dst, int64_t ld_dst, const int64_t* seg_ptr,
                   const int* task_ptr) {
+  // K step 8; 16 for the float64 DMMA tiles of narrow blocks (the wide l > 0 inputs' share of
+  // the bytes): twice the loads in flight per thread, where the 8-step tiles waited on memory
   if (cls == 0)
-    gemm_kernel<T, 128, 32, 4, 4, TRANS, MMA><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+    gemm_kernel<T, 128, 32, 4, 4, TRANS, MMA, MMA ? 16 : 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
                                                                                ld_dst, seg_ptr, task_ptr);
   else if (cls == 1)
-    gemm_kernel<T, 128, 64, 8, 4, TRANS, MMA><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+    gemm_kernel<T, 128, 64, 8, 4, TRANS, MMA, 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
                                                                                ld_dst, seg_ptr, task_ptr);
   else if constexpr (sizeof(T) == 8)
-    gemm_kernel<T, 64, 128, 4, 8, TRANS, MMA><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+    gemm_kernel<T, 64, 128, 4, 8, TRANS, MMA, 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
                                                                                ld_dst, seg_ptr, task_ptr);
   else
-    gemm_kernel<T, 128, 128, 8, 8, TRANS, MMA><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+    gemm_kernel<T, 128, 128, 8, 8, TRANS, MMA, 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
                                                                                 ld_dst, seg_ptr, task_ptr);
 }
 
