@@ -290,6 +290,21 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
     return "\n".join(lines)
 
 
+def comma_lists(args, ints: Sequence[str] = (), strs: Sequence[str] = ()) -> None:
+    """Turn the named comma-separated arguments of ``args`` into lists (of ints for ``ints``)."""
+    for k in ints:
+        setattr(args, k, [int(v) for v in getattr(args, k).split(",")])
+    for k in strs:
+        setattr(args, k, getattr(args, k).split(","))
+
+
+def write_results(out: str, stem: str, title: str, data, text: str) -> None:
+    """``out/stem.json`` (``data``) and the table ``text`` appended to ``out/stem.md``, then printed."""
+    write_json(os.path.join(out, stem + ".json"), data)
+    append_markdown(os.path.join(out, stem + ".md"), title, text)
+    print(text)
+
+
 def append_markdown(path: str, title: str, body: str) -> None:
     """Append a titled section (e.g. a results table) to a markdown file."""
     with open(path, "a") as f:

@@ -133,19 +133,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--impls", default=",".join(IMPLS))
     p.add_argument("--repeats", type=int, default=10)
     args = p.parse_args(argv)
-    args.nodes = [int(v) for v in args.nodes.split(",")]
-    args.dtypes = args.dtypes.split(",")
-    args.shapes = args.shapes.split(",")
-    args.impls = args.impls.split(",")
+    common.comma_lists(args, ints=("nodes",), strs=("dtypes", "shapes", "impls"))
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/linear.py needs a CUDA device")
     data = run(args)
     out = common.out_dir(args.out)
-    common.write_json(os.path.join(out, "linear.json"), data)
-    common.append_markdown(os.path.join(out, "linear.md"), "Equivariant Linear on CUDA (benchmarks/linear.py)",
-                           table(data))
     plot(data, os.path.join(out, "linear.png"))
-    print(table(data))
+    common.write_results(out, "linear", f"Equivariant Linear ({data['environment']['device']})", data, table(data))
 
 
 def plot(data: Dict, path: str) -> None:

@@ -191,19 +191,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--species", type=int, default=89)
     p.add_argument("--repeats", type=int, default=20)
     args = p.parse_args(argv)
-    args.nodes = [int(v) for v in args.nodes.split(",")]
-    args.dtypes = args.dtypes.split(",")
-    args.workloads = args.workloads.split(",")
-    args.impls = args.impls.split(",")
+    common.comma_lists(args, ints=("nodes",), strs=("dtypes", "workloads", "impls"))
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/species_linear.py needs a CUDA device")
     data = run(args)
-    out = common.out_dir(args.out)
-    common.write_json(os.path.join(out, "species_linear.json"), data)
-    text = table(data)
-    print(text)
-    common.append_markdown(os.path.join(out, "species_linear.md"), f"species_linear ({data['environment']['device']})",
-                           text)
+    common.write_results(common.out_dir(args.out), "species_linear", f"species_linear ({data['environment']['device']})",
+                         data, table(data))
 
 
 if __name__ == "__main__":
