@@ -465,8 +465,9 @@ void launch_class(int cls, int blocks, cudaStream_t stream, const SLProblem& p, 
                   const int* task_ptr) {
   // K step 8; 16 for the float64 DMMA tiles of narrow blocks (the wide l > 0 inputs' share of
   // the bytes): twice the loads in flight per thread, where the 8-step tiles waited on memory
+  constexpr int kNarrowK = MMA ? 16 : 8;
   if (cls == 0)
-    gemm_kernel<T, 128, 32, 4, 4, TRANS, MMA, MMA ? 16 : 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+    gemm_kernel<T, 128, 32, 4, 4, TRANS, MMA, kNarrowK><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
                                                                                ld_dst, seg_ptr, task_ptr);
   else if (cls == 1)
     gemm_kernel<T, 128, 64, 8, 4, TRANS, MMA, 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,

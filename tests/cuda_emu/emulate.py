@@ -45,6 +45,8 @@ def host_source(src: str) -> str:
                       "emu::named_sync(id, threads);")
     src = src.replace("extern __shared__ __align__(16) unsigned char smem_raw[];",
                       "unsigned char* smem_raw = emu::smem();")
+    # static shared arrays with an alignment: C++ wants the attribute first (alignas(N) static T ...)
+    src = re.sub(r"__shared__ __align__\((\d+)\)", r"alignas(\1) static", src)
 
     def launch(m):
         grid, block, smem = [a.strip() for a in m.group(2).split(",")[:3]]
