@@ -195,8 +195,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/species_linear.py needs a CUDA device")
     data = run(args)
-    common.write_results(common.out_dir(args.out), "species_linear", f"species_linear ({data['environment']['device']})",
-                         data, table(data))
+    title = f"species_linear ({data['environment']['device']})"
+    common.write_results(common.out_dir(args.out), "species_linear", title, data, table(data))
 
 
 if __name__ == "__main__":

@@ -467,8 +467,8 @@ void launch_class(int cls, int blocks, cudaStream_t stream, const SLProblem& p, 
   // the bytes): twice the loads in flight per thread, where the 8-step tiles waited on memory
   constexpr int kNarrowK = MMA ? 16 : 8;
   if (cls == 0)
-    gemm_kernel<T, 128, 32, 4, 4, TRANS, MMA, kNarrowK><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
-                                                                               ld_dst, seg_ptr, task_ptr);
+    gemm_kernel<T, 128, 32, 4, 4, TRANS, MMA, kNarrowK><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight,
+                                                                                      dst, ld_dst, seg_ptr, task_ptr);
   else if (cls == 1)
     gemm_kernel<T, 128, 64, 8, 4, TRANS, MMA, 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
                                                                                ld_dst, seg_ptr, task_ptr);
@@ -580,16 +580,17 @@ const char* species_linear_gemm_launch(const SLProblem& p, const T* src, int64_t
       ++q;
     }
     if (blocks > 0x7fffffff) return "problem too large for one launch";
+    constexpr bool kDmma = sizeof(T) == 8;  // the DMMA instantiations exist for float64 only
     const bool mma = use_dmma<T>();
     if (trans && mma)
-      launch_class<T, true, sizeof(T) == 8>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
-                                  task_ptr);
+      launch_class<T, true, kDmma>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                   task_ptr);
     else if (trans)
       launch_class<T, true, false>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
                                    task_ptr);
     else if (mma)
-      launch_class<T, false, sizeof(T) == 8>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
-                                   task_ptr);
+      launch_class<T, false, kDmma>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                    task_ptr);
     else
       launch_class<T, false, false>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
                                     task_ptr);
