@@ -2,6 +2,8 @@
 einsum formulation of ``SpeciesLinear``, e3nn's ``Linear`` with per-node weights, e3nn's
 ``FullyConnectedTensorProduct`` with one-hot species (MACE's skip connection), and finite
 differences."""
+import sys
+
 import pytest
 import torch
 
@@ -219,3 +221,25 @@ def test_one_species_form_is_linear(name):
     assert torch.autograd.gradgradcheck(fn, (xs, w))
     with pytest.raises((ValueError, RuntimeError), match="one row"):
         OPS.species_linear_fwd(x, torch.zeros(2, m.weight_numel), none, none, m.op_ins, m.path_weights, m.dim_out)
+
+
+def test_linear_registers_its_ops_and_scripts_alone():
+    """``Linear`` alone (nothing else of md_accel imported) scripts: its module registers the ops it calls."""
+    import subprocess
+
+    code = ("import torch\nfrom md_accel.model.linear import Linear\n"
+            "m = torch.jit.script(Linear('4x0e+2x1o', '3x0e+2x1o', biases=True))\n"
+            "assert 'md_accel::species_linear_fwd' in str(m.forward_node_op.graph)\n"
+            "print(m(torch.randn(5, 10)).shape)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "torch.Size([5, 9])" in out.stdout
+
+
+def test_linear_keeps_per_block_products_where_the_op_does_not_fit():
+    from md_accel.model.linear import Linear
+
+    assert Linear("4x0e+2x3o", "4x0e+2x3o").op_fits
+    assert not Linear("2x8e", "3x8e").op_fits  # irrep dimension 17 > the kernels' 15
+    many = "+".join(f"1x{l}e" for l in range(1, 8)) + "+" + "+".join("1x0e" for _ in range(40))
+    assert not Linear(many, "2x0e").op_fits  # 40 instructions into one output block > 32

@@ -30,11 +30,29 @@ TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
 # extern "C" entries building the launch tables from flat arrays; the float64 path (DMMA or CUDA
 # cores) is fixed per library: the kernels read MD_ACCEL_SL_DMMA once
 _ENTRY = r'''
+#include <string>
 #include <vector>
+// MD_ACCEL_SL_DMMA for the duration of one call (the kernels read it at their first launch), then as before
+struct EmuDmmaEnv {
+  bool had;
+  std::string old;
+  EmuDmmaEnv() {
+    const char* v = std::getenv("MD_ACCEL_SL_DMMA");
+    had = v != nullptr;
+    if (had) old = v;
+    setenv("MD_ACCEL_SL_DMMA", "@DMMA@", 1);
+  }
+  ~EmuDmmaEnv() {
+    if (had)
+      setenv("MD_ACCEL_SL_DMMA", old.c_str(), 1);
+    else
+      unsetenv("MD_ACCEL_SL_DMMA");
+  }
+};
 extern "C" const char* emu_sl_gemm(int dbl, int trans, const int64_t* species, const int64_t* order, int64_t n,
                                    int64_t s, int64_t numel, const void* src, int64_t ld_src, const void* w, void* dst,
                                    int64_t ld_dst, const int* g, int ng, const int* t, const double* pw, int nt) {
-  setenv("MD_ACCEL_SL_DMMA", "@DMMA@", 1);
+  const EmuDmmaEnv env;
   std::vector<md_accel::SLGroup> groups;
   for (int q = 0; q < ng; ++q) groups.push_back({g[5 * q], g[5 * q + 1], g[5 * q + 2], g[5 * q + 3], g[5 * q + 4]});
   std::vector<md_accel::SLTerm> terms;
@@ -52,7 +70,7 @@ extern "C" const char* emu_sl_gemm(int dbl, int trans, const int64_t* species, c
 extern "C" const char* emu_sl_wgrad(int dbl, const int64_t* species, const int64_t* order, int64_t n, int64_t s,
                                     int64_t numel, const void* x, int64_t ld_x, const void* gr, int64_t ld_g, void* gw,
                                     const int* in, const double* pw, int ni) {
-  setenv("MD_ACCEL_SL_DMMA", "@DMMA@", 1);
+  const EmuDmmaEnv env;
   std::vector<md_accel::SLWInstr> instr;
   for (int q = 0; q < ni; ++q)
     instr.push_back({in[6 * q], in[6 * q + 1], in[6 * q + 2], in[6 * q + 3], in[6 * q + 4], in[6 * q + 5], pw[q]});
@@ -86,7 +104,7 @@ def lib(dmma: bool):
 CONFIGS = {  # irreps_in, irreps_out: column classes <= 32, <= 64 and wider, several terms per block
     "mixed": ("3x0e+5x1o+2x0e+2x2o+4x2e", "7x0e+2x1e+3x1o+5x2e"),
     "l3": ("8x0e+4x1e+4x2e+4x3e", "16x0e+4x1e+4x2e+4x3e"),
-    "wide": ("70x0e+2x1o+3x3o", "130x0e+40x1o+9x3o"),
+    "wide": ("70x0e+48x1o+3x3o", "130x0e+40x1o+9x3o"),  # x-gradient tiles of 48 columns too
 }
 PATHS = {"f64_dmma": (torch.float64, True), "f64_cuda_cores": (torch.float64, False), "f32": (torch.float32, False)}
 
@@ -121,9 +139,10 @@ def _species(n: int, num_species: int, gen):
 def run_gemm(m, dmma, a, w, species, order, s, trans):
     groups, terms, pws = _tables(m, trans)
     width = m.dim_in if trans else m.dim_out
-    covered = sum(groups[5 * q + 1] * groups[5 * q + 2] for q in range(len(groups) // 5))
-    # the op zeroes the output where no group writes (csrc/species_linear_cuda.cpp); NaN shows unwritten columns
-    out = torch.full((a.shape[0], width), 0.0 if covered < width else float("nan"), dtype=a.dtype)
+    # NaN where a group must write (an unwritten element fails), zero elsewhere (as the op allocates it)
+    out = torch.zeros((a.shape[0], width), dtype=a.dtype)
+    for q in range(len(groups) // 5):
+        out[:, groups[5 * q]: groups[5 * q] + groups[5 * q + 1] * groups[5 * q + 2]] = float("nan")
     err = lib(dmma).emu_sl_gemm(int(a.dtype == torch.float64), int(trans), _ptr(species), _ptr(order), a.shape[0], s,
                                 w.shape[1], _ptr(a), a.shape[1], _ptr(w), _ptr(out), width,
                                 (ctypes.c_int * len(groups))(*groups), len(groups) // 5,
@@ -160,7 +179,7 @@ def test_matches_reference(name, path, num_species):
     dtype, dmma = PATHS[path]
     gen = torch.Generator().manual_seed(len(name) + num_species)
     m = Linear(*CONFIGS[name])
-    n = 37  # several tiles of whole nodes for every irrep dimension, the last one partial
+    n = 150  # several tiles of whole nodes per species for l >= 1 (and l = 0 with one species), the last partial
     species, order, s = _species(n, num_species, gen)
     w = torch.randn(s, m.weight_numel, generator=gen, dtype=torch.float64)
     x = torch.randn(n, m.dim_in, generator=gen, dtype=torch.float64)

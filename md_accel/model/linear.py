@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..o3 import Irrep, Irreps
-from ..ops import _linear_ops  # noqa: F401  (registers torch.ops.md_accel.linear_tf32x3)
+from ..ops import _linear_ops, _sl_ops  # noqa: F401  (register torch.ops.md_accel.linear_tf32x3, species_linear_*)
 
 
 def linear_instructions(irreps_in: Irreps, irreps_out: Irreps) -> List[Tuple[int, int, float]]:
@@ -48,6 +48,17 @@ def linear_instructions(irreps_in: Irreps, irreps_out: Irreps) -> List[Tuple[int
     return [(i, o, (fan_in[o] if fan_in[o] > 0 else 1) ** -0.5) for i, o in pairs]
 
 
+def _op_fits(ins: List[List[int]]) -> bool:
+    """Whether the ``species_linear`` kernels take this instruction table (``ins`` rows as in
+    ``Linear``): irrep dimension <= 15, <= 64 blocks on either side, <= 32 instructions per block,
+    <= 63 instructions (csrc/species_linear_kernels.cu); larger maps keep the per-block products."""
+    active = [r for r in ins if r[1] > 0 and r[3] > 0]
+    per_out = [sum(1 for r in active if r[2] == o) for o in {r[2] for r in active}]
+    per_in = [sum(1 for r in active if r[0] == i) for i in {r[0] for r in active}]
+    return (all(r[4] <= 15 for r in active) and len(active) <= 63 and len(per_out) <= 64 and len(per_in) <= 64
+            and max(per_out + per_in + [0]) <= 32)
+
+
 class Linear(torch.nn.Module):
     """``[..., irreps_in.dim] -> [..., irreps_out.dim]``, equal to ``e3nn.o3.Linear(irreps_in,
     irreps_out, biases=biases)`` with the same ``weight`` (and ``bias``)."""
@@ -57,6 +68,7 @@ class Linear(torch.nn.Module):
     path_weights: List[float]
     op_ins: List[int]
     bias_cols: List[List[int]]
+    op_fits: bool
 
     def __init__(
         self,
@@ -101,6 +113,7 @@ class Linear(torch.nn.Module):
         self.op_ins: List[int] = [v for r in self.ins for v in (in_off[r[0]], r[1], out_off[r[2]], r[3], r[4], r[5])]
         self.bias_cols: List[List[int]] = [[out_off[o], blk[2], blk[0] * blk[1]]
                                            for o, blk in enumerate(self.out_blocks) if blk[2] >= 0]
+        self.op_fits = _op_fits(self.ins)
         self.dim_in = self.irreps_in.dim
         self.dim_out = self.irreps_out.dim
         self.weight = torch.nn.Parameter(torch.randn(self.weight_numel))
@@ -111,7 +124,7 @@ class Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.dim_in)
-        if x2.is_cuda and x2.dtype == torch.float64 and not self.per_block:
+        if x2.is_cuda and x2.dtype == torch.float64 and self.op_fits and not self.per_block:
             out = self.forward_node_op(x2)
         else:
             out = self.forward_blocks(x2)

@@ -1,7 +1,8 @@
 // Host emulation of the CUDA subset md_accel's generated kernels use (tests/cuda_emu/emulate.py):
 // one std::thread per CUDA thread, std::barrier for __syncthreads, named barriers and warp
-// shuffles; blocks run one after the other. Shared memory starts as NaN bytes, so reads of
-// unwritten shared memory show. EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries
+// shuffles; blocks run one after the other. Dynamic shared memory starts as NaN bytes, so reads of
+// unwritten shared memory show (static __shared__ arrays are plain statics: zero at first, then the
+// previous block's values). EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries
 // return (grid sizes), EMU_SMEM_KIB the shared memory per block (default 227, an H100's). Lockstep-free: code that relies on implicit warp synchrony fails here, as it should.
 #pragma once
 #include <barrier>
