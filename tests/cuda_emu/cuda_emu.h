@@ -1,8 +1,7 @@
 // Host emulation of the CUDA subset md_accel's generated kernels use (tests/cuda_emu/emulate.py):
 // one std::thread per CUDA thread, std::barrier for __syncthreads, named barriers and warp
-// shuffles; blocks run one after the other. Dynamic shared memory starts as NaN bytes, so reads of
-// unwritten shared memory show (static __shared__ arrays are plain statics: zero at first, then the
-// previous block's values). EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries
+// shuffles; blocks run one after the other. Shared memory (dynamic, and static arrays through
+// emu::block_static) starts as NaN bytes in every block, so reads of unwritten shared memory show. EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries
 // return (grid sizes), EMU_SMEM_KIB the shared memory per block (default 227, an H100's). Lockstep-free: code that relies on implicit warp synchrony fails here, as it should.
 #pragma once
 #include <barrier>
@@ -69,6 +68,7 @@ struct Block {
   std::vector<unsigned char> smem;
   std::mutex mu;
   std::map<std::pair<int, int>, std::unique_ptr<std::barrier<>>> named;
+  std::map<const void*, std::unique_ptr<unsigned char[]>> statics;  // static __shared__ arrays
   Block(int n, size_t smem_bytes) : nthreads(n), bar(n), smem(smem_bytes + 16) {
     for (int w = 0; w < n / 32; ++w) warps.emplace_back(new Warp());
     // poison shared memory: reads of unwritten shared memory show up as NaN
@@ -91,6 +91,18 @@ inline void named_sync(int id, int n) {
     b = p.get();
   }
   b->arrive_and_wait();
+}
+// A static __shared__ array A of the running block (emulate.py rewrites the declarations), the same
+// for all its threads, NaN bytes until written, 16-byte aligned.
+template <typename A>
+A& block_static(const void* key) {
+  std::lock_guard<std::mutex> l(g_block->mu);
+  auto& p = g_block->statics[key];
+  if (!p) {
+    p.reset(new unsigned char[sizeof(A) + 16]);
+    std::memset(p.get(), 0xff, sizeof(A) + 16);
+  }
+  return *reinterpret_cast<A*>((reinterpret_cast<uintptr_t>(p.get()) + 15) & ~uintptr_t(15));
 }
 inline Warp& warp() { return *g_block->warps[t_tid.x / 32]; }
 template <typename F>

@@ -45,8 +45,10 @@ def host_source(src: str) -> str:
                       "emu::named_sync(id, threads);")
     src = src.replace("extern __shared__ __align__(16) unsigned char smem_raw[];",
                       "unsigned char* smem_raw = emu::smem();")
-    # static shared arrays with an alignment: C++ wants the attribute first (alignas(N) static T ...)
-    src = re.sub(r"__shared__ __align__\((\d+)\)", r"alignas(\1) static", src)
+    # static shared arrays: per-block storage that starts as NaN bytes, like the dynamic kind
+    # (emu::block_static; its key, a static per declaration and kernel instantiation, names the array)
+    src = re.sub(r"__shared__\s+(?:__align__\(\d+\)\s+)?([\w:]+)\s+(\w+)((?:\[[^\];]+\])+);",
+                 r"static const char \2_emu_key = 0; auto& \2 = emu::block_static<\1\3>(&\2_emu_key);", src)
 
     def launch(m):
         grid, block, smem = [a.strip() for a in m.group(2).split(",")[:3]]
