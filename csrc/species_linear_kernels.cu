@@ -562,6 +562,8 @@ const char* species_linear_gemm_launch(const SLProblem& p, const T* src, int64_t
   int* task_ptr = reinterpret_cast<int*>(static_cast<char*>(scratch) + align16(8 * (p.num_species + 1)));
   if (const char* err = schedule<T>(p, sp, seg_ptr, task_ptr, dst, ld_dst, stream)) return err;
 
+  constexpr bool kDmma = sizeof(T) == 8;  // the DMMA instantiations exist for float64 only
+  const bool mma = use_dmma<T>();          // once per call, not per launch
   int q = 0;
   while (q < num_groups) {
     const int cls = col_class(groups[sorted[q]].ncols);
@@ -580,8 +582,6 @@ const char* species_linear_gemm_launch(const SLProblem& p, const T* src, int64_t
       ++q;
     }
     if (blocks > 0x7fffffff) return "problem too large for one launch";
-    constexpr bool kDmma = sizeof(T) == 8;  // the DMMA instantiations exist for float64 only
-    const bool mma = use_dmma<T>();
     if (trans && mma)
       launch_class<T, true, kDmma>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
                                    task_ptr);
