@@ -1,13 +1,12 @@
 """Equivariant ``Linear`` on CUDA: the whole map as one ``species_linear`` call (one species; the
 float64 default) vs one GEMM per instruction over transposed copies of the l > 0 blocks (the
-float32 default),
-on the linears of the models md_accel runs (SevenNet-l3i5, MACE-MP-0 medium), with biases where
-the model has them.
+float32 default) vs e3nn's ``o3.Linear`` with the same weights, on the linears of the models
+md_accel runs (SevenNet-l3i5, MACE-MP-0 medium), with biases where the model has them.
 
-For each shape, dtype and node count: a float64 check of the op against the per-block form (max
-relative error of the output), then CUDA-event timings (median) of the forward and of forward +
-backward to x (MD forces), peak memory, and the forward's useful FLOP rate (true multiply-adds,
-no Kronecker zeros). Failures are recorded and the run goes on.
+For each shape, dtype and node count: a float64 check of every implementation against the
+per-block form (max relative error of the output), then CUDA-event timings (median) of the forward
+and of forward + backward to x (MD forces), peak memory, and the forward's useful FLOP rate (true
+multiply-adds, no Kronecker zeros). Failures are recorded and the run goes on.
 
     python benchmarks/linear.py OUT_DIR [--nodes 32000] [--dtypes float64,float32] [--shapes l3i5_out,...]
 """
@@ -35,7 +34,7 @@ SHAPES = {  # irreps_in, irreps_out, biases
     "mace_up": (MACE, MACE, False),
     "mace_to_hidden": ("128x0e+128x1o", "128x0e", True),
 }
-IMPLS = ("node_op", "per_block")
+IMPLS = ("node_op", "per_block", "e3nn")
 
 
 def flops(m: Linear, n: int) -> int:
@@ -54,7 +53,31 @@ def make(shape: str, dtype, dev, seed: int = 0) -> Linear:
 
 def forward(m: Linear, impl: str):
     """The implementation itself, whatever ``Linear.forward`` picks for the dtype."""
-    return m.forward_node_op if impl == "node_op" else m.forward_blocks
+    if impl == "node_op":
+        return m.forward_node_op
+    if impl == "per_block":
+        return m.forward_blocks
+    if impl == "e3nn":
+        return _e3nn(m)
+    raise ValueError(f"unknown implementation {impl}")
+
+
+def _e3nn(m: Linear):
+    """e3nn's ``o3.Linear`` with ``m``'s weights (md_accel's ``Linear`` keeps e3nn's layout)."""
+    from e3nn import o3
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(m.weight.dtype)  # e3nn bakes constants in the default dtype
+    try:
+        lin = o3.Linear(str(m.irreps_in), str(m.irreps_out), biases=m.biases)
+    finally:
+        torch.set_default_dtype(old)
+    lin = lin.to(m.weight.device)
+    with torch.no_grad():
+        lin.weight.copy_(m.weight)
+        if m.bias_numel > 0:
+            lin.bias.copy_(m.bias)
+    return lin.requires_grad_(False)
 
 
 def run(args) -> Dict:
@@ -64,8 +87,9 @@ def run(args) -> Dict:
         ref = make(shape, torch.float64, dev)
         x = torch.randn(512, ref.dim_in, dtype=torch.float64, device=dev)
         with torch.no_grad():
-            want, got = ref.forward_blocks(x), ref.forward_node_op(x)
-        err = ((got - want).abs().max() / want.abs().max()).item()
+            want = ref.forward_blocks(x)
+            errs = {impl: ((forward(ref, impl)(x) - want).abs().max() / want.abs().max()).item()
+                    for impl in args.impls}
         for dtype_name in args.dtypes:
             dtype = getattr(torch, dtype_name)
             for n in args.nodes:
@@ -77,7 +101,7 @@ def run(args) -> Dict:
                     fn_impl = forward(m, impl)
                     row = {"shape": shape, "irreps_in": str(m.irreps_in), "irreps_out": str(m.irreps_out),
                            "dtype": dtype_name, "nodes": n, "impl": impl, "gflop_fwd": flops(m, n) / 1e9,
-                           "check_rel_err_f64": err}
+                           "check_rel_err_f64": errs[impl]}
 
                     def fwd():
                         with torch.no_grad():
