@@ -58,16 +58,31 @@ def test_linear_matches_e3nn(biases):
     torch.testing.assert_close(torch.jit.script(ours)(x), ref(x), rtol=0, atol=1e-12)
 
 
-def test_gate_matches_e3nn():
-    scalars, act_s = "4x0e+3x0o", ["silu", "tanh"]
-    gates, act_g = "3x0e+2x0e", ["sigmoid", "silu"]
-    gated = "2x1o+2x2e+1x1e"
+@pytest.mark.parametrize("scalars, act_s, gates, act_g, gated, in_order", [
+    # scalars of two parities and two gate blocks: the sorted input interleaves the groups
+    ("4x0e+3x0o", ["silu", "tanh"], "3x0e+2x0e", ["sigmoid", "silu"], "2x1o+2x2e+1x1e", False),
+    # SevenNet's layout (scalars, gates, gated already in order: no gather; the gate blocks, one
+    # per gated irrep, share their activation: one run)
+    ("6x0e", ["silu"], "3x0e+2x0e+1x0e", ["sigmoid"] * 3, "3x1e+2x2e+1x3e", True),
+])
+def test_gate_matches_e3nn(scalars, act_s, gates, act_g, gated, in_order):
     ref = E3Gate(scalars, [FUNCS[a] for a in act_s], gates, [FUNCS[a] for a in act_g], gated)
     ours = Gate(scalars, act_s, gates, act_g, gated)
     assert str(ours.irreps_in) == str(ref.irreps_in)
-    x = torch.randn(5, ref.irreps_in.dim)
+    assert ours.in_order == in_order
+    x = torch.randn(5, ref.irreps_in.dim, requires_grad=True)
     torch.testing.assert_close(ours(x), ref(x), rtol=0, atol=1e-12)
     torch.testing.assert_close(torch.jit.script(ours)(x), ref(x), rtol=0, atol=1e-12)
+    # first and second derivatives (forces, force training) against e3nn's
+    v = torch.randn(5, ref.irreps_out.dim)
+    u = torch.randn(5, ref.irreps_in.dim)
+    derivs = []
+    for m in (ours, ref):
+        (g,) = torch.autograd.grad((m(x) * v).sum(), x, create_graph=True)
+        (h,) = torch.autograd.grad((g * u).sum(), x)
+        derivs.append((g.detach(), h))
+    torch.testing.assert_close(derivs[0][0], derivs[1][0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(derivs[0][1], derivs[1][1], rtol=0, atol=1e-12)
 
 
 def test_gate_scalars_only():

@@ -5,7 +5,7 @@ simplified. Output: ``act_scalars(scalars)`` followed by ``gated * act_gates(gat
 scalar per gated irrep). Activations carry e3nn's second-moment normalisation.
 """
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 
@@ -22,6 +22,21 @@ def _sorted_positions(irreps: Irreps) -> List[int]:
     return pos
 
 
+def _runs(blocks: List[int], names: List[str], csts: List[float]) -> Tuple[List[int], List[str], List[float]]:
+    """Consecutive blocks with the same activation and factor merged: (sizes, activations, factors)."""
+    sizes: List[int] = []
+    acts: List[str] = []
+    factors: List[float] = []
+    for size, name, c in zip(blocks, names, csts):
+        if sizes and acts[-1] == name and factors[-1] == c:
+            sizes[-1] += size
+        else:
+            sizes.append(size)
+            acts.append(name)
+            factors.append(c)
+    return sizes, acts, factors
+
+
 class Gate(torch.nn.Module):
     """``Gate(irreps_scalars, act_scalars, irreps_gates, act_gates, irreps_gated)``; activation
     names as in ``md_accel.model.activations`` (one per block of the scalar / gate irreps)."""
@@ -34,6 +49,14 @@ class Gate(torch.nn.Module):
     gate_csts: List[float]
     gated_muls: List[int]
     gated_dims: List[int]
+    scalar_runs: List[int]
+    gate_runs: List[int]
+    scalar_run_acts: List[str]
+    gate_run_acts: List[str]
+    scalar_run_csts: List[float]
+    gate_run_csts: List[float]
+    split_sizes: List[int]
+    in_order: bool
 
     def __init__(
         self,
@@ -61,58 +84,72 @@ class Gate(torch.nn.Module):
         sorted_irreps = Irreps(sorted_blocks)
         self.irreps_in = sorted_irreps.simplify()
         offs = sorted_irreps.offsets()
-        # gather index of each group's components in the sorted input
-        index: List[List[int]] = [[], [], []]
+        # the input's components in the order scalars, gates, gated (the identity for the usual
+        # layouts, where the sort keeps each group contiguous: then no gather)
+        order: List[int] = []
         k = 0
-        for g, group in enumerate(groups):
+        for group in groups:
             for mi in group:
                 start = offs[pos[k]]
-                index[g].extend(range(start, start + mi.dim))
+                order.extend(range(start, start + mi.dim))
                 k += 1
-        self.register_buffer("idx_scalars", torch.tensor(index[0], dtype=torch.long), persistent=False)
-        self.register_buffer("idx_gates", torch.tensor(index[1], dtype=torch.long), persistent=False)
-        self.register_buffer("idx_gated", torch.tensor(index[2], dtype=torch.long), persistent=False)
-        # each gated component takes the gate of its irrep; broadcast per block (an index_select
-        # with repeated indices would sum its gradient with float atomics on CUDA)
+        self.in_order = order == list(range(len(order)))
+        self.register_buffer("order", torch.tensor(order, dtype=torch.long), persistent=False)
         self.gated_muls: List[int] = [mi.mul for mi in self.irreps_gated]
         self.gated_dims: List[int] = [mi.ir.dim for mi in self.irreps_gated]
         self.scalar_blocks: List[int] = [mi.mul for mi in self.irreps_scalars]
         self.gate_blocks: List[int] = [mi.mul for mi in self.irreps_gates]
-        self.scalar_csts: List[float] = [second_moment_constant(a) for a in act_scalars]
-        self.gate_csts: List[float] = [second_moment_constant(a) for a in act_gates]
         self.dim_in = self.irreps_in.dim
         self.has_gated = self.irreps_gated.dim > 0
+        self.set_constants([second_moment_constant(a) for a in act_scalars],
+                           [second_moment_constant(a) for a in act_gates])
 
-    def _acts(self, x: torch.Tensor, blocks: List[int], names: List[str], csts: List[float]) -> torch.Tensor:
-        outs: List[torch.Tensor] = []
-        parts = torch.split(x, blocks, dim=-1)  # one concatenation in the backward, not a slice each
-        for i in range(len(blocks)):
-            y = apply_activation(names[i], parts[i])
-            outs.append(y.mul(csts[i]) if csts[i] != 1.0 else y)
-        if len(outs) == 0:
-            return x[:, :0]
-        return torch.cat(outs, dim=-1)
-
-    def _expand(self, gates: torch.Tensor) -> torch.Tensor:
-        """[n, num_gated_irreps] -> [n, dim(irreps_gated)]: each gate repeated over its irrep."""
-        outs: List[torch.Tensor] = []
-        parts = torch.split(gates, self.gated_muls, dim=-1)
-        for k, dim in enumerate(self.gated_dims):
-            mul = self.gated_muls[k]
-            g = parts[k].unsqueeze(-1).expand(gates.shape[0], mul, dim)
-            outs.append(g.reshape(gates.shape[0], mul * dim))
-        return torch.cat(outs, dim=-1)
+    def set_constants(self, scalar_csts: Sequence[float], gate_csts: Sequence[float]) -> None:
+        """The activations' factors per block (e3nn's normalisation unless a source model says
+        otherwise). Consecutive blocks with one activation and factor are then applied as one."""
+        if len(scalar_csts) != len(self.scalar_blocks) or len(gate_csts) != len(self.gate_blocks):
+            raise ValueError("one constant per block of irreps_scalars / irreps_gates is needed")
+        self.scalar_csts = [float(c) for c in scalar_csts]
+        self.gate_csts = [float(c) for c in gate_csts]
+        self.scalar_runs, self.scalar_run_acts, self.scalar_run_csts = _runs(
+            self.scalar_blocks, self.act_scalar_names, self.scalar_csts)
+        self.gate_runs, self.gate_run_acts, self.gate_run_csts = _runs(
+            self.gate_blocks, self.act_gate_names, self.gate_csts)
+        # one split of the reordered input into every run and gated block: its backward is one
+        # concatenation
+        self.split_sizes = (self.scalar_runs + self.gate_runs
+                            + [m * d for m, d in zip(self.gated_muls, self.gated_dims)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.dim_in)
-        scalars = self._acts(x2.index_select(1, self.idx_scalars), self.scalar_blocks, self.act_scalar_names,
-                             self.scalar_csts)
-        if not self.has_gated:
-            return scalars.reshape(lead + (scalars.shape[-1],))
-        gates = self._acts(x2.index_select(1, self.idx_gates), self.gate_blocks, self.act_gate_names, self.gate_csts)
-        gated = x2.index_select(1, self.idx_gated) * self._expand(gates)
-        out = torch.cat([scalars, gated], dim=-1)
+        n = x2.shape[0]
+        if not self.in_order:
+            x2 = x2.index_select(1, self.order)
+        parts = torch.split(x2, self.split_sizes, dim=-1)
+        outs: List[torch.Tensor] = []
+        for i in range(len(self.scalar_runs)):
+            y = apply_activation(self.scalar_run_acts[i], parts[i])
+            outs.append(y.mul(self.scalar_run_csts[i]) if self.scalar_run_csts[i] != 1.0 else y)
+        if self.has_gated:
+            ns, ng = len(self.scalar_runs), len(self.gate_runs)
+            acts: List[torch.Tensor] = []
+            for i in range(ng):
+                y = apply_activation(self.gate_run_acts[i], parts[ns + i])
+                acts.append(y.mul(self.gate_run_csts[i]) if self.gate_run_csts[i] != 1.0 else y)
+            gates = torch.split(acts[0] if ng == 1 else torch.cat(acts, dim=-1), self.gated_muls, dim=-1)
+            # each gated irrep times its gate, broadcast over the irrep's components (a gather
+            # with repeated indices would sum its gradient with float atomics on CUDA)
+            for k in range(len(self.gated_muls)):
+                mul, dim = self.gated_muls[k], self.gated_dims[k]
+                block = parts[ns + ng + k].reshape(n, mul, dim) * gates[k].unsqueeze(-1)
+                outs.append(block.reshape(n, mul * dim))
+        if len(outs) == 0:
+            out = x2[:, :0]
+        elif len(outs) == 1:
+            out = outs[0]
+        else:
+            out = torch.cat(outs, dim=-1)
         return out.reshape(lead + (out.shape[-1],))
 
     def spec(self) -> Dict:

@@ -74,10 +74,9 @@ class InteractionLayer(torch.nn.Module):
         self.species_sc = torch.nn.ModuleList(
             [SpeciesLinear.from_spec(sc["linear"])] if sc["kind"] == "species_linear" else [])
         self.gate = Gate.from_spec(spec["gate"])
-        if "scalar_csts" in spec["gate"]:
-            self.gate.scalar_csts = [float(c) for c in spec["gate"]["scalar_csts"]]
-        if "gate_csts" in spec["gate"]:
-            self.gate.gate_csts = [float(c) for c in spec["gate"]["gate_csts"]]
+        if "scalar_csts" in spec["gate"] or "gate_csts" in spec["gate"]:
+            self.gate.set_constants(spec["gate"].get("scalar_csts", self.gate.scalar_csts),
+                                    spec["gate"].get("gate_csts", self.gate.gate_csts))
         self.resnet = bool(spec.get("resnet", False))
         self.register_buffer("denominator", torch.ones(1))
         self.sender_norm = bool(spec.get("sender_norm", False))
