@@ -40,6 +40,10 @@ const char* chunk_sender_runs(const int64_t* src_perm, const int64_t* src_ptr, c
                               cudaStream_t stream);
 const char* chunk_sender_perm(const int64_t* src_perm, const int64_t* lo, const int64_t* ptr_c, int64_t n, int64_t E,
                               int64_t step, int64_t chunks, int64_t* perm, cudaStream_t stream);
+// row_sum_kernels.cu
+template <typename T>
+const char* rows_sum(const T* in, const int64_t* w_row, int64_t E, int64_t P, int64_t H, int* count, int64_t* slot,
+                     T* out, cudaStream_t stream);
 
 namespace {
 
@@ -255,10 +259,24 @@ int64_t pair_bwd_chunk_edges(int64_t E, int64_t weights, int64_t elem) {
   return std::max<int64_t>(1, std::min(step, (E + chunks - 1) / chunks));
 }
 
-// Sum over the edges of each of the P rows (index_add: with at most two edges per row, each row is one
-// add into zero, the same whatever the order).
+// Sum over the edges of each of the P rows: [E, H] -> [P, H] (row_sum_kernels.cu; bit-reproducible for
+// rows of at most two edges).
 Tensor edges_to_rows(CT g_e, CT w_row, int64_t P) {
-  return at::zeros({P, g_e.size(1)}, g_e.options()).index_add_(0, w_row, g_e);
+  const int64_t E = g_e.size(0), H = g_e.size(1);
+  Tensor out = at::empty({P, H}, g_e.options());
+  Tensor count = at::zeros({P}, w_row.options().dtype(at::kInt));
+  Tensor slot = at::empty({P, 2}, w_row.options());
+  const Tensor in = g_e.contiguous();
+  auto stream = c10::cuda::getCurrentCUDAStream(g_e.device().index()).stream();
+  const char* err = nullptr;
+  if (g_e.scalar_type() == at::kDouble)
+    err = rows_sum(in.data_ptr<double>(), w_row.data_ptr<int64_t>(), E, P, H, count.data_ptr<int>(),
+                   slot.data_ptr<int64_t>(), out.data_ptr<double>(), stream);
+  else
+    err = rows_sum(in.data_ptr<float>(), w_row.data_ptr<int64_t>(), E, P, H, count.data_ptr<int>(),
+                   slot.data_ptr<int64_t>(), out.data_ptr<float>(), stream);
+  check(err);
+  return out;
 }
 
 }  // namespace
@@ -366,7 +384,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
   if (!w.defined()) w = linear(h, W);  // recomputed: the forward did not keep it
   const Tensor Wt = W.t().contiguous();
   const int64_t step = pair_bwd_chunk_edges(E, W.size(1), x.element_size());
-  Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh = at::zeros_like(h);
+  Tensor gx = at::empty_like(x), gy = at::empty_like(y);
+  Tensor gh_e = at::empty({E, h.size(1)}, h.options());  // hidden's gradient per edge, summed per row below
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : at::empty({0, W.size(1)}, W.options());
   if (E == 0) gx.zero_();
   std::optional<BwdChunks> chunks;  // none for one chunk: the whole graph as it is
@@ -381,11 +400,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
     const Tensor work_c = at::empty({Ec, x.size(1)}, x.options());
     tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w, g, graph, E, g.size(1), e0 > 0, gx,
                          gy.narrow(0, e0, Ec), gw_c, work_c);
-    // each row gets its (at most two) edges' terms, one add each into zero: the same in any order
-    gh.index_add_(0, w_row.narrow(0, e0, Ec), linear(gw_c, Wt));
+    Tensor gh_c = gh_e.narrow(0, e0, Ec);
+    if (x.scalar_type() == at::kDouble) at::mm_out(gh_c, gw_c, Wt);
+    else gh_c.copy_(linear(gw_c, Wt));  // 3xTF32 (linear_tf32x3 has no out= form)
     if (need_W) gW.addmm_(at::index_select(h, 0, w_row.narrow(0, e0, Ec)).t(), gw_c);
   }
-  return {gx, gy, gh, gW};
+  return {gx, gy, edges_to_rows(gh_e, w_row, P), gW};
 }
 
 }  // namespace md_accel

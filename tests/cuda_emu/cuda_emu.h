@@ -4,6 +4,7 @@
 // emu::block_static) starts as NaN bytes in every block, so reads of unwritten shared memory show. EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries
 // return (grid sizes), EMU_SMEM_KIB the shared memory per block (default 227, an H100's). Lockstep-free: code that relies on implicit warp synchrony fails here, as it should.
 #pragma once
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -128,6 +129,8 @@ void launch(unsigned grid, unsigned block, size_t smem_bytes, F&& body) {
 inline void __syncthreads() { emu::g_block->bar.arrive_and_wait(); }
 inline void __syncwarp() { emu::warp().bar.arrive_and_wait(); }
 template <typename T> T __ldg(const T* p) { return *p; }
+// the block's threads run concurrently (host threads): device atomics as host atomics
+template <typename T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
 template <typename T> T __shfl_xor_sync(unsigned, T v, int off) {
   static_assert(sizeof(T) <= 8);
   auto& w = emu::warp();
