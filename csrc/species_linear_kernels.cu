@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include "mma.cuh"
 #include "species_linear.h"
@@ -141,7 +140,7 @@ struct GemmParams {
 // products and sums, mma.cuh), each warp a WM x WN part of the BM x BN tile; else CUDA-core FMAs,
 // each thread a TM x TN part. One DMMA does the work of 8 warp-wide FMA instructions: the FMA form
 // of the float64 tiles issued at ~30 % of the FMA peak (session 23, benchmarks/linear.py).
-template <typename T, int BM, int BN, int TM, int TN, bool TRANS, bool MMA, int KB, bool SMEM_OUT = false>
+template <typename T, int BM, int BN, int TM, int TN, bool TRANS, bool MMA, int KB>
 __global__ void __launch_bounds__(kThreads, 2)
     gemm_kernel(SLProblem p, GemmParams gp, const T* __restrict__ src, int64_t ld_src, const T* __restrict__ weight,
                 T* __restrict__ dst, int64_t ld_dst, const int64_t* __restrict__ seg_ptr,
@@ -166,15 +165,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   static_assert(TM % LANES == 0 && TN % LANES == 0 && GS == TX * LANES, "vector loads");
   static_assert(A_SLOTS * kThreads == BM * KB && B_SLOTS * kThreads == BN * KB, "load slots");
   static_assert(KB <= 16 && KB * kSLMaxDim < 256 && (KB - 1) * AS + BM < 0xFFF, "load slot packing");
-  // SMEM_OUT (MMA only): the operand tiles' memory is reused by the epilogue for CW-column slices of
-  // the output tile (Cs[BM][CW + 1]), written out node by node: a node's CW * d outputs are contiguous.
-  constexpr int CW = 16;
-  constexpr size_t kTileBytes = sizeof(T) * 2 * KB * (AS + BS);
-  constexpr size_t kSmemBytes =
-      SMEM_OUT && sizeof(T) * BM * (CW + 1) > kTileBytes ? sizeof(T) * BM * (CW + 1) : kTileBytes;
-  __shared__ __align__(16) uint8_t smem[kSmemBytes];
-  T(*As)[KB][AS] = reinterpret_cast<T(*)[KB][AS]>(smem);
-  T(*Bs)[KB][BS] = reinterpret_cast<T(*)[KB][BS]>(smem + sizeof(T) * 2 * KB * AS);
+  __shared__ __align__(16) T As[2][KB][AS];
+  __shared__ __align__(16) T Bs[2][KB][BS];
   __shared__ int64_t s_node[BM];
 
   const int tid = threadIdx.x;
@@ -304,44 +296,16 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
   }
 
-  if constexpr (MMA && SMEM_OUT) {
-    // the k loop ended on a barrier: the tiles' memory is free
-    T(*Cs)[CW + 1] = reinterpret_cast<T(*)[CW + 1]>(smem);
-    static_assert(WN % CW == 0 && CW % 8 == 0, "epilogue slices");
-    for (int j = 0; j < BN / CW; ++j) {
-      const int cs0 = j * CW;  // the slice's first column in the tile
-      if (cs0 >= wn0 && cs0 < wn0 + WN) {
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
+  for (int m = 0; m < AM; ++m) {
+    const int r = MMA ? wm0 + m * 8 + g8 : ty * TM + m;
+    const int nl = r / D;
+    if (nl >= nodes) continue;
+    T* row = dst + s_node[nl] * ld_dst + grp.dst_off + r % D;
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const int cl = wn0 + nt * 8 - cs0;
-            if (cl >= 0 && cl < CW)
-#pragma unroll
-              for (int v = 0; v < 2; ++v) Cs[wm0 + m * 8 + g8][cl + 2 * t4 + v] = acc[m][2 * nt + v];
-          }
-      }
-      __syncthreads();
-      const int per_node = CW * D;
-      for (int q = tid; q < nodes * per_node; q += kThreads) {
-        const int nl = q / per_node, rem = q % per_node, cl = rem / D, i = rem % D;
-        const int c = c0 + cs0 + cl;
-        if (c < grp.ncols) dst[s_node[nl] * ld_dst + grp.dst_off + int64_t(c) * D + i] = Cs[nl * D + i][cl];
-      }
-      __syncthreads();
-    }
-  } else {
-#pragma unroll
-    for (int m = 0; m < AM; ++m) {
-      const int r = MMA ? wm0 + m * 8 + g8 : ty * TM + m;
-      const int nl = r / D;
-      if (nl >= nodes) continue;
-      T* row = dst + s_node[nl] * ld_dst + grp.dst_off + r % D;
-#pragma unroll
-      for (int n = 0; n < AN; ++n) {
-        const int c = c0 + (MMA ? wn0 + (n >> 1) * 8 + 2 * t4 + (n & 1) : (n / LANES) * GS + tx * LANES + n % LANES);
-        if (c < grp.ncols) row[int64_t(c) * D] = acc[m][n];
-      }
+    for (int n = 0; n < AN; ++n) {
+      const int c = c0 + (MMA ? wn0 + (n >> 1) * 8 + 2 * t4 + (n & 1) : (n / LANES) * GS + tx * LANES + n % LANES);
+      if (c < grp.ncols) row[int64_t(c) * D] = acc[m][n];
     }
   }
 }
@@ -495,7 +459,7 @@ constexpr int class_bm(int cls) {
   return (sizeof(T) == 8 && cls == 2) ? 64 : 128;
 }
 
-template <typename T, bool TRANS, bool MMA, bool SMEM_OUT>
+template <typename T, bool TRANS, bool MMA>
 void launch_class(int cls, int blocks, cudaStream_t stream, const SLProblem& p, const GemmParams& gp, const T* src,
                   int64_t ld_src, const T* weight, T* dst, int64_t ld_dst, const int64_t* seg_ptr,
                   const int* task_ptr) {
@@ -503,16 +467,16 @@ void launch_class(int cls, int blocks, cudaStream_t stream, const SLProblem& p, 
   // the bytes): twice the loads in flight per thread, where the 8-step tiles waited on memory
   constexpr int kNarrowK = MMA ? 16 : 8;
   if (cls == 0)
-    gemm_kernel<T, 128, 32, 4, 4, TRANS, MMA, kNarrowK, SMEM_OUT><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight,
+    gemm_kernel<T, 128, 32, 4, 4, TRANS, MMA, kNarrowK><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight,
                                                                                       dst, ld_dst, seg_ptr, task_ptr);
   else if (cls == 1)
-    gemm_kernel<T, 128, 64, 8, 4, TRANS, MMA, 8, SMEM_OUT><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+    gemm_kernel<T, 128, 64, 8, 4, TRANS, MMA, 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
                                                                                ld_dst, seg_ptr, task_ptr);
   else if constexpr (sizeof(T) == 8)
-    gemm_kernel<T, 64, 128, 4, 8, TRANS, MMA, 8, SMEM_OUT><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+    gemm_kernel<T, 64, 128, 4, 8, TRANS, MMA, 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
                                                                                ld_dst, seg_ptr, task_ptr);
   else
-    gemm_kernel<T, 128, 128, 8, 8, TRANS, MMA, 8, SMEM_OUT><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
+    gemm_kernel<T, 128, 128, 8, 8, TRANS, MMA, 8><<<blocks, kThreads, 0, stream>>>(p, gp, src, ld_src, weight, dst,
                                                                                 ld_dst, seg_ptr, task_ptr);
 }
 
@@ -600,10 +564,6 @@ const char* species_linear_gemm_launch(const SLProblem& p, const T* src, int64_t
 
   constexpr bool kDmma = sizeof(T) == 8;  // the DMMA instantiations exist for float64 only
   const bool mma = use_dmma<T>();          // once per call, not per launch
-  static const bool smem_out = [] {        // MD_ACCEL_SL_SMEM_OUT=1: the DMMA tiles' output through shared memory
-    const char* v = std::getenv("MD_ACCEL_SL_SMEM_OUT");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
   int q = 0;
   while (q < num_groups) {
     const int cls = col_class(groups[sorted[q]].ncols);
@@ -622,19 +582,18 @@ const char* species_linear_gemm_launch(const SLProblem& p, const T* src, int64_t
       ++q;
     }
     if (blocks > 0x7fffffff) return "problem too large for one launch";
-    const auto run = [&](auto trans_c, auto mma_c, auto smem_c) {
-      launch_class<T, decltype(trans_c)::value, decltype(mma_c)::value, decltype(smem_c)::value>(
-          cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr, task_ptr);
-    };
-    using On = std::true_type;
-    using Off = std::false_type;
-    using Dmma = std::integral_constant<bool, kDmma>;
-    if (trans && mma && smem_out) run(On{}, Dmma{}, Dmma{});
-    else if (trans && mma) run(On{}, Dmma{}, Off{});
-    else if (trans) run(On{}, Off{}, Off{});
-    else if (mma && smem_out) run(Off{}, Dmma{}, Dmma{});
-    else if (mma) run(Off{}, Dmma{}, Off{});
-    else run(Off{}, Off{}, Off{});
+    if (trans && mma)
+      launch_class<T, true, kDmma>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                   task_ptr);
+    else if (trans)
+      launch_class<T, true, false>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                   task_ptr);
+    else if (mma)
+      launch_class<T, false, kDmma>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                    task_ptr);
+    else
+      launch_class<T, false, false>(cls, int(blocks), stream, p, gp, src, ld_src, weight, dst, ld_dst, seg_ptr,
+                                    task_ptr);
     if (const char* err = last_error()) return err;
   }
   return nullptr;
