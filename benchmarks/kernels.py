@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import sys
 import time
@@ -152,11 +153,19 @@ class CueqImpl(Impl):
         default = torch.get_default_dtype()
         torch.set_default_dtype(dtype)  # O3_e3nn takes its coefficients from e3nn in the default dtype
         try:
-            poly = cue.descriptors.channelwise_tensor_product(
-                cue.Irreps(group, wl.irreps_in1), cue.Irreps(group, wl.irreps_in2), cue.Irreps(group, wl.irreps_out),
-            ).flatten_coefficient_modes().squeeze_modes().polynomial
+            desc = cue.descriptors.channelwise_tensor_product(
+                cue.Irreps(group, wl.irreps_in1), cue.Irreps(group, wl.irreps_in2), cue.Irreps(group, wl.irreps_out))
         finally:
             torch.set_default_dtype(default)
+        muls = [mul for mul, _ in parse_irreps(wl.irreps_in1)]
+        if len(set(muls)) == 1:
+            poly = desc.flatten_coefficient_modes().squeeze_modes().polynomial
+        else:
+            # uniform_1d needs one segment extent per operand: mixed multiplicities (SevenNet's
+            # 128x0e+64x1e+32x2e) split into channel blocks of their gcd, as sevenn builds it
+            gcd = math.gcd(*muls)
+            poly = desc.polynomial.flatten_modes("ijk").squeeze_modes("v")
+            poly = poly.apply_fn(lambda op, stp: (op, stp.split_mode("u", gcd)))
         method = "uniform_1d" if torch.device(device).type == "cuda" else "naive"
         self.m = cuet.SegmentedPolynomial(poly, method=method, math_dtype=dtype).to(device)
         self.method = self.m.method
