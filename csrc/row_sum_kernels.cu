@@ -56,7 +56,7 @@ const char* launch_status() {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
-unsigned blocks(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
+int64_t blocks(int64_t n) { return (n + kThreads - 1) / kThreads; }
 
 }  // namespace
 
@@ -68,12 +68,12 @@ const char* rows_sum(const T* in, const int64_t* w_row, int64_t E, int64_t P, in
   if (P <= 0 || H <= 0) return nullptr;
   if (blocks(E) > 0x7fffffffLL || blocks(P * H) > 0x7fffffffLL) return "rows_sum: too many rows";
   if (E > 0) {
-    row_slots_kernel<<<blocks(E), kThreads, 0, stream>>>(w_row, E, P, count, slot);
+    row_slots_kernel<<<unsigned(blocks(E)), kThreads, 0, stream>>>(w_row, E, P, count, slot);
     if (const char* err = launch_status()) return err;
   }
-  row_gather_kernel<T><<<blocks(P * H), kThreads, 0, stream>>>(in, count, slot, P, H, out);
+  row_gather_kernel<T><<<unsigned(blocks(P * H)), kThreads, 0, stream>>>(in, count, slot, P, H, out);
   if (const char* err = launch_status()) return err;
-  if (E > 0) row_many_kernel<T><<<blocks(E), kThreads, 0, stream>>>(in, w_row, count, E, P, H, out);
+  if (E > 0) row_many_kernel<T><<<unsigned(blocks(E)), kThreads, 0, stream>>>(in, w_row, count, E, P, H, out);
   return launch_status();
 }
 

@@ -54,9 +54,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> tp_conv_chunked_bwd(
 // as the functions above on h.index_select(0, w_row), for half the GEMM work when P = E / 2: the
 // forward computes the P weight rows whole (h @ W) and the generated kernels read row w_row[e] for
 // edge e (TPGraph::w_row); the backward writes grad_w per edge chunk, hidden's gradient per edge
-// (grad_w @ W^T), then sums it over the edges of each row with one gather (row_sum_kernels.cu). Where no generated kernels serve the
-// plan, or the P weight rows exceed MD_ACCEL_PAIR_WEIGHTS_MIB (read once per process), they run the
-// functions above on h's rows expanded per edge instead. Small graphs (MD_ACCEL_LEAN_WEIGHTS_MIB,
+// (grad_w @ W^T; [E, H] for the whole backward), then sums it over the edges of each row with one
+// gather (row_sum_kernels.cu). Where no generated kernels serve the plan, or the P weight rows exceed
+// MD_ACCEL_PAIR_WEIGHTS_MIB (read once per process), they run the functions above on h's rows
+// expanded per edge instead. Small graphs (MD_ACCEL_LEAN_WEIGHTS_MIB,
 // tp_conv_chunked_cuda.cpp) keep no rows and run the backward in a few edge chunks. grad_hidden is
 // bit-reproducible when at most two edges share a row (a + b = b + a; more are added with atomics).
 at::Tensor tp_conv_pair_fwd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& h, const at::Tensor& W,

@@ -242,7 +242,9 @@ bool rows_whole(const TPSpec* spec, CT h, CT W) {
 // MD_ACCEL_WEIGHT_CHUNK_MIB), so grad_w and the kernels' per-edge workspace exist a sixth at a time.
 // H200 2026-11-26, MACE-MP-0-medium shape float32, 864 / 16,384 Cu atoms: 6.6 / 44.3 ms, 0.46 / 6.8
 // GiB, against 4.9 / 39.9 ms, 0.93 / 9.4 GiB keeping the rows with 2 GiB chunks (mace +
-// cuEquivariance: 0.95 / 17.6 GiB); larger graphs keep rows within the keep budget (speed).
+// cuEquivariance: 0.95 / 17.6 GiB); larger graphs keep rows within the keep budget (speed). Since session
+// 24 hidden's per-edge gradient ([E, hidden], 4 / 8 bytes) is held whole in the backward (864 atoms float32:
+// 0.39 GiB, as before).
 bool lean_graph(int64_t E, int64_t weights, int64_t elem) {
   const int64_t set = env_mib("MD_ACCEL_LEAN_WEIGHTS_MIB");
   const int64_t limit = set >= 0 ? set : int64_t(8) << 30;

@@ -1,6 +1,6 @@
 """The pair op's per-row sum of hidden's per-edge gradient (csrc/row_sum_kernels.cu), compiled for
 the host with tests/cuda_emu, against index_add: rows of the pairs md_accel's graphs make (two
-edges each, summed bitwise as index_add sums them into zero, whichever edge takes the first slot),
+edges each, the same values as index_add's sums into zero, whichever edge takes the first slot),
 rows of one edge, rows of no edge (zero), rows of more than two edges (float atomics: to rounding),
 rows out of range ignored, every output element written. No GPU needed."""
 from __future__ import annotations

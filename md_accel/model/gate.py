@@ -106,7 +106,9 @@ class Gate(torch.nn.Module):
 
     def set_constants(self, scalar_csts: Sequence[float], gate_csts: Sequence[float]) -> None:
         """The activations' factors per block (e3nn's normalisation unless a source model says
-        otherwise). Consecutive blocks with one activation and factor are then applied as one."""
+        otherwise). Consecutive blocks with one activation and factor are then applied as one.
+        Change the factors only through here: ``forward`` reads the runs this derives, not
+        ``scalar_csts`` / ``gate_csts``."""
         if len(scalar_csts) != len(self.scalar_blocks) or len(gate_csts) != len(self.gate_blocks):
             raise ValueError("one constant per block of irreps_scalars / irreps_gates is needed")
         self.scalar_csts = [float(c) for c in scalar_csts]
