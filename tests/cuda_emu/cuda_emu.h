@@ -1,8 +1,10 @@
 // Host emulation of the CUDA subset md_accel's generated kernels use (tests/cuda_emu/emulate.py):
 // one std::thread per CUDA thread, std::barrier for __syncthreads, named barriers and warp
-// shuffles; blocks run one after the other. Shared memory (dynamic, and static arrays through
-// emu::block_static) starts as NaN bytes in every block, so reads of unwritten shared memory show. EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries
-// return (grid sizes), EMU_SMEM_KIB the shared memory per block (default 227, an H100's). Lockstep-free: code that relies on implicit warp synchrony fails here, as it should.
+// shuffles, host atomics for atomicAdd; blocks run one after the other. Shared memory (dynamic, and
+// static arrays through emu::block_static) starts as NaN bytes in every block, so reads of unwritten
+// shared memory show. EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries return (grid
+// sizes), EMU_SMEM_KIB the shared memory per block (default 227, an H100's). Lockstep-free: code that
+// relies on implicit warp synchrony fails here, as it should.
 #pragma once
 #include <atomic>
 #include <barrier>
