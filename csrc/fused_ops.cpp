@@ -44,7 +44,7 @@ constexpr int kRest = 9;  // graph (5) + plan (4) tensors
 using FusedFwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
 using FusedBwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, bool);
 using BwdSig = Tensor3(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
-using DbwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT);
+using DbwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, bool);
 using KeepSig = std::tuple<Tensor, std::vector<Tensor>>(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);
 using KeptBwdSig = Tensor4(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, at::TensorList, bool);
 using PairKeepSig = std::tuple<Tensor, std::vector<Tensor>>(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT,
@@ -159,9 +159,10 @@ class FusedBwdFunction : public torch::autograd::Function<FusedBwdFunction> {
     if (!gg_w.defined()) gg_w = at::zeros_like(w);
     const Tensor gg_x = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(x);
     const Tensor gg_y = grads[1].defined() ? grads[1].contiguous() : at::zeros_like(y);
+    const bool need_g = ctx->needs_input_grad(0);
     auto r = dbwd_op().call(gg_x, gg_y, gg_w.contiguous(), g, x, y, w, s[5], s[6], s[7], s[8], s[9], s[10],
-                            s[11], s[12], s[13]);
-    out[0] = std::get<0>(r);
+                            s[11], s[12], s[13], need_g);
+    if (need_g) out[0] = std::get<0>(r);
     out[1] = std::get<1>(r);
     out[2] = std::get<2>(r);
     const Tensor& g_w = std::get<3>(r);

@@ -31,7 +31,7 @@ using BwdSig = Tensor3(const Tensor&, const Tensor&, const Tensor&, const Tensor
 using DbwdSig = Tensor4(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                         const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                        const Tensor&);
+                        const Tensor&, bool);
 
 const c10::TypedOperatorHandle<FwdSig>& fwd_op() {
   static const auto op = c10::Dispatcher::singleton()
@@ -102,9 +102,11 @@ class TpConvBwdFunction : public torch::autograd::Function<TpConvBwdFunction> {
     Tensor gg[3];
     for (int q = 0; q < 3; ++q)
       gg[q] = grads[q].defined() ? grads[q].contiguous() : at::zeros_like(s[1 + q]);
+    // the gradient to grad_out (a forward pass) only where grad_out requires one
+    const bool need_grad_out = ctx->needs_input_grad(0);
     auto r = dbwd_op().call(gg[0], gg[1], gg[2], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
-                            s[8], s[9], s[10], s[11], s[12]);
-    out[0] = std::get<0>(r);
+                            s[8], s[9], s[10], s[11], s[12], need_grad_out);
+    if (need_grad_out) out[0] = std::get<0>(r);
     out[1] = std::get<1>(r);
     out[2] = std::get<2>(r);
     out[3] = std::get<3>(r);
@@ -146,8 +148,8 @@ TORCH_LIBRARY(md_accel, m) {
   m.def(
       "tp_conv_dbwd(Tensor gg_x, Tensor gg_y, Tensor gg_w, Tensor grad_out, Tensor x, Tensor y, "
       "Tensor w, Tensor src, Tensor dst, Tensor dst_ptr, Tensor src_perm, Tensor src_ptr, "
-      "Tensor paths, Tensor cg_ptr, Tensor cg_idx, Tensor cg_val) -> (Tensor, Tensor, Tensor, "
-      "Tensor)");
+      "Tensor paths, Tensor cg_ptr, Tensor cg_idx, Tensor cg_val, bool need_grad_out=True) -> (Tensor, "
+      "Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(md_accel, Autograd, m) {

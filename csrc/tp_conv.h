@@ -63,7 +63,7 @@ struct TPTensors {
   const T* ggx;   // [N, in1]  double backward: incoming gradients of (grad_x, grad_y, grad_w)
   const T* ggy;   // [E, in2]
   const T* ggw;   // [E, w]
-  T* out;         // fwd: [N, out]; dbwd: g_grad_out
+  T* out;         // fwd: [N, out]; dbwd: g_grad_out (null: not computed)
   T* gx;          // [N, in1]
   T* gy;          // [E, in2]
   T* gw;          // [E, w]

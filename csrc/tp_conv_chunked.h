@@ -32,6 +32,21 @@ void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const at::Tensor& x
                           int64_t dim_out, bool accumulate, const at::Tensor& out_or_gx, const at::Tensor& gy_c,
                           const at::Tensor& gw_c, const at::Tensor& work_c);
 
+// The plain op's backward (md_accel::tp_conv_bwd) through spec's kernels writes each edge's grad_x row
+// (num_edges x in1, summed per sender afterwards: deterministic, no atomics). With MD_ACCEL_BWD_WORK_MIB
+// set (MiB, read per call; unset or 0: off) a graph whose rows exceed it runs in edge chunks whose rows
+// fit (one buffer reused chunk after chunk, grad_x accumulated): less memory, more time. Off by default:
+// session 25 (H200, kernels.py, 312k edges) 128 MiB took the fwd+bwd peak of MACE-MP-0-medium float32
+// from 4.18 to 3.71 GiB but its time from 2.43 to 2.80 ms (SevenNet-l3i5 float64: 10.9 -> 9.4 GiB,
+// 9.78 -> 12.9 ms); each chunk adds a launch tail.
+// Returns the edges per chunk to use, E (one launch) when the rows fit or chunks are off.
+int64_t tp_conv_bwd_chunk_edges(int64_t num_edges, int64_t in1, int64_t elem);
+// Runs that backward over chunks of `step` edges into gx, gy, gw (allocated, contiguous).
+void tp_conv_bwd_edge_chunks(const TPSpec* spec, const at::Tensor& g, const at::Tensor& x, const at::Tensor& y,
+                             const at::Tensor& w, const at::Tensor& src, const at::Tensor& dst,
+                             const at::Tensor& dst_ptr, const at::Tensor& src_perm, const at::Tensor& src_ptr,
+                             int64_t step, const at::Tensor& gx, const at::Tensor& gy, const at::Tensor& gw);
+
 // tp_conv_chunked_cuda.cpp. Operands as prepared by tp_conv_fused_cuda.cpp (contiguous, on the
 // device, cg_val in the features' dtype); chunks of MD_ACCEL_WEIGHT_CHUNK_MIB MiB of weights.
 // kept (forward, may be null): receives the first chunks' w_c as far as the keep budget allows

@@ -283,6 +283,25 @@ Tensor edges_to_rows(CT g_e, CT w_row, int64_t P) {
 
 }  // namespace
 
+int64_t tp_conv_bwd_chunk_edges(int64_t num_edges, int64_t in1, int64_t elem) {
+  const int64_t budget = env_mib("MD_ACCEL_BWD_WORK_MIB");  // -1 unset, 0 off
+  const int64_t row = std::max<int64_t>(1, in1 * elem);
+  if (budget <= 0 || num_edges * row <= budget) return std::max<int64_t>(1, num_edges);
+  return std::max<int64_t>(1, budget / row);
+}
+
+void tp_conv_bwd_edge_chunks(const TPSpec* spec, CT g, CT x, CT y, CT w, CT src, CT dst, CT dst_ptr, CT src_perm,
+                             CT src_ptr, int64_t step, CT gx, CT gy, CT gw) {
+  const int64_t E = src.numel();
+  const BwdChunks chunks(src, dst, dst_ptr, src_perm, src_ptr, step);
+  const Tensor work = at::empty({std::min(E, step), x.size(1)}, x.options());
+  for (int64_t e0 = 0; e0 < E; e0 += step) {
+    const int64_t Ec = std::min(E, e0 + step) - e0;
+    tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w.narrow(0, e0, Ec), g, chunks.graph(e0), E, g.size(1),
+                         e0 > 0, gx, gy.narrow(0, e0, Ec), gw.narrow(0, e0, Ec), work.narrow(0, 0, Ec));
+  }
+}
+
 Tensor tp_conv_chunked_fwd(CT x, CT y, CT h, CT W, CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, CT paths,
                            CT cg_ptr, CT cg_idx, CT cg_val, int64_t dim_out, std::vector<Tensor>* kept) {
   using FwdSig = Tensor(CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, CT, int64_t);

@@ -358,6 +358,14 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->bwd_f64 != nullptr
                                                                : p.spec->bwd_f32 != nullptr);
+  if (spec) {  // large graphs: edge chunks, for memory (tp_conv_chunked.h)
+    const int64_t step = tp_conv_bwd_chunk_edges(p.graph.num_edges, x.size(1), x.element_size());
+    if (step < p.graph.num_edges) {
+      tp_conv_bwd_edge_chunks(p.spec, g, x, y, w, p.src, p.dst, p.dst_ptr, p.src_perm, p.src_ptr, step, gx, gy,
+                              gw);
+      return {gx, gy, gw};
+    }
+  }
   // scratch for the specialised kernel: each edge's contribution to grad_x
   const Tensor work = spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
   if (spec)
@@ -383,7 +391,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
     const Tensor& ggx_, const Tensor& ggy_, const Tensor& ggw_, const Tensor& g_, const Tensor& x_,
     const Tensor& y_, const Tensor& w_, const Tensor& src, const Tensor& dst, const Tensor& dst_ptr,
     const Tensor& src_perm, const Tensor& src_ptr, const Tensor& paths, const Tensor& cg_ptr,
-    const Tensor& cg_idx, const Tensor& cg_val) {
+    const Tensor& cg_idx, const Tensor& cg_val, bool need_grad_out) {
   c10::cuda::CUDAGuard guard(x_.device());
   const Tensor g = g_.contiguous(), x = x_.contiguous(), y = y_.contiguous(), w = w_.contiguous();
   const Tensor ggx = ggx_.contiguous(), ggy = ggy_.contiguous(), ggw = ggw_.contiguous();
@@ -395,7 +403,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   check_features(ggw, x, w.size(0), "gg_w");
   TORCH_CHECK(ggx.size(1) == x.size(1) && ggy.size(1) == y.size(1) && ggw.size(1) == w.size(1),
               "md_accel tp_conv_dbwd: gg_x, gg_y, gg_w must have the shapes of x, y, w");
-  Tensor ggo = at::empty_like(g), gx = at::empty_like(x), gy = at::empty_like(y), gw = at::empty_like(w);
+  // g_grad_out: an empty [0, out] unless asked for (its kernel, a forward pass, is then not launched)
+  Tensor ggo = need_grad_out ? at::empty_like(g) : g.new_empty({0, g.size(1)});
+  Tensor gx = at::empty_like(x), gy = at::empty_like(y), gw = at::empty_like(w);
+  const Tensor none;
+  const Tensor& ggo_out = need_grad_out ? ggo : none;  // null t.out: no g_grad_out
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->dbwd_f64 != nullptr
                                                                : p.spec->dbwd_f32 != nullptr);
@@ -405,13 +417,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
     p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, true, x),
                                   x.device().index());
   if (x.scalar_type() == at::kDouble) {
-    const auto t = tensors<double>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw);
+    const auto t = tensors<double>(x, y, w, g, ggx, ggy, ggw, ggo_out, gx, gy, gw);
     if (spec)
       check_launch(p.spec->dbwd_f64(t, p.graph, p.dims, work.data_ptr<double>(), stream));
     else
       check_launch(tp_conv_dbwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
   } else {
-    const auto t = tensors<float>(x, y, w, g, ggx, ggy, ggw, ggo, gx, gy, gw);
+    const auto t = tensors<float>(x, y, w, g, ggx, ggy, ggw, ggo_out, gx, gy, gw);
     if (spec)
       check_launch(p.spec->dbwd_f32(t, p.graph, p.dims, work.data_ptr<float>(), stream));
     else

@@ -426,7 +426,8 @@ template <typename T>
 const char* tp_conv_dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPPlan& p,
                                 const TPDims& d, cudaStream_t stream) {
   if (g.w_row != nullptr) return kNoWeightRows;
-  if (const char* err = launch_fwd<T, true>(t, g, p, d, stream)) return err;
+  if (t.out != nullptr)
+    if (const char* err = launch_fwd<T, true>(t, g, p, d, stream)) return err;
   return launch_bwd<T, true>(t, g, p, d, stream);
 }
 

@@ -86,13 +86,25 @@ def tp_tests():
     return [TensorProductConv(w.irreps_in1, w.irreps_in2, w.irreps_out, w.instructions) for w in WORKLOADS.values()]
 
 
+def tp_gpu_tests():
+    """The tensor-product problems of tests/gpu/test_tp_conv_cuda.py (tests/tp_testing.py)."""
+    from tp_testing import CONFIGS
+
+    from md_accel.ops import TensorProductConv
+
+    problems = [make() for make in CONFIGS.values()]
+    return [TensorProductConv(p.irreps_in1, p.irreps_in2, p.irreps_out, p.instructions, p.irrep_normalization,
+                              p.path_normalization) for p in problems]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="+", choices=["sc-tests", "tp-tests", "mace", "mace-cu", "sevenn"])
+    ap.add_argument("what", nargs="+", choices=["sc-tests", "tp-tests", "tp-gpu-tests", "mace", "mace-cu", "sevenn"])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "mace": mace, "mace-cu": mace_cu, "sevenn": sevenn}
+    makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "tp-gpu-tests": tp_gpu_tests, "mace": mace, "mace-cu": mace_cu,
+              "sevenn": sevenn}
     modules = [m for what in args.what for m in makers[what]()]
     prebuild(modules, arch=args.arch, workers=args.jobs)
     dirs = [d for d in ("build/tp_specs", "build/sc_specs") if os.path.isdir(os.path.join(REPO, ".gpu", d))]

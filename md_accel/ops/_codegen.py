@@ -42,7 +42,7 @@ import textwrap
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 16  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 17  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -50,8 +50,14 @@ DBWD_ACC_BUDGET = 32  # the same for g_grad_out of the double backward (x, ggx, 
 FWD_SLOT_SMEM = 24 * 1024  # shared-memory bytes (float64) for the fwd edge slots' partial sums
 # grad_out components per channel held in registers by one bwd / dbwd pass, (float32, float64).
 # float32 64 (was 48): SevenNet-l3i5 fwd + bwd 4.96 / 4.97 vs 5.18 / 5.19 ms, MACE medium unchanged
-# (session 14, H200, kernels.py, two runs each).
-BWD_G_BUDGET = (64, 24)
+# (session 14, H200, kernels.py, two runs each). float64 48 (was 24): fwd + bwd SevenNet-l3i5 9.73 -> 8.72 ms,
+# NequIP l = 3 7.74 -> 6.63, MACE large 10.13 -> 9.25; SevenNet-l3i5 float64 32k step 247 -> 234 ms
+# (session 25, H200, one call).
+BWD_G_BUDGET = (64, 48)
+# float64: whole in1 blocks share a backward pass only while their grad_out components fit this (the
+# budget above still sets how finely one block is split). MACE-MP-0 medium float64 fwd + bwd with both
+# its blocks in one pass of 40: 5.10 ms, against 4.48 in two passes of 16 and 24 (session 25, H200).
+MERGE_G64 = 24
 DBWD_G_BUDGET = (32, 16)
 # Minimum resident warps per SM asked of the compiler for the float64 kernels (__launch_bounds__):
 # 12 caps them at ~168 registers. Session 14 (H200, kernels.py, 312k edges): SevenNet-l3i5 float64
@@ -86,6 +92,7 @@ class Tuning(NamedTuple):
     min_warps64: int = MIN_WARPS64
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks L2 for its next edge's weights first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
+    merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry."""
@@ -472,12 +479,12 @@ __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T
 """
 
 
-def _bwd_groups(live: List[_Path], budget: int, merge: bool = False) -> List[List[_Path]]:
+def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Path]]:
     """Backward passes: the paths of one in1 block per pass (x, grad_x and w of the block are then
     touched by one pass only); a block whose grad_out components exceed ``budget`` per channel is
     split over its output blocks into near-equal parts (its grad_x rows are then accumulated).
-    ``merge``: consecutive whole blocks of one multiplicity share a pass while their grad_out
-    components fit the budget (one y load and one grad_y reduction per edge for all of them)."""
+    ``merge`` (0: off): consecutive whole blocks of one multiplicity share a pass while their grad_out
+    components fit ``merge`` (one y load and one grad_y reduction per edge for all of them)."""
     in1_order: List[Tuple[int, int, int]] = []
     for p in live:
         if p.in1_key not in in1_order:
@@ -494,7 +501,7 @@ def _bwd_groups(live: List[_Path], budget: int, merge: bool = False) -> List[Lis
         for part in parts:
             gp = [p for p in ps if p.out_key in part]
             if (merge and len(parts) == 1 and groups and whole[-1] and groups[-1][0].mul == gp[0].mul
-                    and _out_width(groups[-1] + gp) <= budget):
+                    and _out_width(groups[-1] + gp) <= merge):
                 groups[-1] = groups[-1] + gp
             else:
                 groups.append(gp)
@@ -686,10 +693,12 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
     return "kPrefetch" if tune.prefetch & (PF_BWD32 | PF_BWD64) else None
 
 
-def _gen_bwd(live: List[_Path], threads: int, budget: int, dbwd: bool, tag: str, tune: Tuning) -> Optional[str]:
+def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: bool, tag: str,
+             tune: Tuning) -> Optional[str]:
     """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
-    edge grad_w, grad_y and the edge's grad_x contribution (work row e; summed by sender later)."""
-    groups = _bwd_groups(live, budget, bool(tune.merge_in1))
+    edge grad_w, grad_y and the edge's grad_x contribution (work row e; summed by sender later).
+    ``budget``, ``merge``: as _bwd_groups."""
+    groups = _bwd_groups(live, budget, merge)
     for g in groups:
         if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
             return None
@@ -946,8 +955,9 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
   return last_error();
 }
 
-// Double backward: t.out = g_grad_out (forward with substituted arguments), then g_x, g_y, g_w as
-// a backward with substituted arguments (g_x through the work rows and the per-sender sum).
+// Double backward: t.out = g_grad_out (forward with substituted arguments; not computed when t.out is
+// null), then g_x, g_y, g_w as a backward with substituted arguments (g_x through the work rows and the
+// per-sender sum).
 int dbwd_per_sm(int f64) {
   static const int r32 = resident(dbwd_kernel_DS<float, true>), r64 = resident(dbwd_kernel_DD<double, true>);
   return f64 ? r64 : r32;
@@ -961,9 +971,11 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
   const int64_t parts = g.num_nodes * d.split;
   const bool split = d.split > 1;  // else one block per receiver (kParts false)
   const unsigned grid = split ? parts_grid(parts, dbwd_per_sm(sizeof(T) == 8)) : unsigned(g.num_nodes);
-  dfwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.out,
-                                                                  g.src, g.dst_ptr, g.w_row, d);
-  if (const char* err = last_error()) return err;
+  if (t.out != nullptr) {  // g_grad_out asked for
+    dfwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.out,
+                                                                    g.src, g.dst_ptr, g.w_row, d);
+    if (const char* err = last_error()) return err;
+  }
   const auto run = [&](auto kernel) {
     kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g, t.gy, t.gw, work, g.src, g.dst_ptr,
                                           g.w_row, parts, d);
@@ -982,13 +994,14 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
 def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> Optional[Tuple[str, str, str]]:
     """(source, f32 kernel tag, f64 kernel tag); one kernel when both budgets give the same passes."""
     b32, b64 = (tune.dbwd_g32, tune.dbwd_g64) if dbwd else (tune.bwd_g32, tune.bwd_g64)
+    m32, m64 = (b32, min(b64, tune.merge_g64)) if tune.merge_in1 else (0, 0)
     pre = "d" if dbwd else "b"
-    src32 = _gen_bwd(live, threads, b32, dbwd, pre + "s", tune)
+    src32 = _gen_bwd(live, threads, b32, m32, dbwd, pre + "s", tune)
     if src32 is None:
         return None
-    if _bwd_groups(live, b32, bool(tune.merge_in1)) == _bwd_groups(live, b64, bool(tune.merge_in1)):
+    if _bwd_groups(live, b32, m32) == _bwd_groups(live, b64, m64):
         return src32, pre + "s", pre + "s"
-    src64 = _gen_bwd(live, threads, b64, dbwd, pre + "d", tune)
+    src64 = _gen_bwd(live, threads, b64, m64, dbwd, pre + "d", tune)
     if src64 is None:
         return None
     return src32 + src64, pre + "s", pre + "d"

@@ -22,7 +22,7 @@ SCHEMAS = {
     "tp_conv_bwd": f"(Tensor grad_out, Tensor x, Tensor y, Tensor w, {_GRAPH}, {_PLAN}) -> (Tensor, Tensor, Tensor)",
     "tp_conv_dbwd": (
         f"(Tensor gg_x, Tensor gg_y, Tensor gg_w, Tensor grad_out, Tensor x, Tensor y, Tensor w, {_GRAPH}, "
-        f"{_PLAN}) -> (Tensor, Tensor, Tensor, Tensor)"
+        f"{_PLAN}, bool need_grad_out=True) -> (Tensor, Tensor, Tensor, Tensor)"
     ),
     # the radial MLP's last linear layer fused in: w = hidden @ W (md_accel/ops/_codegen_fused.py)
     "tp_conv_fused_fwd": f"(Tensor x, Tensor y, Tensor hidden, Tensor W, {_GRAPH}, {_PLAN}, int dim_out) -> Tensor",
@@ -65,9 +65,9 @@ def _bwd_cpu(grad_out, x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_
 
 
 def _dbwd_cpu(gg_x, gg_y, gg_w, grad_out, x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr,
-              cg_idx, cg_val):
+              cg_idx, cg_val, need_grad_out=True):
     plist, dense = _dense_cg(paths, cg_ptr, cg_idx, cg_val, x.dtype)
-    return tp_conv_dbwd_ref(gg_x, gg_y, gg_w, grad_out, x, y, w, src, dst, plist, dense)
+    return tp_conv_dbwd_ref(gg_x, gg_y, gg_w, grad_out, x, y, w, src, dst, plist, dense, need_grad_out)
 
 
 def _fused_fwd_cpu(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out):
@@ -97,7 +97,9 @@ def _bwd_fake(grad_out, x, y, w, *rest):
 
 
 def _dbwd_fake(gg_x, gg_y, gg_w, grad_out, x, y, w, *rest):
-    return torch.empty_like(grad_out), torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
+    need_grad_out = rest[-1] if len(rest) > _N_REST else True
+    g_go = torch.empty_like(grad_out) if need_grad_out else grad_out.new_empty((0, grad_out.shape[1]))
+    return g_go, torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
 
 
 def _fused_fwd_fake(x, y, h, W, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx, cg_val, dim_out):
@@ -136,8 +138,10 @@ def _bwd_setup(ctx, inputs, output):
 def _bwd_backward(ctx, gg_x, gg_y, gg_w):
     grad_out, x, y, w, *rest = ctx.saved_tensors
     gg = [g if g is not None else torch.zeros_like(t) for g, t in ((gg_x, x), (gg_y, y), (gg_w, w))]
-    g_go, g_x, g_y, g_w = torch.ops.md_accel.tp_conv_dbwd(*[g.contiguous() for g in gg], grad_out, x, y, w, *rest)
-    return (g_go, g_x, g_y, g_w) + (None,) * _N_REST
+    need_go = ctx.needs_input_grad[0]
+    g_go, g_x, g_y, g_w = torch.ops.md_accel.tp_conv_dbwd(*[g.contiguous() for g in gg], grad_out, x, y, w, *rest,
+                                                          need_go)
+    return (g_go if need_go else None, g_x, g_y, g_w) + (None,) * _N_REST
 
 
 def _fused_fwd_setup(ctx, inputs, output):
@@ -168,7 +172,10 @@ def _fused_bwd_backward(ctx, gg_x, gg_y, gg_h, gg_W):
         gg_w = gg_w + h @ gg_W
     gg_x = gg_x.contiguous() if gg_x is not None else torch.zeros_like(x)
     gg_y = gg_y.contiguous() if gg_y is not None else torch.zeros_like(y)
-    g_g, g_x, g_y, g_w = torch.ops.md_accel.tp_conv_dbwd(gg_x, gg_y, gg_w.contiguous(), g, x, y, w, *rest)
+    need_g = ctx.needs_input_grad[0]
+    g_g, g_x, g_y, g_w = torch.ops.md_accel.tp_conv_dbwd(gg_x, gg_y, gg_w.contiguous(), g, x, y, w, *rest, need_g)
+    if not need_g:
+        g_g = None
     need_h, need_W = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
     gw = None
     if (need_h and gg_W is not None) or (need_W and gg_h is not None):

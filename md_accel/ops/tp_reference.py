@@ -129,16 +129,20 @@ def tp_conv_bwd_ref(
 def tp_conv_dbwd_ref(
     gg_x: torch.Tensor, gg_y: torch.Tensor, gg_w: torch.Tensor, grad_out: torch.Tensor,
     x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
-    paths: List[List[int]], cg: List[torch.Tensor],
+    paths: List[List[int]], cg: List[torch.Tensor], need_grad_out: bool = True,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of ``<gg_x, dF/dx> + <gg_y, dF/dy> + <gg_w, dF/dw>`` w.r.t. (grad_out, x, y, w)."""
+    """Gradients of ``<gg_x, dF/dx> + <gg_y, dF/dy> + <gg_w, dF/dw>`` w.r.t. (grad_out, x, y, w); the
+    first is an empty ``[0, dim_out]`` unless ``need_grad_out``."""
     n = grad_out.shape[0]
     dim_out = grad_out.shape[1]
-    g_grad_out = (
-        tp_conv_fwd_ref(gg_x, y, w, src, dst, n, paths, cg, dim_out)
-        + tp_conv_fwd_ref(x, gg_y, w, src, dst, n, paths, cg, dim_out)
-        + tp_conv_fwd_ref(x, y, gg_w, src, dst, n, paths, cg, dim_out)
-    )
+    if need_grad_out:
+        g_grad_out = (
+            tp_conv_fwd_ref(gg_x, y, w, src, dst, n, paths, cg, dim_out)
+            + tp_conv_fwd_ref(x, gg_y, w, src, dst, n, paths, cg, dim_out)
+            + tp_conv_fwd_ref(x, y, gg_w, src, dst, n, paths, cg, dim_out)
+        )
+    else:
+        g_grad_out = grad_out.new_zeros((0, dim_out))
     gx_a, gy_a, gw_a = tp_conv_bwd_ref(grad_out, gg_x, y, w, src, dst, paths, cg)
     gx_b, gy_b, gw_b = tp_conv_bwd_ref(grad_out, x, gg_y, w, src, dst, paths, cg)
     gx_c, gy_c, gw_c = tp_conv_bwd_ref(grad_out, x, y, gg_w, src, dst, paths, cg)

@@ -17,48 +17,13 @@ from md_accel.ops import _cuda, _custom_ops  # noqa: E402
 from md_accel.ops.tp_conv import build_graph  # noqa: E402
 from md_accel.ops.tp_problem import TPProblem  # noqa: E402
 from md_accel.ops.tp_reference import tp_conv_bwd_ref, tp_conv_dbwd_ref, tp_conv_fwd_ref  # noqa: E402
+from tp_testing import CONFIGS, sh, uvu_problem  # noqa: E402,F401
 
 if not _cuda.load(verbose=True):
     pytest.fail(f"md_accel CUDA library did not load: {_cuda.load_error()}", pytrace=False)
 _custom_ops.register(True)
 OPS = torch.ops.md_accel
 DEV = torch.device("cuda")
-
-
-def sh(lmax: int) -> str:
-    return "+".join(f"1x{l}{'e' if l % 2 == 0 else 'o'}" for l in range(lmax + 1))
-
-
-def uvu_problem(irreps_in1: str, irreps_in2: str, lmax_out: int, parity_filter: bool = False) -> TPProblem:
-    """Every 'uvu' path with l_out <= lmax_out, one output block per instruction (with
-    ``parity_filter`` only outputs of parity (-1)^l, as MACE's target irreps)."""
-    from md_accel.o3 import Irreps
-
-    i1, i2 = Irreps(irreps_in1), Irreps(irreps_in2)
-    out, ins = [], []
-    for a, m1 in enumerate(i1):
-        for b, m2 in enumerate(i2):
-            p = m1.ir.p * m2.ir.p
-            for l3 in range(abs(m1.ir.l - m2.ir.l), min(m1.ir.l + m2.ir.l, lmax_out) + 1):
-                if parity_filter and (-1) ** l3 != p:
-                    continue
-                ins.append((a, b, len(out), "uvu", True))
-                out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
-    return TPProblem.create(irreps_in1, irreps_in2, "+".join(out), ins)
-
-
-CONFIGS = {
-    "mace_medium": lambda: uvu_problem("128x0e+128x1o", sh(3), 3),
-    "mace_mp_medium": lambda: uvu_problem("128x0e+128x1o", sh(3), 3, parity_filter=True),
-    "first_layer": lambda: uvu_problem("128x0e", sh(3), 3),
-    "sevennet0_like": lambda: uvu_problem("128x0e+64x1e+32x2e", sh(2), 2),
-    "sevennet_l3i5_like": lambda: uvu_problem("64x0e+32x1o+32x2e+32x3o", sh(3), 3),
-    "nequip_l4": lambda: uvu_problem("16x0e+16x1o+16x2e+16x3o+16x4e", sh(4), 4),
-    "l6": lambda: uvu_problem("3x5o+2x6e", sh(6), 6),
-    "in2_mul2": lambda: TPProblem.create("8x0e+8x1o", "2x0e+1x1o", "8x0e+8x1o+8x1o",
-                                         [(0, 0, 0, "uvu", True), (1, 0, 1, "uvu", True),
-                                          (0, 1, 2, "uvu", True), (1, 1, 0, "uvu", True)]),
-}
 
 
 def plan_tensors(problem: TPProblem, dtype, device=DEV):
@@ -180,6 +145,13 @@ def run_all(problem, g, num_nodes, dtype, seed, specialised=None):
     for name, a, b in zip(("g_grad_out", "g_x", "g_y", "g_w"), got, want):
         assert rel_err(a, b) <= tol, (name, rel_err(a, b))
 
+    # without g_grad_out (its kernel not launched): the same g_x, g_y, g_w, an empty g_grad_out
+    poison((num_nodes, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), dtype=dtype)
+    lean = OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, x, y, w, *ga, *pl, False)
+    assert lean[0].shape == (0, plan.dim_out)
+    for name, a, b in zip(("g_x", "g_y", "g_w"), lean[1:], want[1:]):
+        assert rel_err(a, b) <= tol, (name, "need_grad_out=False", rel_err(a, b))
+
 
 @pytest.mark.parametrize("split", [None, "3"], ids=["split_auto", "split3"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
@@ -259,6 +231,37 @@ def test_module_in_another_dtype_than_the_features(specs):
         outs.append((out.detach(), gx, gy))
     for a, b in zip(*outs):
         assert a.dtype == torch.float32 and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", ["sevennet0_like", "mace_mp_medium"])
+def test_backward_in_edge_chunks(name, dtype, specs, monkeypatch):
+    """A graph whose per-edge grad_x rows exceed MD_ACCEL_BWD_WORK_MIB runs the specialised backward in
+    edge chunks (grad_x accumulated chunk after chunk): the reference's results, bitwise the same run
+    after run."""
+    problem = CONFIGS[name]()
+    plan, pl = plan_tensors(problem, dtype)
+    gen = torch.Generator().manual_seed(11)
+    n = 60
+    g = random_graph(n, 2000, gen, hub=5, hub_degree=300)
+    x, y, w = inputs(problem, plan, g, n, dtype, gen)
+    gout = torch.randn(n, plan.dim_out, generator=gen, dtype=torch.float64).to(DEV, dtype)
+    ga = graph_args(g)
+    row = plan.dim_in1 * x.element_size()
+    monkeypatch.setenv("MD_ACCEL_BWD_WORK_MIB", repr(300.5 * row / 2 ** 20))  # 300 edges a chunk: 8 chunks
+    previous = _cuda.set_specialised(True)
+    try:
+        assert OPS._tp_conv_specialised_for(x, *pl)
+        e = g.src.numel()
+        poison((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), dtype=dtype)
+        got = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
+        again = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
+    finally:
+        _cuda.set_specialised(previous)
+    want = ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan)
+    for what, a, b, c in zip(("grad_x", "grad_y", "grad_w"), got, want, again):
+        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
+        assert torch.equal(a, c), what
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
