@@ -17,25 +17,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from md_accel.o3 import Irreps  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from tp_testing import sh, uvu_problem  # noqa: E402
 from md_accel.ops import _cuda, _custom_ops  # noqa: E402
 from md_accel.ops.tp_conv import build_graph  # noqa: E402
 from md_accel.ops.tp_problem import TPProblem  # noqa: E402
 
 
 def uvu(i1s: str, lmax: int, parity_filter: bool) -> TPProblem:
-    i2s = "+".join(f"1x{l}{'e' if l % 2 == 0 else 'o'}" for l in range(lmax + 1))
-    i1, i2 = Irreps(i1s), Irreps(i2s)
-    out, ins = [], []
-    for a, m1 in enumerate(i1):
-        for b, m2 in enumerate(i2):
-            p = m1.ir.p * m2.ir.p
-            for l3 in range(abs(m1.ir.l - m2.ir.l), min(m1.ir.l + m2.ir.l, lmax) + 1):
-                if parity_filter and (-1) ** l3 != p:
-                    continue
-                ins.append((a, b, len(out), "uvu", True))
-                out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
-    return TPProblem.create(i1s, i2s, "+".join(out), ins)
+    return uvu_problem(i1s, sh(lmax), lmax, parity_filter)
 
 
 CONFIGS = {

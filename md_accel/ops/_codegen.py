@@ -42,7 +42,7 @@ import textwrap
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 17  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 18  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -58,7 +58,10 @@ BWD_G_BUDGET = (64, 48)
 # budget above still sets how finely one block is split). MACE-MP-0 medium float64 fwd + bwd with both
 # its blocks in one pass of 40: 5.10 ms, against 4.48 in two passes of 16 and 24 (session 25, H200).
 MERGE_G64 = 24
-DBWD_G_BUDGET = (32, 16)
+# double backward: (48, 24), was (32, 16): MACE-MP-0 medium dbwd 9.52 -> 9.28 ms (float32), 17.78 -> 17.01
+# (float64); MACE large 17.70 -> 17.13, 34.97 -> 33.69; SevenNet-0 float64 14.50 -> 13.71 (session 25,
+# H200, kernels.py, one call; (16, 8) and (24 float32) slower).
+DBWD_G_BUDGET = (48, 24)
 # Minimum resident warps per SM asked of the compiler for the float64 kernels (__launch_bounds__):
 # 12 caps them at ~168 registers. Session 14 (H200, kernels.py, 312k edges): SevenNet-l3i5 float64
 # fwd 1.23x, fwd + bwd 1.08x, double backward 1.06x faster than without (up to 254 registers, a few
