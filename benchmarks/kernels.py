@@ -5,7 +5,9 @@ For each workload (benchmarks/workloads.py) and dtype: a correctness check of ev
 implementation against e3nn in float64 on a small subgraph (forward output, first gradients,
 double-backward gradients; max relative error), then timings on the full graph of
 forward, forward+backward (grads to x, y, w) and double backward (loss = sum of the squared
-first gradients, backpropagated to x, y, w), each with its peak memory. Every implementation
+first gradients, backpropagated to x, y, w), each with its peak memory. The double-backward pass
+also reports the implementation's own share ("op"): the pass minus that loss timed alone on
+tensors of the first gradients' shapes (the same work for every implementation). Every implementation
 runs inside try/except: a failure is recorded with its reason and the run goes on.
 
     python benchmarks/kernels.py [--workloads mace_mp0_medium,...] [--dtypes float32,float64]
@@ -263,6 +265,17 @@ def run_pass(impl: Impl, kind: str, args: Sequence[torch.Tensor], grad_out: torc
     return dbwd
 
 
+def loss_alone(shapes: Sequence[Tuple[int, ...]], dtype, device) -> Callable[[], object]:
+    """The double-backward pass's loss without any convolution: the sum of the squares of three
+    leaves shaped like the first gradients, and its gradient back to them."""
+    firsts = [torch.randn(s, dtype=dtype, device=device).requires_grad_(True) for s in shapes]
+
+    def fn():
+        return torch.autograd.grad(sum((f * f).sum() for f in firsts), firsts)
+
+    return fn
+
+
 def through_layouts(impl: Impl, x, y, w, grad_out) -> Tuple[torch.Tensor, ...]:
     """Forward output, first gradients and double-backward gradients w.r.t. e3nn-layout inputs."""
     leaves = [t.detach().requires_grad_(True) for t in (x, y, w)]
@@ -313,6 +326,13 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
         ref = through_layouts(E3nnImpl(wl, gc, torch.float64, device), xc, yc, wc, goc)
     except Exception as e:  # noqa: BLE001
         ref, ref_error = None, common.failure(e)
+    try:
+        loss_ms = common.time_gpu(loss_alone([t.shape for t in (x, y, w)], dtype, device), device, args.warmup,
+                                  args.repeats)["median_ms"]
+        log(f"  the double backward's loss alone: {loss_ms:.3f} ms")
+    except Exception as e:  # noqa: BLE001
+        loss_ms = None
+        log(f"  the double backward's loss alone: {common.failure(e)}")
     records, checks = [], []
     for name in impl_names:
         base = {"workload": wl.name, "dtype": dname, "impl": name}
@@ -361,6 +381,8 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
                     raise TimeoutError(f"skipped: time budget (one call {once * 1e3:.0f} ms)")
                 rec.update(common.time_gpu(fn, device, args.warmup, args.repeats))
                 rec["peak_bytes"] = common.peak_memory(fn, device)
+                if kind == "dbwd" and loss_ms is not None:
+                    rec.update(loss_ms=loss_ms, op_ms=rec["median_ms"] - loss_ms)
                 if kind in floors:
                     rec["bytes_min"] = floors[kind]
                     rec["bytes_min_per_edge"] = floors[kind] / g.num_edges
@@ -372,10 +394,18 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
                 common.release(device)
             records.append(rec)
             log(f"  {name:10s} {kind:7s} " + (f"{rec['median_ms']:9.3f} ms" if "median_ms" in rec else rec["status"])
-                + (f"  peak {rec['peak_bytes'] / 2**30:.2f} GiB" if rec.get("peak_bytes") else ""))
+                + (f"  peak {rec['peak_bytes'] / 2**30:.2f} GiB" if rec.get("peak_bytes") else "")
+                + (f"  (op {rec['op_ms']:.3f} ms)" if "op_ms" in rec else ""))
         del impl, prepared
         common.release(device)
     return records, checks
+
+
+def cell(r: Dict) -> str:
+    """A table cell: the median, with the implementation's own share of a double-backward pass."""
+    if "median_ms" not in r:
+        return r["status"][:40]
+    return common.fmt_ms(r["median_ms"]) + (f" (op {common.fmt_ms(r['op_ms'])})" if "op_ms" in r else "")
 
 
 def table(records: List[Dict], wl: Workload, dtypes: Sequence[str], impls: Sequence[str], floors: Dict) -> str:
@@ -387,7 +417,7 @@ def table(records: List[Dict], wl: Workload, dtypes: Sequence[str], impls: Seque
             for p in PASSES:
                 r = next((r for r in records if r["workload"] == wl.name and r["dtype"] == d and r["impl"] == name
                           and r["pass"] == p), None)
-                row.append("" if r is None else common.fmt_ms(r["median_ms"]) if "median_ms" in r else r["status"][:40])
+                row.append("" if r is None else cell(r))
         rows.append(row)
     rows.append(["byte floor"] + [common.fmt_ms(floors.get((d, p))) if (d, p) in floors else "" for d in dtypes
                                    for p in PASSES])

@@ -67,6 +67,22 @@ def test_model_step_sevenn_float64_rows_agree(tmp_path):
     assert check["d_energy_per_atom"] < 1e-8 and check["max_d_force"] < 1e-7 * max(1.0, check["max_force_ref"])
 
 
+def test_kernels_double_backward_split_into_loss_and_op(tmp_path):
+    """kernels.py on the CPU: every implementation checked against e3nn, and the double-backward pass
+    reported whole and as the op's share (the pass minus its loss timed alone)."""
+    out = run_script("kernels.py", "--device", "cpu", "--graph", "random:40:300", "--workloads", "mace_first",
+                     "--dtypes", "float64", "--impls", "md_accel,e3nn", "--repeats", "2", "--warmup", "1",
+                     "--out", str(tmp_path))
+    data = json.load(open(tmp_path / "kernels.json"))
+    assert all(c["status"] == "ok" and c["dbwd"] < 1e-12 for c in data["checks"])
+    dbwd = [r for r in data["results"] if r["pass"] == "dbwd"]
+    assert {r["impl"] for r in dbwd} == {"md_accel", "e3nn"}
+    (loss,) = {r["loss_ms"] for r in dbwd}  # one loss timing shared by every implementation
+    for r in dbwd:
+        assert loss > 0 and r["op_ms"] == pytest.approx(r["median_ms"] - loss)
+    assert "(op " in out
+
+
 def test_lammps_scaling_plot(tmp_path):
     report = {"meta": {"model": "m.mdx", "gpu": "GPU"}, "rows": [
         {"case": "weak-layer", "gpus": g, "status": "ok", "atoms": 32000 * g, "ms_per_step": 500.0 + 50 * g,
