@@ -38,8 +38,10 @@ void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const at::Tensor& x
 // fit (one buffer reused chunk after chunk, grad_x accumulated): less memory, more time. Off by default:
 // session 25 (H200, kernels.py, 312k edges) 128 MiB took the fwd+bwd peak of MACE-MP-0-medium float32
 // from 4.18 to 3.71 GiB but its time from 2.43 to 2.80 ms (SevenNet-l3i5 float64: 10.9 -> 9.4 GiB,
-// 9.78 -> 12.9 ms); each chunk adds a launch tail.
-// Returns the edges per chunk to use, E (one launch) when the rows fit or chunks are off.
+// 9.78 -> 12.9 ms); each chunk adds a launch tail. It bounds only this op through generated kernels
+// (the double backward and the generic kernels hold the whole rows), and the chunks' graphs cost
+// 3 (N + 1) int64 each: a budget of a few rows per node costs more than it saves.
+// Returns the edges per chunk to use, max(E, 1) (one launch) when the rows fit or chunks are off.
 int64_t tp_conv_bwd_chunk_edges(int64_t num_edges, int64_t in1, int64_t elem);
 // Runs that backward over chunks of `step` edges into gx, gy, gw (allocated, contiguous).
 void tp_conv_bwd_edge_chunks(const TPSpec* spec, const at::Tensor& g, const at::Tensor& x, const at::Tensor& y,

@@ -406,8 +406,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   // g_grad_out: an empty [0, out] unless asked for (its kernel, a forward pass, is then not launched)
   Tensor ggo = need_grad_out ? at::empty_like(g) : g.new_empty({0, g.size(1)});
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gw = at::empty_like(w);
-  const Tensor none;
-  const Tensor& ggo_out = need_grad_out ? ggo : none;  // null t.out: no g_grad_out
+  const Tensor ggo_out = need_grad_out ? ggo : Tensor();  // undefined: null t.out, no g_grad_out
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->dbwd_f64 != nullptr
                                                                : p.spec->dbwd_f32 != nullptr);

@@ -426,8 +426,9 @@ template <typename T>
 const char* tp_conv_dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPPlan& p,
                                 const TPDims& d, cudaStream_t stream) {
   if (g.w_row != nullptr) return kNoWeightRows;
-  if (t.out != nullptr)
+  if (t.out != nullptr) {  // g_grad_out asked for
     if (const char* err = launch_fwd<T, true>(t, g, p, d, stream)) return err;
+  }
   return launch_bwd<T, true>(t, g, p, d, stream);
 }
 

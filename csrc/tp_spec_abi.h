@@ -10,13 +10,14 @@
 
 namespace md_accel {
 
-constexpr int kTPSpecAbiVersion = 7;  // 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm
+// 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm; 8: dbwd's t.out may be null (no g_grad_out)
+constexpr int kTPSpecAbiVersion = 8;
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
                                     cudaStream_t stream);
-// bwd: t.gx, t.gy, t.gw as in tp_conv_bwd_launch; dbwd: t.out, t.gx, t.gy, t.gw as in
-// tp_conv_dbwd_launch. work is scratch of num_edges * d.in1 elements.
+// bwd: t.gx, t.gy, t.gw as in tp_conv_bwd_launch; dbwd: t.out (null: g_grad_out not computed), t.gx,
+// t.gy, t.gw as in tp_conv_dbwd_launch. work is scratch of num_edges * d.in1 elements.
 template <typename T>
 using TPSpecBwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
                                     T* work, cudaStream_t stream);

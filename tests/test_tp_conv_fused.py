@@ -99,6 +99,27 @@ def test_fused_op_gradients_to_second_order(seed):
     assert torch.autograd.gradgradcheck(lambda x, y, h: fwd(x, y, h, frozen), args[:3])
 
 
+def test_fused_op_second_order_with_a_constant_probe():
+    """Second order with a grad_out that needs no gradient (a Hessian-vector product of a fixed readout):
+    the composed double backward then skips g_grad_out; equal to autograd through the reference."""
+    conv, (x, y, h, W), rest = _op_args(4)
+    a = [t.clone().requires_grad_() for t in (x, y, h, W)]
+    b = [t.clone().requires_grad_() for t in (x, y, h, W)]
+    g = rest[:5]
+    ours = OPS.tp_conv_fused_fwd(*a, *rest, conv.dim_out)
+    ref = tp_conv_fwd_ref(b[0], b[1], b[2] @ b[3], g[0], g[1], x.shape[0], conv.path_list, conv.cg_dense,
+                          conv.dim_out)
+    gen = torch.Generator().manual_seed(5)
+    probe = torch.randn(ours.shape, generator=gen)
+    first_a = torch.autograd.grad((ours * probe).sum(), a, create_graph=True)
+    first_b = torch.autograd.grad((ref * probe).sum(), b, create_graph=True)
+    probes2 = [torch.randn(t.shape, generator=gen) for t in first_a]
+    second_a = torch.autograd.grad(sum((f * q).sum() for f, q in zip(first_a, probes2)), a)
+    second_b = torch.autograd.grad(sum((f * q).sum() for f, q in zip(first_b, probes2)), b)
+    for sa, sb in zip(second_a, second_b):
+        assert (sa - sb).abs().max() <= 1e-11 * sb.abs().max()
+
+
 def test_fused_bwd_op_equals_autograd_of_reference():
     conv, (x, y, h, W), rest = _op_args(2)
     args = [t.clone().requires_grad_() for t in (x, y, h, W)]

@@ -4,6 +4,7 @@ correlation-3 symmetric contractions) take minutes of nvcc each, device time bet
 
     .venv-mace/bin/python tools/prebuild_gpu_kernels.py sc-tests mace   # mace-torch needed
     .venv/bin/python tools/prebuild_gpu_kernels.py sevenn tp-tests      # sevenn needed
+    .venv/bin/python tools/prebuild_gpu_kernels.py tp-gpu-tests mace-cu # tests/gpu's tp_conv configs
 
 Builds into .gpu/build (tp_specs/, sc_specs/) and packs them into .gpu/gpu_prebuilt.tar.xz, which
 tools/gpu_check.sh unpacks (carry ".gpu/gpu_prebuilt.tar.xz").

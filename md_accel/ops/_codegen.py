@@ -14,13 +14,15 @@ calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/ker
   bit-reproducible).
 * bwd: one block per receiver (or TPDims::split blocks, each a contiguous part of its edges: the
   kernel writes per-edge rows only); one pass per in1 block (split over its output blocks when their
-  grad_out components exceed BWD_G_BUDGET per channel, per dtype), grad_out of the pass held in
+  grad_out components exceed BWD_G_BUDGET per channel, per dtype; consecutive whole blocks of one
+  multiplicity share a pass while they fit, in float64 at most MERGE_G64), grad_out of the pass held in
   registers; per edge grad_w (direct), grad_y (fixed-order warp butterfly + cross-warp sum,
   accumulated over passes) and the edge's contribution to grad_x, written to a scratch row; a
   second kernel sums the scratch rows of each sender in src_perm order. Same edge slots.
 * dbwd: the same two kernels with substituted arguments (tp_reference.tp_conv_dbwd_ref):
-  g_grad_out = fwd-like kernel with message w (ggx, y) + w (x, ggy) + ggw (x, y); g_x, g_y, g_w =
-  bwd-like kernel (each non-zero feeds both substitutions), then the per-sender sum.
+  g_grad_out = fwd-like kernel with message w (ggx, y) + w (x, ggy) + ggw (x, y) (skipped when the
+  op library passes no output for it: grad_out needs no gradient); g_x, g_y, g_w = bwd-like kernel
+  (each non-zero feeds both substitutions), then the per-sender sum.
 
 Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`` (default base
 ``~/.cache/md_accel``).
@@ -28,8 +30,8 @@ Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`
 Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,merge_in1=0"``
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
-(``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity (fields of
-``Tuning``); such builds are cached under a name of their own (``...-v<GEN_VERSION>-t<hash>.so``).
+(``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity, up to how many
+components in float64 (fields of ``Tuning``); such builds are cached under a name of their own (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
 """
 from __future__ import annotations
@@ -42,7 +44,7 @@ import textwrap
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 18  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 19  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -84,7 +86,8 @@ PF_DEFAULT = PF_FWD | PF_BWD32 | PF_BWD64 | PF_DBWD
 
 class Tuning(NamedTuple):
     """Code-generation parameters: register budgets (components per channel), the minimum resident
-    warps per SM requested from the compiler (0: the compiler's choice) per dtype, and two switches."""
+    warps per SM requested from the compiler (0: the compiler's choice) per dtype, two switches and the
+    float64 cap on backward passes shared by whole in1 blocks."""
     fwd_acc: int = FWD_ACC_BUDGET
     dbwd_acc: int = DBWD_ACC_BUDGET
     bwd_g32: int = BWD_G_BUDGET[0]

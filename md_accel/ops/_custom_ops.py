@@ -96,8 +96,8 @@ def _bwd_fake(grad_out, x, y, w, *rest):
     return torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
 
 
-def _dbwd_fake(gg_x, gg_y, gg_w, grad_out, x, y, w, *rest):
-    need_grad_out = rest[-1] if len(rest) > _N_REST else True
+def _dbwd_fake(gg_x, gg_y, gg_w, grad_out, x, y, w, src, dst, dst_ptr, src_perm, src_ptr, paths, cg_ptr, cg_idx,
+               cg_val, need_grad_out=True):
     g_go = torch.empty_like(grad_out) if need_grad_out else grad_out.new_empty((0, grad_out.shape[1]))
     return g_go, torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
 
@@ -174,8 +174,7 @@ def _fused_bwd_backward(ctx, gg_x, gg_y, gg_h, gg_W):
     gg_y = gg_y.contiguous() if gg_y is not None else torch.zeros_like(y)
     need_g = ctx.needs_input_grad[0]
     g_g, g_x, g_y, g_w = torch.ops.md_accel.tp_conv_dbwd(gg_x, gg_y, gg_w.contiguous(), g, x, y, w, *rest, need_g)
-    if not need_g:
-        g_g = None
+    g_g = g_g if need_g else None
     need_h, need_W = ctx.needs_input_grad[3], ctx.needs_input_grad[4]
     gw = None
     if (need_h and gg_W is not None) or (need_W and gg_h is not None):

@@ -17,7 +17,7 @@ from md_accel.ops import _cuda, _custom_ops  # noqa: E402
 from md_accel.ops.tp_conv import build_graph  # noqa: E402
 from md_accel.ops.tp_problem import TPProblem  # noqa: E402
 from md_accel.ops.tp_reference import tp_conv_bwd_ref, tp_conv_dbwd_ref, tp_conv_fwd_ref  # noqa: E402
-from tp_testing import CONFIGS, sh, uvu_problem  # noqa: E402,F401
+from tp_testing import CONFIGS, sh, uvu_problem  # noqa: E402
 
 if not _cuda.load(verbose=True):
     pytest.fail(f"md_accel CUDA library did not load: {_cuda.load_error()}", pytrace=False)
@@ -238,7 +238,7 @@ def test_module_in_another_dtype_than_the_features(specs):
 def test_backward_in_edge_chunks(name, dtype, specs, monkeypatch):
     """A graph whose per-edge grad_x rows exceed MD_ACCEL_BWD_WORK_MIB runs the specialised backward in
     edge chunks (grad_x accumulated chunk after chunk): the reference's results, bitwise the same run
-    after run."""
+    after run, and a lower peak than the unchunked backward (its rows are 8x one chunk's)."""
     problem = CONFIGS[name]()
     plan, pl = plan_tensors(problem, dtype)
     gen = torch.Generator().manual_seed(11)
@@ -248,16 +248,29 @@ def test_backward_in_edge_chunks(name, dtype, specs, monkeypatch):
     gout = torch.randn(n, plan.dim_out, generator=gen, dtype=torch.float64).to(DEV, dtype)
     ga = graph_args(g)
     row = plan.dim_in1 * x.element_size()
-    monkeypatch.setenv("MD_ACCEL_BWD_WORK_MIB", repr(300.5 * row / 2 ** 20))  # 300 edges a chunk: 8 chunks
+
+    def peak_of_bwd():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        out = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
+        torch.cuda.synchronize()
+        return out, torch.cuda.max_memory_allocated() - base
+
     previous = _cuda.set_specialised(True)
     try:
         assert OPS._tp_conv_specialised_for(x, *pl)
+        monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)
+        _, whole_peak = peak_of_bwd()
+        monkeypatch.setenv("MD_ACCEL_BWD_WORK_MIB", repr(300.5 * row / 2 ** 20))  # 300 edges a chunk: 8 chunks
         e = g.src.numel()
         poison((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), dtype=dtype)
-        got = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
+        got, chunked_peak = peak_of_bwd()
         again = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
     finally:
         _cuda.set_specialised(previous)
+    # the chunks hold 7 x 300 rows fewer than the whole backward; allow two chunks' rows of slack
+    assert chunked_peak < whole_peak - 5 * 300 * row, (chunked_peak, whole_peak)
     want = ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan)
     for what, a, b, c in zip(("grad_x", "grad_y", "grad_w"), got, want, again):
         assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
