@@ -44,6 +44,19 @@ else
   exit 1
 fi
 
+# the GPU tests and benchmarks import ase and vesin (absent on the GPU machine): carried wheels
+# (.peers/*/wheels, from gpu-peers.sh) are installed into a scratch site when they are missing
+if ! "$PYTHON" -c "import ase, vesin" 2>/dev/null; then
+  wheels=$(find .peers -name 'ase-*.whl' -o -name 'vesin-[0-9]*.whl' 2>/dev/null | sort -u)
+  if [[ -n $wheels ]]; then
+    # shellcheck disable=SC2086
+    "$PYTHON" -m pip install -q --no-index --no-deps --target /tmp/gpu-check-site $wheels \
+      && export PYTHONPATH="$PYTHONPATH:/tmp/gpu-check-site" && echo "installed: $(basename -a $wheels | tr '\n' ' ')"
+  else
+    echo "warning: ase / vesin not importable and no carried wheels (.peers/*/wheels): tests needing them fail"
+  fi
+fi
+
 rc=0
 if [[ ${GPU_TESTS:-} != none ]]; then  # GPU_TESTS=none: benchmarks only
   [[ ${GPU_FUSED:-0} == 1 ]] || export MD_ACCEL_SKIP_FUSED_KERNEL_TESTS=1
