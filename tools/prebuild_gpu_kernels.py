@@ -104,8 +104,8 @@ def main():
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "tp-gpu-tests": tp_gpu_tests, "mace": mace, "mace-cu": mace_cu,
-              "sevenn": sevenn}
+    makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "tp-gpu-tests": tp_gpu_tests, "mace": mace,
+              "mace-cu": mace_cu, "sevenn": sevenn}
     modules = [m for what in args.what for m in makers[what]()]
     prebuild(modules, arch=args.arch, workers=args.jobs)
     dirs = [d for d in ("build/tp_specs", "build/sc_specs") if os.path.isdir(os.path.join(REPO, ".gpu", d))]

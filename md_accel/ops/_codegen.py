@@ -31,7 +31,8 @@ Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
 (``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity, up to how many
-components in float64 (fields of ``Tuning``); such builds are cached under a name of their own (``...-v<GEN_VERSION>-t<hash>.so``).
+components in float64 (fields of ``Tuning``); such builds are cached under a name of their own
+(``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
 """
 from __future__ import annotations
@@ -62,7 +63,7 @@ BWD_G_BUDGET = (64, 48)
 MERGE_G64 = 24
 # double backward: (48, 24), was (32, 16): MACE-MP-0 medium dbwd 9.52 -> 9.28 ms (float32), 17.78 -> 17.01
 # (float64); MACE large 17.70 -> 17.13, 34.97 -> 33.69; SevenNet-0 float64 14.50 -> 13.71 (session 25,
-# H200, kernels.py, one call; (16, 8) and (24 float32) slower).
+# H200, kernels.py, one call; 16 in float32 and 8 in float64 slower).
 DBWD_G_BUDGET = (48, 24)
 # Minimum resident warps per SM asked of the compiler for the float64 kernels (__launch_bounds__):
 # 12 caps them at ~168 registers. Session 14 (H200, kernels.py, 312k edges): SevenNet-l3i5 float64
