@@ -243,6 +243,11 @@ def inputs(wl: Workload, g: GraphT, dtype, device, seed: int = 0):
     return tuple(t.to(device=device, dtype=dtype) for t in (x, y, w))
 
 
+def dbwd_loss(first: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The double-backward pass's loss: the sum of the squares of the first gradients."""
+    return sum((f * f).sum() for f in first)
+
+
 def run_pass(impl: Impl, kind: str, args: Sequence[torch.Tensor], grad_out: torch.Tensor) -> Callable[[], object]:
     """A closure computing one pass on prepared leaf tensors."""
     if kind == "fwd":
@@ -259,19 +264,18 @@ def run_pass(impl: Impl, kind: str, args: Sequence[torch.Tensor], grad_out: torc
 
     def dbwd():
         first = torch.autograd.grad(impl.run(*leaves), leaves, grad_out, create_graph=True)
-        loss = sum((f * f).sum() for f in first)
-        return torch.autograd.grad(loss, leaves)
+        return torch.autograd.grad(dbwd_loss(first), leaves)
 
     return dbwd
 
 
 def loss_alone(shapes: Sequence[Tuple[int, ...]], dtype, device) -> Callable[[], object]:
-    """The double-backward pass's loss without any convolution: the sum of the squares of three
-    leaves shaped like the first gradients, and its gradient back to them."""
+    """The double-backward pass's loss (dbwd_loss) without any convolution, on three leaves shaped
+    like the first gradients, and its gradient back to them."""
     firsts = [torch.randn(s, dtype=dtype, device=device).requires_grad_(True) for s in shapes]
 
     def fn():
-        return torch.autograd.grad(sum((f * f).sum() for f in firsts), firsts)
+        return torch.autograd.grad(dbwd_loss(firsts), firsts)
 
     return fn
 
@@ -281,8 +285,7 @@ def through_layouts(impl: Impl, x, y, w, grad_out) -> Tuple[torch.Tensor, ...]:
     leaves = [t.detach().requires_grad_(True) for t in (x, y, w)]
     out = impl.to_e3nn(impl.run(*impl.prepare(*leaves)))
     first = torch.autograd.grad(out, leaves, grad_out, create_graph=True)
-    loss = sum((f * f).sum() for f in first)
-    second = torch.autograd.grad(loss, leaves)
+    second = torch.autograd.grad(dbwd_loss(first), leaves)
     return (out.detach(),) + tuple(f.detach() for f in first) + tuple(second)
 
 

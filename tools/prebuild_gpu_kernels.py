@@ -99,13 +99,13 @@ def tp_gpu_tests():
 
 
 def main():
+    makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "tp-gpu-tests": tp_gpu_tests, "mace": mace,
+              "mace-cu": mace_cu, "sevenn": sevenn}
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="+", choices=["sc-tests", "tp-tests", "tp-gpu-tests", "mace", "mace-cu", "sevenn"])
+    ap.add_argument("what", nargs="+", choices=list(makers))
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "tp-gpu-tests": tp_gpu_tests, "mace": mace,
-              "mace-cu": mace_cu, "sevenn": sevenn}
     modules = [m for what in args.what for m in makers[what]()]
     prebuild(modules, arch=args.arch, workers=args.jobs)
     dirs = [d for d in ("build/tp_specs", "build/sc_specs") if os.path.isdir(os.path.join(REPO, ".gpu", d))]
