@@ -44,10 +44,11 @@ else
   exit 1
 fi
 
-# the GPU tests and benchmarks import ase and vesin (absent on the GPU machine): carried wheels
+# the GPU tests and benchmarks import ase, vesin and vesin_torch (absent on the GPU machine): carried wheels
 # (.peers/*/wheels, from gpu-peers.sh) are installed into a scratch site when they are missing
-if ! "$PYTHON" -c "import ase, vesin" 2>/dev/null; then
-  wheels=$(find .peers -name 'ase-*.whl' -o -name 'vesin-[0-9]*.whl' 2>/dev/null | sort -u)
+if ! "$PYTHON" -c "import ase, vesin, vesin_torch" 2>/dev/null; then
+  wheels=$(find .peers -name 'ase-*.whl' -o -name 'vesin-[0-9]*.whl' -o -name 'vesin_torch-[0-9]*.whl' 2>/dev/null \
+    | sort -u)
   if [[ -n $wheels ]]; then
     # shellcheck disable=SC2086
     "$PYTHON" -m pip install -q --no-index --no-deps --target /tmp/gpu-check-site $wheels \
