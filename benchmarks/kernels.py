@@ -8,10 +8,13 @@ forward, forward+backward (grads to x, y, w) and double backward (loss = sum of 
 first gradients, backpropagated to x, y, w), each with its peak memory. The double-backward pass
 also reports the implementation's own share ("op"): the pass minus that loss timed alone on
 tensors of the first gradients' shapes (the same work for every implementation). Every implementation
-runs inside try/except: a failure is recorded with its reason and the run goes on.
+runs inside try/except: a failure is recorded with its reason and the run goes on. md_accel and oeq_det
+are deterministic (bit-identical results run after run); cueq, oeq_atomic and md_accel_atomic (md_accel with
+``set_deterministic(False)``: atomic adds into grad_x) are not.
 
     python benchmarks/kernels.py [--workloads mace_mp0_medium,...] [--dtypes float32,float64]
-        [--graph cu:4000:6.0 | random:NODES:EDGES] [--impls md_accel,e3nn,cueq,oeq_det,oeq_atomic]
+        [--graph cu:4000:6.0 | random:NODES:EDGES]
+        [--impls md_accel,md_accel_atomic,e3nn,cueq,oeq_det,oeq_atomic]
         [--repeats 20] [--budget SECONDS] [--out DIR]
 """
 from __future__ import annotations
@@ -32,7 +35,7 @@ import common  # noqa: E402
 from workloads import WORKLOADS, Workload, parse_irreps  # noqa: E402
 
 PASSES = ("fwd", "fwd_bwd", "dbwd")
-IMPLS = ("md_accel", "e3nn", "cueq", "oeq_det", "oeq_atomic")
+IMPLS = ("md_accel", "md_accel_atomic", "e3nn", "cueq", "oeq_det", "oeq_atomic")
 
 
 class GraphT:
@@ -90,6 +93,10 @@ class Impl:
     def to_e3nn(self, out):
         return out
 
+    def scoped(self, fn: Callable[[], object]) -> Callable[[], object]:
+        """``fn`` run under this implementation's global settings (its backward passes included)."""
+        return fn
+
 
 class E3nnImpl(Impl):
     name = "e3nn"
@@ -115,17 +122,30 @@ class E3nnImpl(Impl):
 
 
 class MdAccelImpl(Impl):
-    name = "md_accel"
+    """md_accel's TensorProductConv; ``atomic``: with ``set_deterministic(False)`` (grad_x by atomic adds)."""
 
-    def __init__(self, wl: Workload, g: GraphT, dtype, device):
+    def __init__(self, wl: Workload, g: GraphT, dtype, device, atomic: bool = False):
         from md_accel.ops import TensorProductConv
 
         self.conv = TensorProductConv(wl.irreps_in1, wl.irreps_in2, wl.irreps_out, wl.instructions).to(
             device=device, dtype=dtype)
-        self.g = g
+        self.g, self.atomic = g, atomic
+        self.name = "md_accel_atomic" if atomic else "md_accel"
 
     def run(self, x, y, w):
         return self.conv(x, y, w, self.g.src, self.g.dst, self.g.num_nodes, graph=self.g.md_graph())
+
+    def scoped(self, fn: Callable[[], object]) -> Callable[[], object]:
+        from md_accel.ops import set_deterministic
+
+        def call():
+            previous = set_deterministic(not self.atomic)
+            try:
+                return fn()
+            finally:
+                set_deterministic(previous)
+
+        return call
 
 
 def _cue_group():
@@ -217,8 +237,8 @@ class OeqImpl(Impl):
 def make_impl(name: str, wl: Workload, g: GraphT, dtype, device) -> Impl:
     if name == "e3nn":
         return E3nnImpl(wl, g, dtype, device)
-    if name == "md_accel":
-        return MdAccelImpl(wl, g, dtype, device)
+    if name in ("md_accel", "md_accel_atomic"):
+        return MdAccelImpl(wl, g, dtype, device, atomic=name == "md_accel_atomic")
     if name == "cueq":
         return CueqImpl(wl, g, dtype, device)
     if name in ("oeq_det", "oeq_atomic"):
@@ -257,16 +277,16 @@ def run_pass(impl: Impl, kind: str, args: Sequence[torch.Tensor], grad_out: torc
             with torch.no_grad():
                 return impl.run(*plain)
 
-        return fwd
+        return impl.scoped(fwd)
     leaves = [a.detach().requires_grad_(True) for a in args]
     if kind == "fwd_bwd":
-        return lambda: torch.autograd.grad(impl.run(*leaves), leaves, grad_out)
+        return impl.scoped(lambda: torch.autograd.grad(impl.run(*leaves), leaves, grad_out))
 
     def dbwd():
         first = torch.autograd.grad(impl.run(*leaves), leaves, grad_out, create_graph=True)
         return torch.autograd.grad(dbwd_loss(first), leaves)
 
-    return dbwd
+    return impl.scoped(dbwd)
 
 
 def loss_alone(shapes: Sequence[Tuple[int, ...]], dtype, device) -> Callable[[], object]:
@@ -282,11 +302,14 @@ def loss_alone(shapes: Sequence[Tuple[int, ...]], dtype, device) -> Callable[[],
 
 def through_layouts(impl: Impl, x, y, w, grad_out) -> Tuple[torch.Tensor, ...]:
     """Forward output, first gradients and double-backward gradients w.r.t. e3nn-layout inputs."""
-    leaves = [t.detach().requires_grad_(True) for t in (x, y, w)]
-    out = impl.to_e3nn(impl.run(*impl.prepare(*leaves)))
-    first = torch.autograd.grad(out, leaves, grad_out, create_graph=True)
-    second = torch.autograd.grad(dbwd_loss(first), leaves)
-    return (out.detach(),) + tuple(f.detach() for f in first) + tuple(second)
+    def passes():
+        leaves = [t.detach().requires_grad_(True) for t in (x, y, w)]
+        out = impl.to_e3nn(impl.run(*impl.prepare(*leaves)))
+        first = torch.autograd.grad(out, leaves, grad_out, create_graph=True)
+        second = torch.autograd.grad(dbwd_loss(first), leaves)
+        return (out.detach(),) + tuple(f.detach() for f in first) + tuple(second)
+
+    return impl.scoped(passes)()
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -51,6 +51,11 @@ struct TPDims {
   // rows only, so the results do not depend on it; small graphs and edge chunks need it to fill the
   // GPU (tp_conv_cuda.cpp: receiver_split).
   int split = 1;
+  // Specialised backward and double backward only: 1 = each edge adds its grad_x contribution into the
+  // sender's row with atomicAdd (the launcher's work pointer is then grad_x itself, zeroed by the host; no
+  // per-edge rows, no per-sender sum): E x in1 less memory, results not bit-reproducible (sum order). 0 =
+  // deterministic (the default, tp_conv_cuda.cpp: md_accel::set_deterministic).
+  int atomic_gx = 0;
 };
 
 // Operands of one launch. Unused pointers are null. Feature arrays are row-major, contiguous.

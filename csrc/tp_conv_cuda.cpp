@@ -1,5 +1,6 @@
 // CUDA implementations of md_accel::tp_conv_{fwd,bwd,dbwd}: argument checks, the per-plan host
 // preprocessing (cached), output allocation and the kernel launches (tp_conv_kernels.cu).
+#include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -8,6 +9,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -34,6 +36,19 @@ SpecRegistry<TPSpec> g_specs("tp_conv", "md_accel_tp_spec_v1", kTPSpecAbiVersion
 int64_t load_specialised(std::string path) { return g_specs.load(path); }
 
 bool set_specialised(bool enabled) { return g_specs.set_enabled(enabled); }
+
+// Deterministic grad_x in the specialised backward and double backward (the default): per-edge rows
+// summed per sender in a fixed order. Off (MD_ACCEL_DETERMINISTIC=0 or md_accel::set_deterministic):
+// atomic adds straight into grad_x (TPDims::atomic_gx), E x in1 elements less memory and one pass less,
+// results not bit-reproducible; torch.use_deterministic_algorithms(True) keeps it deterministic.
+std::atomic<bool> g_deterministic{[] {
+  const char* env = std::getenv("MD_ACCEL_DETERMINISTIC");
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}()};
+
+bool set_deterministic(bool enabled) { return g_deterministic.exchange(enabled); }
+
+bool atomic_gx() { return !g_deterministic.load() && !at::globalContext().deterministicAlgorithms(); }
 
 // Host-side facts about one plan, and its device tables. The paths/cg tables are read on the
 // host once per plan (one device->host copy); entries hold strong references to the key tensors
@@ -358,7 +373,8 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->bwd_f64 != nullptr
                                                                : p.spec->bwd_f32 != nullptr);
-  if (spec) {  // large graphs: edge chunks, for memory (tp_conv_chunked.h)
+  p.dims.atomic_gx = spec && atomic_gx();
+  if (spec && !p.dims.atomic_gx) {  // large graphs: edge chunks, for memory (tp_conv_chunked.h)
     const int64_t step = tp_conv_bwd_chunk_edges(p.graph.num_edges, x.size(1), x.element_size());
     if (step < p.graph.num_edges) {
       tp_conv_bwd_edge_chunks(p.spec, g, x, y, w, p.src, p.dst, p.dst_ptr, p.src_perm, p.src_ptr, step, gx, gy,
@@ -366,8 +382,9 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
       return {gx, gy, gw};
     }
   }
-  // scratch for the specialised kernel: each edge's contribution to grad_x
-  const Tensor work = spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
+  // scratch for the specialised kernel: each edge's contribution to grad_x, or grad_x itself (atomic adds)
+  if (p.dims.atomic_gx) gx.zero_();
+  const Tensor work = p.dims.atomic_gx ? gx : spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
   if (spec)
     p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, false, x),
                                   x.device().index());
@@ -410,8 +427,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->dbwd_f64 != nullptr
                                                                : p.spec->dbwd_f32 != nullptr);
-  // scratch for the specialised kernel: each edge's contribution to g_x
-  const Tensor work = spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
+  // scratch for the specialised kernel: each edge's contribution to g_x, or g_x itself (atomic adds)
+  p.dims.atomic_gx = spec && atomic_gx();
+  if (p.dims.atomic_gx) gx.zero_();
+  const Tensor work = p.dims.atomic_gx ? gx : spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
   if (spec)
     p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, true, x),
                                   x.device().index());
@@ -482,6 +501,7 @@ void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const Tensor& x, co
 TORCH_LIBRARY_FRAGMENT(md_accel, m) {
   m.def("_tp_conv_load_specialised(str path) -> int", md_accel::load_specialised);
   m.def("_tp_conv_set_specialised(bool enabled) -> bool", md_accel::set_specialised);
+  m.def("_tp_conv_set_deterministic(bool enabled) -> bool", md_accel::set_deterministic);
   m.def("_tp_conv_specialised_for(Tensor x, Tensor paths, Tensor cg_ptr, Tensor cg_idx, Tensor cg_val) -> bool",
         [](const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr, const at::Tensor& cg_idx,
            const at::Tensor& cg_val) {

@@ -10,8 +10,8 @@
 
 namespace md_accel {
 
-// 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm; 8: dbwd's t.out may be null (no g_grad_out)
-constexpr int kTPSpecAbiVersion = 8;
+// 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm; 8: dbwd's t.out may be null (no g_grad_out); 9: TPDims::atomic_gx
+constexpr int kTPSpecAbiVersion = 9;
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,

@@ -17,6 +17,16 @@ def _load_cpp_library() -> bool:
     return bool(_cuda.load())
 
 
+def set_deterministic(enabled: bool) -> bool:
+    """Deterministic CUDA backward (True, the default) or atomic adds into grad_x (False): see
+    ``_cuda.set_deterministic``. Returns the previous setting."""
+    if not _CPP_LOADED:
+        return True
+    from . import _cuda
+
+    return _cuda.set_deterministic(enabled)
+
+
 _CPP_LOADED = _load_cpp_library()
 _custom_ops.register(cpp_library_loaded=_CPP_LOADED)
 _sc_ops.register(cpp_library_loaded=_CPP_LOADED)
@@ -25,4 +35,5 @@ _linear_ops.register(cpp_library_loaded=_CPP_LOADED)
 _gemm_ops.register(cpp_library_loaded=_CPP_LOADED)
 
 __all__ = ["SphericalHarmonics", "spherical_harmonics", "TensorProductConv", "Graph", "build_graph", "graph_order",
-           "check_partners", "pair_rows", "per_edge", "weight_rows", "TPProblem", "Instruction", "SymmetricContraction"]
+           "check_partners", "pair_rows", "per_edge", "weight_rows", "TPProblem", "Instruction", "SymmetricContraction",
+           "set_deterministic"]

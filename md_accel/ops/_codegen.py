@@ -45,7 +45,7 @@ import textwrap
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 19  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 20  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -635,16 +635,25 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     for wk in w_keys:
         op = "=" if first.setdefault(("w", wk), gi) == gi else "+="
         s.append(f"{I4}gw[e * d.w + {wk[0]} + u * {wk[2]}] {op} sw{wk[0]};\n")
+    # grad_x: the edge's row of work (summed per sender later), or with d.atomic_gx straight into the
+    # sender's row of grad_x (work = grad_x then, zeroed by the host)
+    s.append(f"{I4}if (d.atomic_gx) {{\n")
+    for key in in1_keys:
+        for i in range(key[2]):
+            s.append(f"{I4}  atomicAdd(work + sidx * d.in1 + {key[0]} + u * {key[2]} + {i}, {_bname('gx', key)}_{i});\n")
+    s.append(f"{I4}}} else {{\n")
     for key in in1_keys:
         op = "=" if first.setdefault(("in1", key), gi) == gi else "+="
         for i in range(key[2]):
-            s.append(f"{I4}work[e * d.in1 + {key[0]} + u * {key[2]} + {i}] {op} {_bname('gx', key)}_{i};\n")
+            s.append(f"{I4}  work[e * d.in1 + {key[0]} + u * {key[2]} + {i}] {op} {_bname('gx', key)}_{i};\n")
+    s.append(f"{I4}}}\n")
     s.append(f"{I3}}}\n")
     if gi == 0:
         s.append(f"""{I3}for (int q = u; q < d.w; q += {M})
 {I3}  if (!w_covered(q)) gw[e * d.w + q] = T(0);
-{I3}for (int q = u; q < d.in1; q += {M})
-{I3}  if (!in1_covered(q)) work[e * d.in1 + q] = T(0);
+{I3}if (!d.atomic_gx)
+{I3}  for (int q = u; q < d.in1; q += {M})
+{I3}    if (!in1_covered(q)) work[e * d.in1 + q] = T(0);
 """)
     s.append(f"{I2}}}\n")
     gop = "=" if gy_first else "+="
@@ -703,7 +712,8 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
 def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: bool, tag: str,
              tune: Tuning) -> Optional[str]:
     """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
-    edge grad_w, grad_y and the edge's grad_x contribution (work row e; summed by sender later).
+    edge grad_w, grad_y and the edge's grad_x contribution (work row e, summed by sender later; with
+    d.atomic_gx added into grad_x at once).
     ``budget``, ``merge``: as _bwd_groups."""
     groups = _bwd_groups(live, budget, merge)
     for g in groups:
@@ -958,6 +968,7 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
   else
     split ? run(bwd_kernel_BD<T, false, true>) : run(bwd_kernel_BD<T, false, false>);
   if (const char* err = last_error()) return err;
+  if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
 }
@@ -992,6 +1003,7 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
   else
     split ? run(dbwd_kernel_DD<T, true>) : run(dbwd_kernel_DD<T, false>);
   if (const char* err = last_error()) return err;
+  if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
 }

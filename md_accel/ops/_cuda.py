@@ -132,6 +132,17 @@ def set_specialised(enabled: bool) -> bool:
     return bool(torch.ops.md_accel._tp_conv_set_specialised(enabled))
 
 
+def set_deterministic(enabled: bool) -> bool:
+    """grad_x of the specialised CUDA backward and double backward: deterministic (True, the default;
+    per-edge rows summed per sender in a fixed order) or atomic adds into grad_x (False: E x in1 less
+    memory and one pass less, results not bit-reproducible; ``torch.use_deterministic_algorithms(True)``
+    overrides it). Process-wide, also from ``MD_ACCEL_DETERMINISTIC=0``; returns the previous setting.
+    Without the CUDA library every path is deterministic: True, nothing to set."""
+    if not load():
+        return True
+    return bool(torch.ops.md_accel._tp_conv_set_deterministic(enabled))
+
+
 _loaded_specs: list = []
 
 

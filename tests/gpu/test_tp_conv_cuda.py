@@ -278,6 +278,62 @@ def test_backward_in_edge_chunks(name, dtype, specs, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", ["sevennet0_like", "mace_mp_medium"])
+def test_atomic_grad_x(name, dtype, specs):
+    """set_deterministic(False): the specialised backward and double backward add grad_x atomically
+    (no per-edge rows, no per-sender sum): the references' results with a peak lower by the rows
+    (E x in1); torch.use_deterministic_algorithms(True) overrides it (bitwise the deterministic results)."""
+    from md_accel.ops import set_deterministic
+
+    problem = CONFIGS[name]()
+    plan, pl = plan_tensors(problem, dtype)
+    gen = torch.Generator().manual_seed(13)
+    n = 60
+    g = random_graph(n, 2000, gen, hub=5, hub_degree=300)
+    x, y, w = inputs(problem, plan, g, n, dtype, gen)
+    gout = torch.randn(n, plan.dim_out, generator=gen, dtype=torch.float64).to(DEV, dtype)
+    ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
+    ga = graph_args(g)
+    e = g.src.numel()
+    rows = e * plan.dim_in1 * x.element_size()
+
+    def run(op):
+        poison((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), dtype=dtype)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        if op == "bwd":
+            out = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
+        else:
+            out = OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, x, y, w, *ga, *pl, True)
+        torch.cuda.synchronize()
+        return out, torch.cuda.max_memory_allocated() - base
+
+    spec_prev, det_prev = _cuda.set_specialised(True), set_deterministic(True)
+    try:
+        assert OPS._tp_conv_specialised_for(x, *pl)
+        det = {op: run(op) for op in ("bwd", "dbwd")}
+        set_deterministic(False)
+        atomic = {op: run(op) for op in ("bwd", "dbwd")}
+        torch.use_deterministic_algorithms(True)
+        try:
+            forced = {op: run(op)[0] for op in ("bwd", "dbwd")}
+        finally:
+            torch.use_deterministic_algorithms(False)
+    finally:
+        _cuda.set_specialised(spec_prev)
+        set_deterministic(det_prev)
+    want = {"bwd": ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan),
+            "dbwd": ref_call(tp_conv_dbwd_ref, (ggx, ggy, ggw, gout, x, y, w), g, plan)}
+    for op in ("bwd", "dbwd"):
+        assert atomic[op][1] <= det[op][1] - rows, (op, atomic[op][1], det[op][1], rows)
+        for k, (a, b) in enumerate(zip(atomic[op][0], want[op])):
+            assert rel_err(a, b) <= TOL[dtype], (op, k, rel_err(a, b))
+        for k, (a, b) in enumerate(zip(forced[op], det[op][0])):
+            assert torch.equal(a, b), (op, k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet_l3i5_like", "mace_mp_medium"])
 def test_graph_shapes(name, dtype, kernels):
     problem = CONFIGS[name]()
