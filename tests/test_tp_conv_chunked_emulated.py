@@ -71,6 +71,17 @@ def hub_graph(gen):
     return n, build_graph(src, dst, n)
 
 
+def second_order_problem(plan, seed: int):
+    """(n, hub graph, float64 (x, y, w, grad_out, gg_x, gg_y, gg_w), dense CG blocks) for a double backward."""
+    gen = torch.Generator().manual_seed(seed)
+    n, g = hub_graph(gen)
+    e = g.src.numel()
+    shapes = ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out))
+    first = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes]
+    second = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes[:3]]
+    return n, g, first + second, [c.double() for c in plan.dense]
+
+
 def rel_err(a, b):
     assert torch.isfinite(a).all(), "unwritten (NaN) element"
     return (a.double() - b).abs().max().item() / max(b.abs().max().item(), 1e-300)
@@ -109,13 +120,9 @@ def test_double_backward_matches_reference(dtype, tuning):
     """The generated double backward (g_grad_out, then grad_x, grad_y, grad_w of <gg, dF>) on the
     whole graph, every output poisoned first, against tp_conv_dbwd_ref."""
     plan, lib = plan_and_library(tuning)
-    gen = torch.Generator().manual_seed(7)
-    n, g = hub_graph(gen)
+    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 7)
     e = g.src.numel()
     shapes = ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out))
-    x, y, w, go = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes)
-    ggx, ggy, ggw = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes[:3])
-    dense = [c.double() for c in plan.dense]
     ref = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
     args = [t.to(dtype).contiguous() for t in (ggx, ggy, ggw, go, x, y, w)]
     nan = float("nan")
@@ -242,13 +249,7 @@ def test_atomic_grad_x_matches_reference(dtype, tuning):
     per-sender sum; against the references, on one block per receiver and on three, every other output
     poisoned first."""
     plan, lib = plan_and_library(tuning)
-    gen = torch.Generator().manual_seed(11)
-    n, g = hub_graph(gen)
-    e = g.src.numel()
-    shapes = ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out))
-    x, y, w, go = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes)
-    ggx, ggy, ggw = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes[:3])
-    dense = [c.double() for c in plan.dense]
+    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 11)
     ref_bwd = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
     ref_dbwd = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense, False)
     xs, ys, ws, gos, ggxs, ggys, ggws = (t.to(dtype).contiguous() for t in (x, y, w, go, ggx, ggy, ggw))

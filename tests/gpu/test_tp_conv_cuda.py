@@ -233,19 +233,26 @@ def test_module_in_another_dtype_than_the_features(specs):
         assert a.dtype == torch.float32 and torch.equal(a, b)
 
 
+def hub_problem(name: str, dtype, seed: int):
+    """Config ``name`` on a 60-node, 2,000-edge graph with a hub of 300 edges: (plan, plan tensors, graph,
+    nodes, (x, y, w, grad_out), the generator for further inputs)."""
+    problem = CONFIGS[name]()
+    plan, pl = plan_tensors(problem, dtype)
+    gen = torch.Generator().manual_seed(seed)
+    n = 60
+    g = random_graph(n, 2000, gen, hub=5, hub_degree=300)
+    x, y, w = inputs(problem, plan, g, n, dtype, gen)
+    gout = torch.randn(n, plan.dim_out, generator=gen, dtype=torch.float64).to(DEV, dtype)
+    return plan, pl, g, n, (x, y, w, gout), gen
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet0_like", "mace_mp_medium"])
 def test_backward_in_edge_chunks(name, dtype, specs, monkeypatch):
     """A graph whose per-edge grad_x rows exceed MD_ACCEL_BWD_WORK_MIB runs the specialised backward in
     edge chunks (grad_x accumulated chunk after chunk): the reference's results, bitwise the same run
     after run, and a lower peak than the unchunked backward (its rows are 8x one chunk's)."""
-    problem = CONFIGS[name]()
-    plan, pl = plan_tensors(problem, dtype)
-    gen = torch.Generator().manual_seed(11)
-    n = 60
-    g = random_graph(n, 2000, gen, hub=5, hub_degree=300)
-    x, y, w = inputs(problem, plan, g, n, dtype, gen)
-    gout = torch.randn(n, plan.dim_out, generator=gen, dtype=torch.float64).to(DEV, dtype)
+    plan, pl, g, n, (x, y, w, gout), _ = hub_problem(name, dtype, 11)
     ga = graph_args(g)
     row = plan.dim_in1 * x.element_size()
 
@@ -285,13 +292,7 @@ def test_atomic_grad_x(name, dtype, specs):
     (E x in1); torch.use_deterministic_algorithms(True) overrides it (bitwise the deterministic results)."""
     from md_accel.ops import set_deterministic
 
-    problem = CONFIGS[name]()
-    plan, pl = plan_tensors(problem, dtype)
-    gen = torch.Generator().manual_seed(13)
-    n = 60
-    g = random_graph(n, 2000, gen, hub=5, hub_degree=300)
-    x, y, w = inputs(problem, plan, g, n, dtype, gen)
-    gout = torch.randn(n, plan.dim_out, generator=gen, dtype=torch.float64).to(DEV, dtype)
+    plan, pl, g, n, (x, y, w, gout), gen = hub_problem(name, dtype, 13)
     ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
     ga = graph_args(g)
     e = g.src.numel()
