@@ -39,12 +39,15 @@ TUNINGS = {"default": _codegen.Tuning(),
 
 
 def plan_and_library(tuning="default"):
+    """The test plan's generated library under a TUNINGS entry; "unused_in1": a plan with an in1 block (4x2e)
+    that no path reads (the kernels zero its grad_x columns), default tuning."""
     if tuning not in _LIB:
-        problem = TPProblem.create("8x0e+8x1o", "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
+        in1 = "8x0e+8x1o+4x2e" if tuning == "unused_in1" else "8x0e+8x1o"
+        problem = TPProblem.create(in1, "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
                                    [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (1, 1, 2, "uvu", True),
                                     (1, 2, 3, "uvu", True), (1, 0, 4, "uvu", True)])
         plan = problem.lower()
-        src = _codegen.generate(_codegen.plan_structure(plan), TUNINGS[tuning])
+        src = _codegen.generate(_codegen.plan_structure(plan), TUNINGS.get(tuning, _codegen.Tuning()))
         _LIB[tuning] = (plan, emulate.SpecLibrary(src))
     return _LIB[tuning]
 
@@ -241,7 +244,7 @@ def test_shared_weight_rows_equal_expanded_rows(dtype, tuning):
         assert torch.isfinite(a).all() and torch.equal(a, b), what
 
 
-@pytest.mark.parametrize("tuning", list(TUNINGS))
+@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_atomic_grad_x_matches_reference(dtype, tuning):
     """TPDims::atomic_gx (md_accel::set_deterministic(False)): the backward and the double backward add

@@ -286,7 +286,7 @@ def test_backward_in_edge_chunks(name, dtype, specs, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet0_like", "mace_mp_medium"])
-def test_atomic_grad_x(name, dtype, specs):
+def test_atomic_grad_x(name, dtype, specs, monkeypatch):
     """set_deterministic(False): the specialised backward and double backward add grad_x atomically
     (no per-edge rows, no per-sender sum): the references' results with a peak lower by the rows
     (E x in1); torch.use_deterministic_algorithms(True) overrides it (bitwise the deterministic results)."""
@@ -310,7 +310,9 @@ def test_atomic_grad_x(name, dtype, specs):
         torch.cuda.synchronize()
         return out, torch.cuda.max_memory_allocated() - base
 
+    monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)  # the deterministic backward unchunked
     spec_prev, det_prev = _cuda.set_specialised(True), set_deterministic(True)
+    torch_det = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
     try:
         assert OPS._tp_conv_specialised_for(x, *pl)
         det = {op: run(op) for op in ("bwd", "dbwd")}
@@ -320,7 +322,7 @@ def test_atomic_grad_x(name, dtype, specs):
         try:
             forced = {op: run(op)[0] for op in ("bwd", "dbwd")}
         finally:
-            torch.use_deterministic_algorithms(False)
+            torch.use_deterministic_algorithms(torch_det[0], warn_only=torch_det[1])
     finally:
         _cuda.set_specialised(spec_prev)
         set_deterministic(det_prev)
