@@ -115,6 +115,42 @@ def test_tuning_table_ratios_and_wrong_variants(tmp_path):
     assert "WRONG (5.0e-01)" in rows["fwd"] and "0.1 ms" not in out
 
 
+def test_kernel_ratios_only_within_one_run(tmp_path):
+    """kernel_ratios.py: md_accel's time and peak against the fastest / least of the other implementations of
+    the same file and cell (a faster peer in another file must not count), the op share for the double
+    backward, and cells without a peer or with a failed peer."""
+    def res(impl, kind, ms, peak, status="ok", op=None):
+        r = {"workload": "w", "dtype": "float32", "impl": impl, "pass": kind, "status": status, "median_ms": ms,
+             "peak_bytes": peak}
+        if op is not None:
+            r["op_ms"] = op
+        return r
+
+    run1 = [res("md_accel", "fwd", 1.0, 100), res("cueq", "fwd", 3.0, 90), res("oeq_det", "fwd", 2.0, 120),
+            res("md_accel", "dbwd", 10.0, 300, op=4.0), res("md_accel_atomic", "dbwd", 9.0, 250, op=3.0),
+            res("cueq", "dbwd", 12.0, 260, op=6.0), res("oeq_det", "dbwd", 1.0, 1, status="OOM"),
+            res("md_accel", "fwd_bwd", 2.0, 200)]
+    run2 = [res("md_accel", "fwd", 1.0, 100), res("cueq", "fwd", 0.5, 50)]
+    for name, rows in (("a", run1), ("b", run2)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "kernels.json").write_text(json.dumps({"results": rows}))
+    out = run_script("kernel_ratios.py", str(tmp_path / "a" / "kernels.json"), str(tmp_path / "b" / "kernels.json"),
+                     "--out", str(tmp_path / "out"))
+    recs = json.loads((tmp_path / "out" / "kernel_ratios.json").read_text())
+    by = {(r["source"], r["impl"], r["pass"]): r for r in recs}
+    fwd_a = by[("a", "md_accel", "fwd")]
+    assert fwd_a["peer"] == "oeq_det" and fwd_a["speedup"] == pytest.approx(2.0)
+    assert fwd_a["memory_ratio"] == pytest.approx(100 / 90)
+    fwd_b = by[("b", "md_accel", "fwd")]
+    assert fwd_b["peer"] == "cueq" and fwd_b["speedup"] == pytest.approx(0.5)
+    dbwd = by[("a", "md_accel", "dbwd")]  # the OOM peer is not a peer
+    assert dbwd["peer"] == "cueq" and dbwd["speedup"] == pytest.approx(1.2) and dbwd["op_speedup"] == pytest.approx(1.5)
+    atomic = by[("a", "md_accel_atomic", "dbwd")]
+    assert atomic["op_speedup"] == pytest.approx(2.0) and atomic["memory_ratio"] == pytest.approx(250 / 260)
+    assert "speedup" not in by[("a", "md_accel", "fwd_bwd")] and "(no peer)" in out
+    assert "**2.00x**" in out and "| a | md_accel | w | float32 |" in out
+
+
 def test_profile_parts_of_kernel_names():
     """profile_step's parts: kernel names as the session-8 H100 profile printed them (md_accel's conv,
     MLP, contraction and linears; cuBLAS; torch elementwise) and a cuEquivariance fused TP."""

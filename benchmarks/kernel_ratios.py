@@ -1,0 +1,108 @@
+"""md_accel against the peers from ``kernels.py`` results: for each workload, dtype and pass, each md_accel
+implementation's time and peak memory against the fastest peer and the least peak of the peers measured in the
+same file (one run, one GPU: ratios never cross files), and for the double backward the same for the op's own
+share (``op_ms``: the pass minus the benchmark's loss).
+
+    python benchmarks/kernel_ratios.py RUN/kernels.json [RUN2/kernels.json ...] [--out DIR]
+
+A peer is every implementation that is not md_accel's (``md_accel``, ``md_accel_atomic``). Ratios are the
+peer's time (or peak) over md_accel's: above 1, md_accel is faster (or needs less memory).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+OURS = ("md_accel", "md_accel_atomic")
+PEER_NAMES = {"cueq": "cueq", "oeq_det": "OEq", "oeq_atomic": "OEq atomic", "e3nn": "e3nn"}
+
+
+def _best(rows: List[dict], key: str, pick=min) -> Optional[Tuple[float, str]]:
+    vals = [(r[key], r["impl"]) for r in rows if r.get("status") == "ok" and r.get(key)]
+    return pick(vals) if vals else None
+
+
+def ratios(results: List[dict], source: str = "") -> List[dict]:
+    """One record per (md_accel implementation, workload, dtype, pass) of one kernels.json's results."""
+    groups: Dict[Tuple[str, str, str], List[dict]] = {}
+    for r in results:
+        groups.setdefault((r["workload"], r["dtype"], r["pass"]), []).append(r)
+    out = []
+    for (workload, dtype, kind), rows in groups.items():
+        peers = [r for r in rows if r["impl"] not in OURS]
+        fastest, least = _best(peers, "median_ms"), _best(peers, "peak_bytes")
+        fastest_op = _best(peers, "op_ms")
+        for r in rows:
+            if r["impl"] not in OURS or r.get("status") != "ok":
+                continue
+            rec = {"source": source, "impl": r["impl"], "workload": workload, "dtype": dtype, "pass": kind,
+                   "ms": r["median_ms"]}
+            if fastest:
+                rec.update(peer=fastest[1], peer_ms=fastest[0], speedup=fastest[0] / r["median_ms"])
+            if least and r.get("peak_bytes"):
+                rec.update(memory_ratio=r["peak_bytes"] / least[0])
+            if fastest_op and r.get("op_ms"):
+                rec.update(op_ms=r["op_ms"], peer_op=fastest_op[1], op_speedup=fastest_op[0] / r["op_ms"])
+            out.append(rec)
+    return out
+
+
+def run_name(path: str) -> str:
+    """The run a kernels.json belongs to: its folder, or the folder above ``kernels.py``'s own ``kernels/``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(folder) == "kernels":
+        folder = os.path.dirname(folder)
+    return os.path.basename(folder)
+
+
+def table(records: List[dict], target: float = 1.3) -> str:
+    """Markdown: one row per md_accel implementation, workload and dtype; speedups >= target in bold."""
+    def cell(rec: Optional[dict]) -> str:
+        if rec is None:
+            return "-"
+        if "speedup" not in rec:
+            return f"{rec['ms']:.3g} (no peer)"
+        x = f"{rec['speedup']:.2f}x"
+        text = f"{rec['ms']:.3g} vs {PEER_NAMES.get(rec['peer'], rec['peer'])} {rec['peer_ms']:.3g}: "
+        text += f"**{x}**" if rec["speedup"] >= target else x
+        if "op_speedup" in rec:
+            text += f" (op {rec['op_speedup']:.2f}x)"
+        return text
+
+    index = {(r["source"], r["impl"], r["workload"], r["dtype"], r["pass"]): r for r in records}
+    rows = ["| source | impl | workload | dtype | fwd | fwd+bwd | dbwd | memory fwd / bwd / dbwd |",
+            "|---|---|---|---|---|---|---|---|"]
+    for key in dict.fromkeys((r["source"], r["impl"], r["workload"], r["dtype"]) for r in records):
+        recs = [index.get(key + (p,)) for p in ("fwd", "fwd_bwd", "dbwd")]
+        mem = " / ".join(f"{r['memory_ratio']:.3f}" if r and "memory_ratio" in r else "-" for r in recs)
+        rows.append("| " + " | ".join(list(key) + [cell(r) for r in recs] + [mem]) + " |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+", help="kernels.json files, each from one run")
+    ap.add_argument("--target", type=float, default=1.3, help="speedups at or above it in bold")
+    ap.add_argument("--out", default=None, help="directory for kernel_ratios.json / .md")
+    args = ap.parse_args(argv)
+    records = []
+    for path in args.files:
+        with open(path) as f:
+            records += ratios(json.load(f)["results"], source=run_name(path))
+    text = table(records, args.target)
+    print(text)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        common.write_json(os.path.join(args.out, "kernel_ratios.json"), records)
+        with open(os.path.join(args.out, "kernel_ratios.md"), "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
