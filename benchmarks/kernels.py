@@ -20,12 +20,13 @@ are deterministic (bit-identical results run after run); cueq, oeq_atomic and md
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import math
 import os
 import sys
 import time
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, ContextManager, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -93,9 +94,9 @@ class Impl:
     def to_e3nn(self, out):
         return out
 
-    def scoped(self, fn: Callable[[], object]) -> Callable[[], object]:
-        """``fn`` run under this implementation's global settings (its backward passes included)."""
-        return fn
+    def settings(self) -> ContextManager:
+        """This implementation's process-wide settings, held while it is checked and timed."""
+        return contextlib.nullcontext()
 
 
 class E3nnImpl(Impl):
@@ -135,17 +136,15 @@ class MdAccelImpl(Impl):
     def run(self, x, y, w):
         return self.conv(x, y, w, self.g.src, self.g.dst, self.g.num_nodes, graph=self.g.md_graph())
 
-    def scoped(self, fn: Callable[[], object]) -> Callable[[], object]:
+    @contextlib.contextmanager
+    def settings(self) -> Iterator[None]:
         from md_accel.ops import set_deterministic
 
-        def call():
-            previous = set_deterministic(not self.atomic)
-            try:
-                return fn()
-            finally:
-                set_deterministic(previous)
-
-        return call
+        previous = set_deterministic(not self.atomic)
+        try:
+            yield
+        finally:
+            set_deterministic(previous)
 
 
 def _cue_group():
@@ -277,16 +276,16 @@ def run_pass(impl: Impl, kind: str, args: Sequence[torch.Tensor], grad_out: torc
             with torch.no_grad():
                 return impl.run(*plain)
 
-        return impl.scoped(fwd)
+        return fwd
     leaves = [a.detach().requires_grad_(True) for a in args]
     if kind == "fwd_bwd":
-        return impl.scoped(lambda: torch.autograd.grad(impl.run(*leaves), leaves, grad_out))
+        return lambda: torch.autograd.grad(impl.run(*leaves), leaves, grad_out)
 
     def dbwd():
         first = torch.autograd.grad(impl.run(*leaves), leaves, grad_out, create_graph=True)
         return torch.autograd.grad(dbwd_loss(first), leaves)
 
-    return impl.scoped(dbwd)
+    return dbwd
 
 
 def loss_alone(shapes: Sequence[Tuple[int, ...]], dtype, device) -> Callable[[], object]:
@@ -302,14 +301,11 @@ def loss_alone(shapes: Sequence[Tuple[int, ...]], dtype, device) -> Callable[[],
 
 def through_layouts(impl: Impl, x, y, w, grad_out) -> Tuple[torch.Tensor, ...]:
     """Forward output, first gradients and double-backward gradients w.r.t. e3nn-layout inputs."""
-    def passes():
-        leaves = [t.detach().requires_grad_(True) for t in (x, y, w)]
-        out = impl.to_e3nn(impl.run(*impl.prepare(*leaves)))
-        first = torch.autograd.grad(out, leaves, grad_out, create_graph=True)
-        second = torch.autograd.grad(dbwd_loss(first), leaves)
-        return (out.detach(),) + tuple(f.detach() for f in first) + tuple(second)
-
-    return impl.scoped(passes)()
+    leaves = [t.detach().requires_grad_(True) for t in (x, y, w)]
+    out = impl.to_e3nn(impl.run(*impl.prepare(*leaves)))
+    first = torch.autograd.grad(out, leaves, grad_out, create_graph=True)
+    second = torch.autograd.grad(dbwd_loss(first), leaves)
+    return (out.detach(),) + tuple(f.detach() for f in first) + tuple(second)
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -371,57 +367,58 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
             records += [{**base, "pass": p, "status": reason} for p in PASSES]
             common.release(device)
             continue
-        # correctness on the check graph (same dtype as timed, compared with e3nn float64)
-        chk = {**base, "status": "ok"}
-        try:
-            if ref is None:
-                raise RuntimeError(f"no e3nn reference ({ref_error})")
-            if getattr(impl, "comparable", True) is False:
-                raise RuntimeError("cuEquivariance basis differs from e3nn (mace's O3_e3nn not importable)")
-            impl_c = impl.with_graph(gc)
-            got = through_layouts(impl_c, *(t.to(dtype) for t in (xc, yc, wc, goc)))
-            errs = [rel_err(a, b) for a, b in zip(got, ref)]
-            chk.update(fwd=errs[0], bwd=max(errs[1:4]), dbwd=max(errs[4:7]),
-                       bwd_each=errs[1:4], dbwd_each=errs[4:7])
-            del impl_c, got
-        except Exception as e:  # noqa: BLE001
-            chk["status"] = common.failure(e)
-        checks.append(chk)
-        log(f"  {name:10s} check: " + (f"fwd {chk['fwd']:.1e} bwd {chk['bwd']:.1e} dbwd {chk['dbwd']:.1e}"
-                                       if "fwd" in chk else chk["status"]))
-        try:
-            prepared = impl.prepare(x, y, w)
-        except Exception as e:  # noqa: BLE001
-            reason = common.failure(e)
-            records += [{**base, "pass": p, "status": reason} for p in PASSES]
-            continue
-        for kind in PASSES:
-            rec = {**base, "pass": kind, "status": "ok"}
+        with impl.settings():  # the implementation's global settings, set outside every timed call
+            # correctness on the check graph (same dtype as timed, compared with e3nn float64)
+            chk = {**base, "status": "ok"}
             try:
-                fn = run_pass(impl, kind, prepared, grad_out)
-                t0 = time.perf_counter()
-                fn()
-                common.sync(device)
-                once = time.perf_counter() - t0
-                if not budget.allows(once * (args.repeats + args.warmup) + 1.0):
-                    raise TimeoutError(f"skipped: time budget (one call {once * 1e3:.0f} ms)")
-                rec.update(common.time_gpu(fn, device, args.warmup, args.repeats))
-                rec["peak_bytes"] = common.peak_memory(fn, device)
-                if kind == "dbwd" and loss_ms is not None:
-                    rec.update(loss_ms=loss_ms, op_ms=rec["median_ms"] - loss_ms)
-                if kind in floors:
-                    rec["bytes_min"] = floors[kind]
-                    rec["bytes_min_per_edge"] = floors[kind] / g.num_edges
-                    if bw:
-                        rec["floor_ms"] = floors[kind] / (bw * 1e9) * 1e3
-                        rec["floor_fraction"] = rec["floor_ms"] / rec["median_ms"]
+                if ref is None:
+                    raise RuntimeError(f"no e3nn reference ({ref_error})")
+                if getattr(impl, "comparable", True) is False:
+                    raise RuntimeError("cuEquivariance basis differs from e3nn (mace's O3_e3nn not importable)")
+                impl_c = impl.with_graph(gc)
+                got = through_layouts(impl_c, *(t.to(dtype) for t in (xc, yc, wc, goc)))
+                errs = [rel_err(a, b) for a, b in zip(got, ref)]
+                chk.update(fwd=errs[0], bwd=max(errs[1:4]), dbwd=max(errs[4:7]),
+                           bwd_each=errs[1:4], dbwd_each=errs[4:7])
+                del impl_c, got
             except Exception as e:  # noqa: BLE001
-                rec["status"] = "budget" if isinstance(e, TimeoutError) else common.failure(e)
-                common.release(device)
-            records.append(rec)
-            log(f"  {name:10s} {kind:7s} " + (f"{rec['median_ms']:9.3f} ms" if "median_ms" in rec else rec["status"])
-                + (f"  peak {rec['peak_bytes'] / 2**30:.2f} GiB" if rec.get("peak_bytes") else "")
-                + (f"  (op {rec['op_ms']:.3f} ms)" if "op_ms" in rec else ""))
+                chk["status"] = common.failure(e)
+            checks.append(chk)
+            log(f"  {name:10s} check: " + (f"fwd {chk['fwd']:.1e} bwd {chk['bwd']:.1e} dbwd {chk['dbwd']:.1e}"
+                                           if "fwd" in chk else chk["status"]))
+            try:
+                prepared = impl.prepare(x, y, w)
+            except Exception as e:  # noqa: BLE001
+                reason = common.failure(e)
+                records += [{**base, "pass": p, "status": reason} for p in PASSES]
+                continue
+            for kind in PASSES:
+                rec = {**base, "pass": kind, "status": "ok"}
+                try:
+                    fn = run_pass(impl, kind, prepared, grad_out)
+                    t0 = time.perf_counter()
+                    fn()
+                    common.sync(device)
+                    once = time.perf_counter() - t0
+                    if not budget.allows(once * (args.repeats + args.warmup) + 1.0):
+                        raise TimeoutError(f"skipped: time budget (one call {once * 1e3:.0f} ms)")
+                    rec.update(common.time_gpu(fn, device, args.warmup, args.repeats))
+                    rec["peak_bytes"] = common.peak_memory(fn, device)
+                    if kind == "dbwd" and loss_ms is not None:
+                        rec.update(loss_ms=loss_ms, op_ms=rec["median_ms"] - loss_ms)
+                    if kind in floors:
+                        rec["bytes_min"] = floors[kind]
+                        rec["bytes_min_per_edge"] = floors[kind] / g.num_edges
+                        if bw:
+                            rec["floor_ms"] = floors[kind] / (bw * 1e9) * 1e3
+                            rec["floor_fraction"] = rec["floor_ms"] / rec["median_ms"]
+                except Exception as e:  # noqa: BLE001
+                    rec["status"] = "budget" if isinstance(e, TimeoutError) else common.failure(e)
+                    common.release(device)
+                records.append(rec)
+                log(f"  {name:10s} {kind:7s} " + (f"{rec['median_ms']:9.3f} ms" if "median_ms" in rec else rec["status"])
+                    + (f"  peak {rec['peak_bytes'] / 2**30:.2f} GiB" if rec.get("peak_bytes") else "")
+                    + (f"  (op {rec['op_ms']:.3f} ms)" if "op_ms" in rec else ""))
         del impl, prepared
         common.release(device)
     return records, checks

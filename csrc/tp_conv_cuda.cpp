@@ -359,6 +359,15 @@ Tensor tp_conv_fwd_cuda(const Tensor& x_, const Tensor& y_, const Tensor& w_, co
   return out;
 }
 
+// The specialised backward's (and double backward's) grad_x scratch: each edge's contribution, a row per
+// edge summed per sender by the launcher; with p.dims.atomic_gx grad_x itself, zeroed (the kernels add
+// into it). Undefined for the generic kernels.
+Tensor grad_x_workspace(const Prepared& p, bool spec, const Tensor& gx) {
+  if (!spec) return Tensor();
+  if (p.dims.atomic_gx) return gx.zero_();
+  return at::empty({p.graph.num_edges, gx.size(1)}, gx.options());
+}
+
 std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
     const Tensor& g_, const Tensor& x_, const Tensor& y_, const Tensor& w_, const Tensor& src,
     const Tensor& dst, const Tensor& dst_ptr, const Tensor& src_perm, const Tensor& src_ptr,
@@ -382,9 +391,7 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
       return {gx, gy, gw};
     }
   }
-  // scratch for the specialised kernel: each edge's contribution to grad_x, or grad_x itself (atomic adds)
-  if (p.dims.atomic_gx) gx.zero_();
-  const Tensor work = p.dims.atomic_gx ? gx : spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
+  const Tensor work = grad_x_workspace(p, spec, gx);
   if (spec)
     p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, false, x),
                                   x.device().index());
@@ -427,10 +434,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->dbwd_f64 != nullptr
                                                                : p.spec->dbwd_f32 != nullptr);
-  // scratch for the specialised kernel: each edge's contribution to g_x, or g_x itself (atomic adds)
   p.dims.atomic_gx = spec && atomic_gx();
-  if (p.dims.atomic_gx) gx.zero_();
-  const Tensor work = p.dims.atomic_gx ? gx : spec ? at::empty({p.graph.num_edges, x.size(1)}, x.options()) : Tensor();
+  const Tensor work = grad_x_workspace(p, spec, gx);
   if (spec)
     p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, true, x),
                                   x.device().index());

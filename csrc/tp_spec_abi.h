@@ -10,14 +10,16 @@
 
 namespace md_accel {
 
-// 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm; 8: dbwd's t.out may be null (no g_grad_out); 9: TPDims::atomic_gx
+// 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm; 8: dbwd's t.out may be null (no g_grad_out);
+// 9: TPDims::atomic_gx
 constexpr int kTPSpecAbiVersion = 9;
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
                                     cudaStream_t stream);
 // bwd: t.gx, t.gy, t.gw as in tp_conv_bwd_launch; dbwd: t.out (null: g_grad_out not computed), t.gx,
-// t.gy, t.gw as in tp_conv_dbwd_launch. work is scratch of num_edges * d.in1 elements.
+// t.gy, t.gw as in tp_conv_dbwd_launch. work is scratch of num_edges * d.in1 elements, or with
+// d.atomic_gx t.gx itself (zeroed).
 template <typename T>
 using TPSpecBwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
                                     T* work, cudaStream_t stream);

@@ -2,6 +2,7 @@
 CUDA kernels behind the same torch custom ops (``torch.ops.md_accel.*``)."""
 from ..o3.spherical_harmonics import SphericalHarmonics, spherical_harmonics
 from . import _custom_ops, _gemm_ops, _linear_ops, _mlp_ops, _sc_ops
+from ._cuda import set_deterministic
 from .tp_conv import (Graph, TensorProductConv, build_graph, check_partners, graph_order, pair_rows, per_edge,
                       weight_rows)
 from .symmetric_contraction import SymmetricContraction
@@ -15,16 +16,6 @@ def _load_cpp_library() -> bool:
     except ImportError:
         return False
     return bool(_cuda.load())
-
-
-def set_deterministic(enabled: bool) -> bool:
-    """Deterministic CUDA backward (True, the default) or atomic adds into grad_x (False): see
-    ``_cuda.set_deterministic``. Returns the previous setting."""
-    if not _CPP_LOADED:
-        return True
-    from . import _cuda
-
-    return _cuda.set_deterministic(enabled)
 
 
 _CPP_LOADED = _load_cpp_library()

@@ -18,7 +18,8 @@ calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/ker
   multiplicity share a pass while they fit, in float64 at most MERGE_G64), grad_out of the pass held in
   registers; per edge grad_w (direct), grad_y (fixed-order warp butterfly + cross-warp sum,
   accumulated over passes) and the edge's contribution to grad_x, written to a scratch row; a
-  second kernel sums the scratch rows of each sender in src_perm order. Same edge slots.
+  second kernel sums the scratch rows of each sender in src_perm order (with TPDims::atomic_gx,
+  opt-in: added atomically into grad_x instead, no rows, no second kernel). Same edge slots.
 * dbwd: the same two kernels with substituted arguments (tp_reference.tp_conv_dbwd_ref):
   g_grad_out = fwd-like kernel with message w (ggx, y) + w (x, ggy) + ggw (x, y) (skipped when the
   op library passes no output for it: grad_out needs no gradient); g_x, g_y, g_w = bwd-like kernel
@@ -640,7 +641,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I4}if (d.atomic_gx) {{\n")
     for key in in1_keys:
         for i in range(key[2]):
-            s.append(f"{I4}  atomicAdd(work + sidx * d.in1 + {key[0]} + u * {key[2]} + {i}, {_bname('gx', key)}_{i});\n")
+            s.append(f"{I4}  atomicAdd(work + sidx * d.in1 + {key[0]} + u * {key[2]} + {i}, "
+                     f"{_bname('gx', key)}_{i});\n")
     s.append(f"{I4}}} else {{\n")
     for key in in1_keys:
         op = "=" if first.setdefault(("in1", key), gi) == gi else "+="
