@@ -83,6 +83,32 @@ def test_kernels_double_backward_split_into_loss_and_op(tmp_path):
     assert "(op " in out
 
 
+def test_kernels_loss_is_the_sum_of_squares():
+    """kernels.py's double-backward loss (a fused autograd Function) has the value, gradient and
+    second derivative through the first gradients of sum(f * f)."""
+    import torch
+
+    sys.path.insert(0, BENCH)
+    try:
+        from kernels import dbwd_loss
+    finally:
+        sys.path.remove(BENCH)
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(5, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, generator=gen, dtype=torch.float64, requires_grad=True)
+
+    def firsts(x):  # first gradients of a cubic, so the loss's backward is differentiated again
+        return torch.autograd.grad((x ** 3).sum() + (x.sum() ** 2), x, create_graph=True)[0]
+
+    def loss_and_grads(loss_fn):
+        first = [firsts(a), firsts(b)]
+        loss = loss_fn(first)
+        return (loss.detach(),) + torch.autograd.grad(loss, [a, b])
+
+    torch.testing.assert_close(loss_and_grads(dbwd_loss), loss_and_grads(lambda fs: sum((f * f).sum() for f in fs)),
+                               rtol=1e-14, atol=0)
+
+
 def test_lammps_scaling_plot(tmp_path):
     report = {"meta": {"model": "m.mdx", "gpu": "GPU"}, "rows": [
         {"case": "weak-layer", "gpus": g, "status": "ok", "atoms": 32000 * g, "ms_per_step": 500.0 + 50 * g,
