@@ -48,8 +48,6 @@ std::atomic<bool> g_deterministic{[] {
 
 bool set_deterministic(bool enabled) { return g_deterministic.exchange(enabled); }
 
-bool atomic_gx() { return !g_deterministic.load() && !at::globalContext().deterministicAlgorithms(); }
-
 // Host-side facts about one plan, and its device tables. The paths/cg tables are read on the
 // host once per plan (one device->host copy); entries hold strong references to the key tensors
 // so their addresses cannot be reused, and a changed version counter invalidates the entry.
@@ -382,7 +380,7 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->bwd_f64 != nullptr
                                                                : p.spec->bwd_f32 != nullptr);
-  p.dims.atomic_gx = spec && atomic_gx();
+  p.dims.atomic_gx = spec && tp_conv_atomic_gx();
   if (spec && !p.dims.atomic_gx) {  // large graphs: edge chunks, for memory (tp_conv_chunked.h)
     const int64_t step = tp_conv_bwd_chunk_edges(p.graph.num_edges, x.size(1), x.element_size());
     if (step < p.graph.num_edges) {
@@ -434,7 +432,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->dbwd_f64 != nullptr
                                                                : p.spec->dbwd_f32 != nullptr);
-  p.dims.atomic_gx = spec && atomic_gx();
+  p.dims.atomic_gx = spec && tp_conv_atomic_gx();
   const Tensor work = grad_x_workspace(p, spec, gx);
   if (spec)
     p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, true, x),
@@ -457,6 +455,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
 
 }  // namespace
 
+bool tp_conv_atomic_gx() { return !g_deterministic.load() && !at::globalContext().deterministicAlgorithms(); }
+
 // --- edge chunks (tp_conv_chunked.h) -----------------------------------------------------------------
 const TPSpec* tp_conv_spec_for(const Tensor& x, const Tensor& paths, const Tensor& cg_ptr, const Tensor& cg_idx,
                                const Tensor& cg_val) {
@@ -475,9 +475,9 @@ void chunk_launch(TPSpecFwdFn<T> fwd, TPSpecBwdFn<T> bwd, bool backward, const T
                   const Tensor& gy_c, const Tensor& gw_c, const Tensor& work_c) {
   const Tensor none;
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  if (backward)
+  if (backward)  // with d.atomic_gx the kernels add into grad_x itself
     check_launch(bwd(tensors<T>(x, y_c, w_c, g, none, none, none, none, out_or_gx, gy_c, gw_c), chunk, d,
-                     work_c.data_ptr<T>(), stream));
+                     (d.atomic_gx ? out_or_gx : work_c).data_ptr<T>(), stream));
   else
     check_launch(fwd(tensors<T>(x, y_c, w_c, none, none, none, none, out_or_gx, none, none, none), chunk, d, stream));
 }
@@ -488,8 +488,11 @@ void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const Tensor& x, co
                           bool accumulate, const Tensor& out_or_gx, const Tensor& gy_c, const Tensor& gw_c,
                           const Tensor& work_c) {
   TPDims d{int(x.size(1)), int(y_c.size(1)), int(w_c.size(1)), int(dim_out), accumulate ? 1 : 0};
-  if (backward)
+  if (backward) {
     d.split = receiver_split(chunk.num_nodes, chunk.num_edges, graph_edges, per_sm(spec, false, x), x.device().index());
+    d.atomic_gx = work_c.defined() ? 0 : 1;
+    if (d.atomic_gx && !accumulate) out_or_gx.zero_();  // the first chunk's kernels add into it
+  }
   if (x.scalar_type() == at::kDouble)
     chunk_launch<double>(spec->fwd_f64, spec->bwd_f64, backward, x, y_c, w_c, g, chunk, d, out_or_gx, gy_c, gw_c,
                          work_c);

@@ -31,11 +31,14 @@ _LIB = {}
 
 # the default kernels (L2 prefetch of the next edge's weights in the forward, the float32 backward and
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
-# (MD_ACCEL_TP_TUNING): prefetch in every kernel with budgets small enough to split every pass, and
-# neither prefetch nor merged passes
+# (MD_ACCEL_TP_TUNING): prefetch in every kernel with budgets small enough to split every pass,
+# neither prefetch nor merged passes, and shared-memory staging of the weights (Tuning.stage)
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=15, fwd_acc=4, bwd_g32=4, bwd_g64=4),
-           "plain": _codegen.Tuning(prefetch=0, merge_in1=0)}
+           "plain": _codegen.Tuning(prefetch=0, merge_in1=0),
+           # each warp's weight slices staged in shared memory (cp.async), one and several passes per kernel
+           "staged": _codegen.Tuning(stage=3),
+           "staged_split": _codegen.Tuning(stage=3, bwd_g32=4, bwd_g64=4, dbwd_g32=4, dbwd_g64=4)}
 
 
 def plan_and_library(tuning="default"):
@@ -141,6 +144,36 @@ def test_double_backward_matches_reference(dtype, tuning):
     lib.dbwd(*args, graph, None, *outs[1:], work)
     for what, a, b in zip(("grad_x", "grad_y", "grad_w"), outs[1:], ref[1:]):
         assert rel_err(a, b) <= TOL[dtype], (what, "without g_grad_out", rel_err(a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_staged_weights_from_unaligned_rows(dtype):
+    """Tuning.stage with weight (and ggw) rows that are not 16-byte aligned (one element into their
+    storage): the warps copy their slices without cp.async, same results."""
+    plan, lib = plan_and_library("staged")
+    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 5)
+    e = g.src.numel()
+
+    def unaligned(t):
+        buf = torch.empty(t.numel() + 1, dtype=dtype)
+        buf[1:] = t.to(dtype).reshape(-1)
+        return buf[1:].view(t.shape)
+
+    ws, ggws = unaligned(w), unaligned(ggw)
+    assert ws.data_ptr() % 16 and ggws.data_ptr() % 16
+    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+    nan = float("nan")
+    grads = [torch.full(t.shape, nan, dtype=dtype) for t in (x, y, w)]
+    lib.bwd(go.to(dtype), x.to(dtype), y.to(dtype), ws, graph, *grads, torch.full((e, plan.dim_in1), nan, dtype=dtype))
+    for what, a, b in zip(("grad_x", "grad_y", "grad_w"), grads,
+                          tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)):
+        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
+    outs = [torch.full(t.shape, nan, dtype=dtype) for t in (go, x, y, w)]
+    args = [ggx.to(dtype), ggy.to(dtype), ggws, go.to(dtype), x.to(dtype), y.to(dtype), ws]
+    lib.dbwd(*args, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype))
+    ref = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
+    for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), outs, ref):
+        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
 
 
 def test_accumulate_leaves_rows_without_edges_untouched():

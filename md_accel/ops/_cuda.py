@@ -133,7 +133,8 @@ def set_specialised(enabled: bool) -> bool:
 
 
 def set_deterministic(enabled: bool) -> bool:
-    """grad_x of the specialised CUDA backward and double backward: deterministic (True, the default;
+    """grad_x of the specialised CUDA backward and double backward (the conv op's, and the edge chunks of
+    the fused-radial and pair ops the models run): deterministic (True, the default;
     per-edge rows summed per sender in a fixed order) or atomic adds into grad_x (False: E x in1 less
     memory and one pass less, results not bit-reproducible; ``torch.use_deterministic_algorithms(True)``
     overrides it). Process-wide, also from ``MD_ACCEL_DETERMINISTIC=0``; returns the previous setting.

@@ -440,6 +440,25 @@ def paired_graph(num_nodes, num_pairs, gen):
     return build_graph(torch.cat([a, b]).to(DEV), torch.cat([b, a]).to(DEV), num_nodes, False, partner.to(DEV))
 
 
+def pair_problem(name, chunks, dtype, seed, monkeypatch):
+    """(plan, paired graph of 300 nodes and 4,000 edges, plan_args, (x, y, W, grad_out, hidden's P rows)) of a
+    CONFIGS entry, with the backward run in one chunk keeping the rows ("whole"), in 7 edge chunks
+    ("chunked") or as small graphs run it ("lean": no kept rows, MD_ACCEL_LEAN_CHUNKS chunks)."""
+    problem, hidden = CONFIGS[name]
+    plan = problem().lower()
+    gen = torch.Generator().manual_seed(seed)
+    g = paired_graph(300, 2000, gen)
+    e = g.src.numel()
+    if chunks != "lean":
+        monkeypatch.setenv("MD_ACCEL_LEAN_WEIGHTS_MIB", "0")
+    if chunks == "chunked":
+        elem = 8 if dtype == torch.float64 else 4
+        monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(e / 7 * plan.weight_numel * elem / 2**20))
+    x, y, _, W, go = inputs(plan, hidden, g, 300, dtype, gen)
+    h_rows = torch.randn((e // 2, hidden), generator=gen, dtype=torch.float64).to(DEV, dtype)
+    return plan, g, plan_args(plan, dtype), (x, y, W, go, h_rows)
+
+
 def _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl, train_W=False, create_graph=False):
     """(pair op, fused op on h_rows expanded per edge): output and gradients w.r.t. x, y, h_rows (and W)."""
     runs = []
@@ -464,20 +483,9 @@ def test_pair_rows_equal_expanded_rows(name, chunks, dtype, monkeypatch):
     each pair), W frozen and trained, against the float64 reference too; bit-identical run to run.
     Backward in one chunk with the rows kept, in 7 chunks, and as small graphs run it (lean: no
     kept rows, MD_ACCEL_LEAN_CHUNKS chunks)."""
-    problem, hidden = CONFIGS[name]
-    plan = problem().lower()
+    plan, g, pl, (x, y, W, go, h_rows) = pair_problem(name, chunks, dtype, 41, monkeypatch)
+    e, hidden = g.src.numel(), h_rows.shape[1]
     assert _cuda.specialise(plan) is not None
-    gen = torch.Generator().manual_seed(41)
-    g = paired_graph(300, 2000, gen)
-    e = g.src.numel()
-    if chunks != "lean":
-        monkeypatch.setenv("MD_ACCEL_LEAN_WEIGHTS_MIB", "0")
-    if chunks == "chunked":
-        elem = 8 if dtype == torch.float64 else 4
-        monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(e / 7 * plan.weight_numel * elem / 2**20))
-    pl = plan_args(plan, dtype)
-    x, y, _, W, go = inputs(plan, hidden, g, 300, dtype, gen)
-    h_rows = torch.randn((e // 2, hidden), generator=gen, dtype=torch.float64).to(DEV, dtype)
     previous = _cuda.set_fused(False)
     try:
         pair, expanded = _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl)
@@ -495,6 +503,38 @@ def test_pair_rows_equal_expanded_rows(name, chunks, dtype, monkeypatch):
     ref_gh = torch.zeros(e // 2, hidden, dtype=torch.float64).index_add_(0, g.w_row.cpu(), ref_grads[2])
     for what, a, b in zip(("out", "grad_x", "grad_y", "grad_h"), pair, (ref_out, ref_grads[0], ref_grads[1], ref_gh)):
         assert rel_err(a, b) <= TOL[dtype], what
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("chunks", ["whole", "chunked", "lean"])
+def test_pair_atomic_grad_x(chunks, dtype, monkeypatch):
+    """set_deterministic(False) on the paths the Calculator and LAMMPS run (the pair op, and the fused op
+    through edge chunks): the kernels add grad_x atomically, no per-sender sum runs, and the outputs and
+    gradients are the deterministic ones up to summation order, and the float64 reference's."""
+    from md_accel.ops import set_deterministic
+
+    plan, g, pl, (x, y, W, go, h_rows) = pair_problem("mace_mp0_medium", chunks, dtype, 47, monkeypatch)
+    previous, det_previous = _cuda.set_fused(False), set_deterministic(True)
+    sums = {}
+    try:
+        for label in ("deterministic", "atomic"):
+            set_deterministic(label == "deterministic")
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                runs = _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl)
+                torch.cuda.synchronize()
+            sums[label] = sum("gx_sum_kernel" in ev.name for ev in prof.events())
+            if label == "deterministic":
+                det = runs
+    finally:
+        set_deterministic(det_previous)
+        _cuda.set_fused(previous)
+    assert sums["deterministic"] > 0 and sums["atomic"] == 0, sums
+    for op, got, want in zip(("pair", "expanded"), runs, det):
+        for what, a, b in zip(("out", "grad_x", "grad_y", "grad_h"), got, want):
+            assert rel_err(a, b) <= TOL[dtype], (op, what)
+    _, ref_grads = reference(plan, g, 300, x, y, h_rows.index_select(0, g.w_row), W, go)
+    for op, got in zip(("pair", "expanded"), runs):
+        assert rel_err(got[1], ref_grads[0]) <= TOL[dtype], (op, "grad_x")
 
 
 def test_pair_rows_computed_once(monkeypatch):
