@@ -362,7 +362,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = atomic ? Tensor() : at::empty({Ec, x.size(1)}, x.options());
     tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, graph, E, g.size(1), e0 > 0, gx,
-                         gy.narrow(0, e0, Ec), gw_c, work_c);
+                         gy.narrow(0, e0, Ec), gw_c, work_c, atomic);
     gh.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
     if (need_W) gW.addmm_(h_c.t(), gw_c);
   }
@@ -422,7 +422,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
     const Tensor work_c = atomic ? Tensor() : at::empty({Ec, x.size(1)}, x.options());
     tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w, g, graph, E, g.size(1), e0 > 0, gx,
-                         gy.narrow(0, e0, Ec), gw_c, work_c);
+                         gy.narrow(0, e0, Ec), gw_c, work_c, atomic);
     Tensor gh_c = gh_e.narrow(0, e0, Ec);
     if (x.scalar_type() == at::kDouble) at::mm_out(gh_c, gw_c, Wt);
     else gh_c.copy_(linear(gw_c, Wt));  // 3xTF32 (linear_tf32x3 has no out= form)

@@ -486,12 +486,12 @@ void chunk_launch(TPSpecFwdFn<T> fwd, TPSpecBwdFn<T> bwd, bool backward, const T
 void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const Tensor& x, const Tensor& y_c, const Tensor& w_c,
                           const Tensor& g, const TPGraph& chunk, int64_t graph_edges, int64_t dim_out,
                           bool accumulate, const Tensor& out_or_gx, const Tensor& gy_c, const Tensor& gw_c,
-                          const Tensor& work_c) {
+                          const Tensor& work_c, bool atomic_gx) {
   TPDims d{int(x.size(1)), int(y_c.size(1)), int(w_c.size(1)), int(dim_out), accumulate ? 1 : 0};
   if (backward) {
     d.split = receiver_split(chunk.num_nodes, chunk.num_edges, graph_edges, per_sm(spec, false, x), x.device().index());
-    d.atomic_gx = work_c.defined() ? 0 : 1;
-    if (d.atomic_gx && !accumulate) out_or_gx.zero_();  // the first chunk's kernels add into it
+    d.atomic_gx = atomic_gx ? 1 : 0;
+    if (atomic_gx && !accumulate) out_or_gx.zero_();  // the first chunk's kernels add into it
   }
   if (x.scalar_type() == at::kDouble)
     chunk_launch<double>(spec->fwd_f64, spec->bwd_f64, backward, x, y_c, w_c, g, chunk, d, out_or_gx, gy_c, gw_c,

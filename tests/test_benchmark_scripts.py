@@ -105,8 +105,9 @@ def test_kernels_loss_is_the_sum_of_squares():
         loss = loss_fn(first)
         return (loss.detach(),) + torch.autograd.grad(loss, [a, b])
 
-    torch.testing.assert_close(loss_and_grads(dbwd_loss), loss_and_grads(lambda fs: sum((f * f).sum() for f in fs)),
-                               rtol=1e-14, atol=0)
+    # scaled, so that the Function's backward must use its incoming gradient
+    torch.testing.assert_close(loss_and_grads(lambda fs: 3 * dbwd_loss(fs)),
+                               loss_and_grads(lambda fs: 3 * sum((f * f).sum() for f in fs)), rtol=1e-14, atol=0)
 
 
 def test_lammps_scaling_plot(tmp_path):

@@ -88,10 +88,10 @@ PF_DEFAULT = PF_FWD | PF_BWD32 | PF_BWD64 | PF_DBWD
 # Tuning.stage bits: the per-edge kernels (backward, double backward) whose warps copy their channels' slices
 # of the next edge's weight rows (and ggw rows) into their own part of shared memory with cp.async while the
 # current edge is contracted (double-buffered, synchronised per warp), then read them from there; instead of
-# the L2 prefetch. Session 27 (H100) staged whole rows per block with a block barrier per edge instead: up
-# to 19 % slower double backward, 35 % slower float64 backward.
+# the L2 prefetch. Not yet measured on a GPU. Session 27 (H100) staged whole rows per block with a block
+# barrier per edge instead: the double-backward pass up to 19 % slower, forward + backward up to 35 %.
 ST_BWD, ST_DBWD = 1, 2
-STAGE_SMEM = 40 * 1024  # static shared memory a staged kernel's buffers may take (48 KiB per block in all)
+STATIC_SMEM = 48 * 1024  # static shared memory per block: a staged kernel's buffers and s_red together
 
 
 class Tuning(NamedTuple):
@@ -127,6 +127,8 @@ def tuning() -> Tuning:
         if key.strip() not in Tuning._fields or not value.strip().isdigit():
             raise ValueError(f"{TUNING_ENV}: bad item {item!r} (keys: {', '.join(Tuning._fields)}; integer values)")
         values[key.strip()] = int(value)
+    if values.get("stage", 0) & ~(ST_BWD | ST_DBWD):
+        raise ValueError(f"{TUNING_ENV}: stage takes the bits {ST_BWD} (backward) and {ST_DBWD} (double backward)")
     return Tuning(**values)
 
 
@@ -779,28 +781,30 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     edge grad_w, grad_y and the edge's grad_x contribution (work row e, summed by sender later; with
     d.atomic_gx added into grad_x at once).
     ``budget``, ``merge``: as _bwd_groups. ``elem``: the largest element size the kernel serves (the
-    staging buffers of Tuning.stage must fit STAGE_SMEM in it)."""
+    staging buffers of Tuning.stage and s_red must fit STATIC_SMEM in it)."""
     groups = _bwd_groups(live, budget, merge)
     for g in groups:
         if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
             return None
+    vmax = 1
+    for g in groups:
+        n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
+        while vmax < n:
+            vmax *= 2
+    multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
+    red_elems = GY_CHUNK * (threads // 32) * vmax if multi else 0
     staged = [_stage_elems(g, threads, dbwd) for g in groups if _stageable(g)]
-    stage = bool(tune.stage & (ST_DBWD if dbwd else ST_BWD)) and bool(staged) and max(staged) * elem <= STAGE_SMEM
+    stage = (bool(tune.stage & (ST_DBWD if dbwd else ST_BWD)) and bool(staged)
+             and (max(staged) + red_elems) * elem <= STATIC_SMEM)
     first: dict = {}
     bodies, tables = [], []
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd), stage)
         bodies.append(b)
         tables.append(t)
-    vmax = 1
-    for g in groups:
-        n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
-        while vmax < n:
-            vmax *= 2
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
-    multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
     red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
     if stage:
         red += (f"  __shared__ __align__(16) T s_stage[{max(staged)}];  // per warp: Tuning.stage's slices\n"
@@ -950,20 +954,23 @@ _CP_ASYNC = r"""
 // Asynchronous 16-byte copies global -> shared memory (sm_80+): commit closes the thread's group of
 // copies, wait_all waits for all of them. The host emulation copies at once.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))),
                "l"(gmem));
-#else
+#elif defined(__CUDA_ARCH__)  // before sm_80: a synchronous copy
+  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
+#else  // host emulation: as strict about alignment as the GPU
+  if ((reinterpret_cast<uintptr_t>(smem) | reinterpret_cast<uintptr_t>(gmem)) & 15) __builtin_trap();
   __builtin_memcpy(smem, gmem, 16);
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;");
 #endif
 }
 __device__ __forceinline__ void cp_async_wait_all() {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }

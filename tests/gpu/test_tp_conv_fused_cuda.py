@@ -446,6 +446,7 @@ def pair_problem(name, chunks, dtype, seed, monkeypatch):
     ("chunked") or as small graphs run it ("lean": no kept rows, MD_ACCEL_LEAN_CHUNKS chunks)."""
     problem, hidden = CONFIGS[name]
     plan = problem().lower()
+    assert _cuda.specialise(plan) is not None  # the generated kernels serve the pair op
     gen = torch.Generator().manual_seed(seed)
     g = paired_graph(300, 2000, gen)
     e = g.src.numel()
@@ -485,7 +486,6 @@ def test_pair_rows_equal_expanded_rows(name, chunks, dtype, monkeypatch):
     kept rows, MD_ACCEL_LEAN_CHUNKS chunks)."""
     plan, g, pl, (x, y, W, go, h_rows) = pair_problem(name, chunks, dtype, 41, monkeypatch)
     e, hidden = g.src.numel(), h_rows.shape[1]
-    assert _cuda.specialise(plan) is not None
     previous = _cuda.set_fused(False)
     try:
         pair, expanded = _pair_and_expanded(plan, g, x, y, h_rows, W, go, pl)
