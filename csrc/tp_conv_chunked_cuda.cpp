@@ -86,10 +86,11 @@ FwdChunk fwd_chunk(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t 
 
 // The backward's graphs of every chunk [c * step, min(E, (c + 1) * step)), built together (three
 // launches per layer, chunk_graph_kernels.cu): receiver offsets clamped to each chunk and each
-// chunk's by-sender order (the global one restricted to the chunk).
+// chunk's by-sender order (the global one restricted to the chunk). by_sender false (atomic grad_x:
+// no per-sender sums read it): one launch, the graphs' src_perm / src_ptr null.
 class BwdChunks {
  public:
-  BwdChunks(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t step)
+  BwdChunks(CT src, CT dst, CT dst_ptr, CT src_perm, CT src_ptr, int64_t step, bool by_sender = true)
       : src_(src), dst_(dst), N_(dst_ptr.numel() - 1), E_(src.numel()), step_(step) {
     const int64_t C = (E_ + step - 1) / step;
     auto stream = c10::cuda::getCurrentCUDAStream(src_perm.device().index()).stream();
@@ -99,6 +100,7 @@ class BwdChunks {
     check(chunk_sender_runs(src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), dst_ptr.data_ptr<int64_t>(), N_,
                             E_, step, C, lo.data_ptr<int64_t>(), count.data_ptr<int64_t>(),
                             dst_c_.data_ptr<int64_t>(), stream));
+    if (!by_sender) return;
     ptr_c_ = at::cumsum(count, 1);  // each chunk's sender offsets
     perm_ = at::empty({E_}, opt);
     check(chunk_sender_perm(src_perm.data_ptr<int64_t>(), lo.data_ptr<int64_t>(), ptr_c_.data_ptr<int64_t>(), N_, E_,
@@ -108,8 +110,10 @@ class BwdChunks {
   // The graph of the chunk starting at edge e0 (a multiple of step).
   TPGraph graph(int64_t e0) const {
     const int64_t c = e0 / step_, Ec = std::min(E_, e0 + step_) - e0;
+    const bool by_sender = perm_.defined();
     return {src_.data_ptr<int64_t>() + e0, dst_.data_ptr<int64_t>() + e0, dst_c_.data_ptr<int64_t>() + c * (N_ + 1),
-            perm_.data_ptr<int64_t>() + e0, ptr_c_.data_ptr<int64_t>() + c * (N_ + 1), N_, Ec};
+            by_sender ? perm_.data_ptr<int64_t>() + e0 : nullptr,
+            by_sender ? ptr_c_.data_ptr<int64_t>() + c * (N_ + 1) : nullptr, N_, Ec};
   }
 
  private:
@@ -350,8 +354,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
   const std::vector<Tensor>& use = !kept.empty() && kept[0].size(0) == std::min(E, step) ? kept : none;
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh = at::empty_like(h);
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : no_W;
-  const BwdChunks chunks(src, dst, dst_ptr, src_perm, src_ptr, step);
-  const bool atomic = tp_conv_atomic_gx();  // no per-chunk grad_x rows
+  const bool atomic = tp_conv_atomic_gx();  // no per-chunk grad_x rows, no per-sender orders
+  const BwdChunks chunks(src, dst, dst_ptr, src_perm, src_ptr, step, !atomic);
   size_t i = 0;
   for (int64_t e0 = 0; e0 < E; e0 += step, ++i) {
     const int64_t e1 = std::min(E, e0 + step), Ec = e1 - e0;
@@ -410,9 +414,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
   Tensor gh_e = at::empty({E, h.size(1)}, h.options());  // hidden's gradient per edge, summed per row below
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : at::empty({0, W.size(1)}, W.options());
   if (E == 0) gx.zero_();
+  const bool atomic = tp_conv_atomic_gx();  // no per-chunk grad_x rows, no per-sender orders
   std::optional<BwdChunks> chunks;  // none for one chunk: the whole graph as it is
-  if (step < E) chunks.emplace(src, dst, dst_ptr, src_perm, src_ptr, step);
-  const bool atomic = tp_conv_atomic_gx();  // no per-chunk grad_x rows
+  if (step < E) chunks.emplace(src, dst, dst_ptr, src_perm, src_ptr, step, !atomic);
   for (int64_t e0 = 0; e0 < E; e0 += step) {
     const int64_t e1 = std::min(E, e0 + step), Ec = e1 - e0;
     TPGraph graph = chunks ? chunks->graph(e0)
