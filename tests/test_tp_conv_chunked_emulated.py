@@ -31,14 +31,11 @@ _LIB = {}
 
 # the default kernels (L2 prefetch of the next edge's weights in the forward, the float32 backward and
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
-# (MD_ACCEL_TP_TUNING): prefetch in every kernel with budgets small enough to split every pass,
-# neither prefetch nor merged passes, and shared-memory staging of the weights (Tuning.stage)
+# (MD_ACCEL_TP_TUNING): prefetch in every kernel with budgets small enough to split every pass, and
+# neither prefetch nor merged passes
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=15, fwd_acc=4, bwd_g32=4, bwd_g64=4),
-           "plain": _codegen.Tuning(prefetch=0, merge_in1=0),
-           # each warp's weight slices staged in shared memory (cp.async), one and several passes per kernel
-           "staged": _codegen.Tuning(stage=3),
-           "staged_split": _codegen.Tuning(stage=3, bwd_g32=4, bwd_g64=4, dbwd_g32=4, dbwd_g64=4)}
+           "plain": _codegen.Tuning(prefetch=0, merge_in1=0)}
 
 
 def plan_and_library(tuning="default"):
@@ -144,74 +141,6 @@ def test_double_backward_matches_reference(dtype, tuning):
     lib.dbwd(*args, graph, None, *outs[1:], work)
     for what, a, b in zip(("grad_x", "grad_y", "grad_w"), outs[1:], ref[1:]):
         assert rel_err(a, b) <= TOL[dtype], (what, "without g_grad_out", rel_err(a, b))
-
-
-@pytest.mark.parametrize("tuning", ["staged", "staged_split"])
-def test_staged_tunings_stage(tuning):
-    """The staged TUNINGS really stage (their tests above are not the default kernels again): both the
-    backward and the double backward declare the buffer and copy into it."""
-    plan, _ = plan_and_library()
-    src = _codegen.generate(_codegen.plan_structure(plan), TUNINGS[tuning])
-    assert src.count("__shared__ __align__(16) T s_stage[") == 2 and "cp_async16(to + " in src
-
-
-def test_staged_equals_unstaged_across_warps():
-    """Staging changes only where the weights are read from: bitwise the same backward and double backward
-    on a plan whose passes span two warps per edge slot (40 and 64 channels, the last warp partly idle) and
-    several slots per block (8 channels), receivers in one and in three parts, float64 and float32."""
-    problem = TPProblem.create("40x0e+64x1o+8x2e", "1x0e+1x1o", "40x0e+64x1o+8x2e+40x1o+64x0e",
-                               [(0, 0, 0, "uvu", True), (1, 0, 1, "uvu", True), (2, 0, 2, "uvu", True),
-                                (0, 1, 3, "uvu", True), (1, 1, 4, "uvu", True)])
-    plan = problem.lower()
-    struct = _codegen.plan_structure(plan)
-    libs = [emulate.SpecLibrary(_codegen.generate(struct, _codegen.Tuning(stage=stage))) for stage in (0, 3)]
-    n, g, tensors, _ = second_order_problem(plan, 9)
-    e = g.src.numel()
-    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
-    nan = float("nan")
-    for dtype in (torch.float64, torch.float32):
-        x, y, w, go, ggx, ggy, ggw = (t.to(dtype) for t in tensors)
-        for split in (1, 3):
-            results = []
-            for lib in libs:
-                grads = [torch.full(t.shape, nan, dtype=dtype) for t in (x, y, w)]
-                lib.bwd(go, x, y, w, graph, *grads, torch.full((e, plan.dim_in1), nan, dtype=dtype), split=split)
-                outs = [torch.full(t.shape, nan, dtype=dtype) for t in (go, x, y, w)]
-                lib.dbwd(ggx, ggy, ggw, go, x, y, w, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype),
-                         split=split)
-                results.append(grads + outs)
-            for what, a, b in zip(("grad_x", "grad_y", "grad_w", "g_grad_out", "g_x", "g_y", "g_w"), *results):
-                assert torch.equal(a, b), (dtype, split, what)
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_staged_weights_from_unaligned_rows(dtype):
-    """Tuning.stage with weight (and ggw) rows that are not 16-byte aligned (one element into their
-    storage): the warps copy their slices without cp.async, same results."""
-    plan, lib = plan_and_library("staged")
-    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 5)
-    e = g.src.numel()
-
-    def unaligned(t):
-        buf = torch.empty(t.numel() + 1, dtype=dtype)
-        buf[1:] = t.to(dtype).reshape(-1)
-        return buf[1:].view(t.shape)
-
-    ws, ggws = unaligned(w), unaligned(ggw)
-    assert ws.data_ptr() % 16 and ggws.data_ptr() % 16
-    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
-    nan = float("nan")
-    grads = [torch.full(t.shape, nan, dtype=dtype) for t in (x, y, w)]
-    lib.bwd(go.to(dtype), x.to(dtype), y.to(dtype), ws, graph, *grads, torch.full((e, plan.dim_in1), nan, dtype=dtype))
-    for what, a, b in zip(("grad_x", "grad_y", "grad_w"), grads,
-                          tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)):
-        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
-    outs = [torch.full(t.shape, nan, dtype=dtype) for t in (go, x, y, w)]
-    args = [ggx.to(dtype), ggy.to(dtype), ggws, go.to(dtype), x.to(dtype), y.to(dtype), ws]
-    lib.dbwd(*args, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype))
-    ref = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
-    for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), outs, ref):
-        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
 
 
 def test_accumulate_leaves_rows_without_edges_untouched():

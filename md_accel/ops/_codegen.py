@@ -31,9 +31,8 @@ Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`
 Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,merge_in1=0"``
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
-(``PF_*`` bits), whether backward passes merge in1 blocks of one multiplicity, up to how many
-components in float64, and which per-edge kernels stage each warp's weight slices in shared memory
-(``ST_*`` bits; fields of ``Tuning``); such builds are cached under a name of their own
+(``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity, up to how many
+components in float64 (fields of ``Tuning``); such builds are cached under a name of their own
 (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
 """
@@ -85,13 +84,6 @@ PF_FWD, PF_BWD32, PF_BWD64, PF_DBWD = 1, 2, 4, 8  # fwd and dfwd; bwd float32; b
 # it, SevenNet-l3i5's 0.86x. So the fp64 backward is built both ways and the launcher takes the
 # prefetching kernel where it keeps as many resident blocks per SM (PF_BWD64: that choice; unset: never).
 PF_DEFAULT = PF_FWD | PF_BWD32 | PF_BWD64 | PF_DBWD
-# Tuning.stage bits: the per-edge kernels (backward, double backward) whose warps copy their channels' slices
-# of the next edge's weight rows (and ggw rows) into their own part of shared memory with cp.async while the
-# current edge is contracted (double-buffered, synchronised per warp), then read them from there; instead of
-# the L2 prefetch. Not yet measured on a GPU. Session 27 (H100) staged whole rows per block with a block
-# barrier per edge instead: the double-backward pass up to 19 % slower, forward + backward up to 35 %.
-ST_BWD, ST_DBWD = 1, 2
-STATIC_SMEM = 48 * 1024  # static shared memory per block: a staged kernel's buffers and s_red together
 
 
 class Tuning(NamedTuple):
@@ -109,7 +101,6 @@ class Tuning(NamedTuple):
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks L2 for its next edge's weights first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
-    stage: int = 0  # ST_* bits: where warps copy the next edge's weight slices into shared memory first
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry."""
@@ -127,8 +118,6 @@ def tuning() -> Tuning:
         if key.strip() not in Tuning._fields or not value.strip().isdigit():
             raise ValueError(f"{TUNING_ENV}: bad item {item!r} (keys: {', '.join(Tuning._fields)}; integer values)")
         values[key.strip()] = int(value)
-    if values.get("stage", 0) & ~(ST_BWD | ST_DBWD):
-        raise ValueError(f"{TUNING_ENV}: stage takes the bits {ST_BWD} (backward) and {ST_DBWD} (double backward)")
     return Tuning(**values)
 
 
@@ -367,15 +356,6 @@ def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, d
     return tables, code
 
 
-def _weight_loads(I: str, p: _Path, dbwd: bool, q: Optional[int] = None) -> str:
-    """Thread u's weight wp (and ggw value vp) of path p: from the global rows wr (vr) through the read-only
-    cache, or with ``q`` (the path's place in a staged pass) from the warp's shared slices wr (vr) at q * 32."""
-    rows = [("wp", "wr")] + ([("vp", "vr")] if dbwd else [])
-    if q is None:
-        return "".join(f"{I}const T {v} = __ldg({r} + {p.w_off} + u * {p.w_stride});\n" for v, r in rows)
-    return "".join(f"{I}const T {v} = {r}[{q * 32}];\n" for v, r in rows)
-
-
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
@@ -430,7 +410,9 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     for p in group:
         s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I3 + "  "
-        s.append(_weight_loads(I5, p, dbwd))
+        s.append(f"{I5}const T wp = __ldg(wr + {p.w_off} + u * {p.w_stride});\n")
+        if dbwd:
+            s.append(f"{I5}const T vp = __ldg(vr + {p.w_off} + u * {p.w_stride});\n")
         ks = sorted({k for (_, _, _, k) in p.nz})
         xk, hk = _bname('x', p.in1_key), _bname('h', p.in1_key)
         acc = _bname('acc', p.out_key)
@@ -535,25 +517,12 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
     return groups
 
 
-def _stageable(group: List[_Path]) -> bool:
-    """A pass whose warps can copy their weight slices in 16-byte pieces: each path's 32 channels of a
-    warp contiguous (w_stride 1) and starting, and ending, at multiples of 4 elements."""
-    return all(p.w_stride == 1 and p.w_off % 4 == 0 and p.mul % 4 == 0 for p in group)
-
-
-def _stage_elems(group: List[_Path], threads: int, dbwd: bool) -> int:
-    """Elements of T a staged pass takes in shared memory: per warp two halves of rows x paths x 32."""
-    return threads // 32 * 2 * (2 if dbwd else 1) * len(group) * 32
-
-
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
-               prefetch: Optional[str] = None, stage: bool = False) -> Tuple[str, str]:
+               prefetch: Optional[str] = None) -> Tuple[str, str]:
     """Device code of one backward pass, and its constant tables. Thread (slot, u): channel u of
     the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul rounded up to a warp).
     ``prefetch``: None, or the compile-time condition (on T) under which the next edge's weights
-    are prefetched. ``stage``: the kernel has the shared buffer s_stage and the flag ``aligned``; a
-    stageable pass then has each warp copy its channels' slices of the next edge's weight (and ggw) rows
-    into its part of s_stage while it contracts the current edge's (no block barrier)."""
+    are prefetched."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -586,33 +555,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     for key in out_keys:
         for k in range(key[2]):
             s.append(f"{I1}T {_bname('g', key)}_{k} = chan ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
-    gstage = stage and _stageable(group)
-    if gstage:
-        nr, npth = (2 if dbwd else 1), len(group)
-        tables += f"__device__ const int kWo{G}[{npth}] = {{{', '.join(str(p.w_off) for p in group)}}};\n"
-        rq_row = (f"(rq < {npth} ? r0 + __ldg(kWo{G} + rq) : r1 + __ldg(kWo{G} + rq - {npth}))" if dbwd
-                  else f"(r0 + __ldg(kWo{G} + rq))")
-        s.append(f"{I1}const int wl = threadIdx.x & 31, wcol = u & ~31;  // lane; the warp's first channel\n")
-        s.append(f"{I1}const int wmul = {mul} - wcol < 32 ? {mul} - wcol : 32;  // the warp's channels\n")
-        s.append(f"{I1}T* const wbuf = s_stage + (threadIdx.x >> 5) * {2 * nr * npth * 32};  // the warp's two halves\n")
-        s.append(f"{I1}const auto stage{G} = [&](int64_t en, int half) {{  // the warp's slices of edge en's rows\n")
-        s.append(f"{I1}  T* const to = wbuf + half * {nr * npth * 32};\n")
-        s.append(f"{I1}  const T* const r0 = w + {_w_index('w', 'en')} * d.w + wcol;\n")
-        if dbwd:
-            s.append(f"{I1}  const T* const r1 = ggw + en * d.w + wcol;\n")
-        s.append(f"{I1}  if (aligned) {{\n")
-        s.append(f"{I1}    constexpr int kPc = 2 * int(sizeof(T));  // 16-byte pieces of a 32-channel slice\n")
-        s.append(f"{I1}    for (int t = wl; t < {nr * npth} * kPc; t += 32) {{\n")
-        s.append(f"{I1}      const int rq = t / kPc, c = t % kPc * (16 / int(sizeof(T)));  // rq: row * paths + path\n")
-        s.append(f"{I1}      if (c < wmul) cp_async16(to + rq * 32 + c, {rq_row} + c);\n")
-        s.append(f"{I1}    }}\n")
-        s.append(f"{I1}    cp_async_commit();\n")
-        s.append(f"{I1}  }} else if (wl < wmul) {{  // rows not 16-byte aligned: plain copies\n")
-        s.append(f"{I1}    for (int rq = 0; rq < {nr * npth}; ++rq) to[rq * 32 + wl] = __ldg({rq_row} + wl);\n")
-        s.append(f"{I1}  }}\n")
-        s.append(f"{I1}}};\n")
-        s.append(f"{I1}if (slot < {S} && e_begin + slot < e_end) stage{G}(e_begin + slot, 0);\n")
-    if WPS == 1 and not gstage:
+    if WPS == 1:
         s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}) {{\n")
     else:
         s.append(f"{I1}int it = 0;\n")
@@ -620,13 +563,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     I2 = I1 + "  "
     s.append(f"{I2}const int64_t e = e0 + slot;\n")
     s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
-    if gstage:
-        s.append(f"{I2}if (act) {{  // this edge's slices have landed, the other half is read: refill it\n")
-        s.append(f"{I2}  if (aligned) cp_async_wait_all();\n")
-        s.append(f"{I2}  __syncwarp();\n")
-        s.append(f"{I2}  if (e + {S} < e_end) stage{G}(e + {S}, (it + 1) & 1);\n")
-        s.append(f"{I2}}}\n")
-    if prefetch and not gstage:
+    if prefetch:
         pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}",
                                          f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd)
         tables += pf_tables
@@ -648,13 +585,10 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I4}per_iteration({', '.join(gregs)});  // cg * g products stay in the loop\n")
     s.append(f"{I4}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
-    if gstage:
-        s.append(f"{I4}const T* wr = wbuf + (it & 1) * {nr * npth * 32} + wl;  // shared slices\n")
-    else:
-        s.append(f"{I4}const T* wr = w + w_index(w_row, e) * d.w;\n")
+    s.append(f"{I4}const T* wr = w + w_index(w_row, e) * d.w;\n")
     if dbwd:
         s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
-        s.append(f"{I4}const T* vr = {f'wr + {npth * 32}' if gstage else 'ggw + e * d.w'};\n")
+        s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
     in1_keys = list(dict.fromkeys(p.in1_key for p in group))
     for key in in1_keys:
         xk, hk, gxk = _bname('x', key), _bname('h', key), _bname('gx', key)
@@ -669,10 +603,12 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
             w_keys.append(p.w_key)
     for wk in w_keys:
         s.append(f"{I4}T sw{wk[0]} = T(0);\n")
-    for q, p in enumerate(group):
+    for p in group:
         s.append(f"{I4}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I4 + "  "
-        s.append(_weight_loads(I5, p, dbwd, q if gstage else None))
+        s.append(f"{I5}const T wp = __ldg(wr + {p.w_off} + u * {p.w_stride});\n")
+        if dbwd:
+            s.append(f"{I5}const T vp = __ldg(vr + {p.w_off} + u * {p.w_stride});\n")
         js = sorted({j for (_, _, j, _) in p.nz})
         iset = sorted({i for (_, i, _, _) in p.nz})
         s.append(f"{I5}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
@@ -776,40 +712,31 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
 
 
 def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: bool, tag: str,
-             tune: Tuning, elem: int = 8) -> Optional[str]:
+             tune: Tuning) -> Optional[str]:
     """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
     edge grad_w, grad_y and the edge's grad_x contribution (work row e, summed by sender later; with
     d.atomic_gx added into grad_x at once).
-    ``budget``, ``merge``: as _bwd_groups. ``elem``: the largest element size the kernel serves (the
-    staging buffers of Tuning.stage and s_red must fit STATIC_SMEM in it)."""
+    ``budget``, ``merge``: as _bwd_groups."""
     groups = _bwd_groups(live, budget, merge)
     for g in groups:
         if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
             return None
+    first: dict = {}
+    bodies, tables = [], []
+    for gi, g in enumerate(groups):
+        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd))
+        bodies.append(b)
+        tables.append(t)
     vmax = 1
     for g in groups:
         n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
         while vmax < n:
             vmax *= 2
-    multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
-    red_elems = GY_CHUNK * (threads // 32) * vmax if multi else 0
-    staged = [_stage_elems(g, threads, dbwd) for g in groups if _stageable(g)]
-    stage = (bool(tune.stage & (ST_DBWD if dbwd else ST_BWD)) and bool(staged)
-             and (max(staged) + red_elems) * elem <= STATIC_SMEM)
-    first: dict = {}
-    bodies, tables = [], []
-    for gi, g in enumerate(groups):
-        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd), stage)
-        bodies.append(b)
-        tables.append(t)
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
+    multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
     red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
-    if stage:
-        red += (f"  __shared__ __align__(16) T s_stage[{max(staged)}];  // per warp: Tuning.stage's slices\n"
-                f"  const bool aligned = d.w % (16 / int(sizeof(T))) == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0"
-                + (" && reinterpret_cast<uintptr_t>(ggw) % 16 == 0" if dbwd else "") + ";\n")
     body = "".join(bodies)
     return "".join(tables) + f"""
 // {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: {len(groups)} pass(es) over a receiver's edges. kParts: the
@@ -946,32 +873,6 @@ template <typename T>
 __device__ __forceinline__ void prefetch_l2(const T* p) {
 #ifdef __CUDA_ARCH__
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-}
-"""
-
-_CP_ASYNC = r"""
-// Asynchronous 16-byte copies global -> shared memory (sm_80+): commit closes the thread's group of
-// copies, wait_all waits for all of them. The host emulation copies at once.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))),
-               "l"(gmem));
-#elif defined(__CUDA_ARCH__)  // before sm_80: a synchronous copy
-  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
-#else  // host emulation: as strict about alignment as the GPU
-  if ((reinterpret_cast<uintptr_t>(smem) | reinterpret_cast<uintptr_t>(gmem)) & 15) __builtin_trap();
-  __builtin_memcpy(smem, gmem, 16);
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;");
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
 """
@@ -1116,11 +1017,10 @@ def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> 
     b32, b64 = (tune.dbwd_g32, tune.dbwd_g64) if dbwd else (tune.bwd_g32, tune.bwd_g64)
     m32, m64 = (b32, min(b64, tune.merge_g64)) if tune.merge_in1 else (0, 0)
     pre = "d" if dbwd else "b"
-    shared = _bwd_groups(live, b32, m32) == _bwd_groups(live, b64, m64)  # one kernel for both dtypes
-    src32 = _gen_bwd(live, threads, b32, m32, dbwd, pre + "s", tune, 8 if shared else 4)
+    src32 = _gen_bwd(live, threads, b32, m32, dbwd, pre + "s", tune)
     if src32 is None:
         return None
-    if shared:
+    if _bwd_groups(live, b32, m32) == _bwd_groups(live, b64, m64):
         return src32, pre + "s", pre + "s"
     src64 = _gen_bwd(live, threads, b64, m64, dbwd, pre + "d", tune)
     if src64 is None:
@@ -1150,8 +1050,6 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         covered=covered)
     if tune.prefetch:
         src += _PREFETCH
-    if tune.stage:
-        src += _CP_ASYNC
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
