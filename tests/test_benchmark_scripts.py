@@ -110,6 +110,38 @@ def test_kernels_loss_is_the_sum_of_squares():
                                loss_and_grads(lambda fs: 3 * sum((f * f).sum() for f in fs)), rtol=1e-14, atol=0)
 
 
+def test_kernels_byte_floor_is_the_tensors_each_stage_touches():
+    """kernels.byte_floor against the tensors the passes really read and write: md_accel's op run with
+    autograd on the CPU (a random graph), each stage's inputs and outputs counted from their sizes."""
+    import torch
+
+    sys.path.insert(0, BENCH)
+    try:
+        from kernels import GraphT, MdAccelImpl, byte_floor, dbwd_loss, inputs, make_graph
+        from workloads import WORKLOADS
+    finally:
+        sys.path.remove(BENCH)
+    wl, cpu = WORKLOADS["sevennet_0"], torch.device("cpu")
+    g = GraphT(make_graph("random:12:50"), cpu)
+    impl = MdAccelImpl(wl, g, torch.float64, cpu)
+    leaves = [t.requires_grad_(True) for t in impl.prepare(*inputs(wl, g, torch.float64, cpu))]
+    out = impl.run(*leaves)
+    go = torch.randn_like(out)
+    first = torch.autograd.grad(out, leaves, go, create_graph=True)
+    second = torch.autograd.grad(dbwd_loss(first), leaves)
+
+    def nbytes(ts):
+        return sum(t.numel() * t.element_size() for t in ts)
+
+    idx = 8 * g.num_edges  # int32 sender and receiver per edge, once per stage over the edges
+    fwd = nbytes(leaves) + nbytes([out]) + idx
+    bwd = nbytes(leaves) + nbytes([go]) + nbytes(first) + idx
+    loss = 3 * nbytes(first)  # read forward, read again and the gradients written backward
+    dbwd = nbytes(first) + nbytes([go]) + nbytes(leaves) + nbytes(second) + idx
+    assert byte_floor(wl, g.num_nodes, g.num_edges, 8) == {"fwd": fwd, "fwd_bwd": fwd + bwd,
+                                                          "dbwd": fwd + bwd + loss + dbwd}
+
+
 def test_lammps_scaling_plot(tmp_path):
     report = {"meta": {"model": "m.mdx", "gpu": "GPU"}, "rows": [
         {"case": "weak-layer", "gpus": g, "status": "ok", "atoms": 32000 * g, "ms_per_step": 500.0 + 50 * g,
