@@ -5,7 +5,7 @@
 # whose results leave the tolerance on the check subgraph is marked WRONG). ase and vesin come from a
 # peers bundle.
 # Usage: tools/gpu_tuning.sh PEERS_DIR OUTDIR "" "prefetch=15" "merge_in1=0,bwd_g32=24" ...   ("" = the default)
-# Env: WORKLOADS (mace_mp0_medium,sevennet_l3i5,nequip_l3), DTYPES (float32,float64), REPEATS (10),
+# Env: WORKLOADS (mace_mp0_medium,sevennet_l3i5,nequip_l3), DTYPES (float32,float64), PASSES (all), REPEATS (10),
 #      VARIANT_TIMEOUT (150 s). Carry .gpu/gpu_lib.tar.xz (and the variants' libraries prebuilt with
 #      MD_ACCEL_TP_TUNING=... tools/prebuild_gpu_kernels.py, or they build here, ~20 s each).
 set -uo pipefail
@@ -20,7 +20,7 @@ for variant in "$@"; do
   label=${label//[=,]/_}
   echo "[tuning] $label"
   MD_ACCEL_TP_TUNING=$variant GPU_TESTS=none timeout "${VARIANT_TIMEOUT:-150}" bash tools/gpu_check.sh \
-    "benchmarks/kernels.py --impls md_accel --workloads ${WORKLOADS:-mace_mp0_medium,sevennet_l3i5,nequip_l3} --dtypes ${DTYPES:-float32,float64} --repeats ${REPEATS:-10} --warmup 2 --out $out/$label" \
+    "benchmarks/kernels.py --impls md_accel --workloads ${WORKLOADS:-mace_mp0_medium,sevennet_l3i5,nequip_l3} --dtypes ${DTYPES:-float32,float64} --repeats ${REPEATS:-10} --warmup 2${PASSES:+ --passes $PASSES} --out $out/$label" \
     >"$out/$label.log" 2>&1 || echo "[tuning] $label: rc=$? (log $out/$label.log)"
 done
 python benchmarks/tuning_table.py "$out" | tee "$out/tuning.md"
