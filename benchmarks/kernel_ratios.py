@@ -7,6 +7,10 @@ share (``op_ms``: the pass minus the benchmark's loss).
 
 A peer is every implementation that is not md_accel's (``md_accel``, ``md_accel_atomic``). Ratios are the
 peer's time (or peak) over md_accel's: above 1, md_accel is faster (or needs less memory).
+
+Where the file has its copy bandwidth and graph, each cell also gets its byte floor (``workloads.byte_floor``,
+recomputed with today's count from the file's graph and workload shapes) and every time over it, in a second
+table: how far md_accel and the fastest peer are from moving the least bytes the pass needs.
 """
 from __future__ import annotations
 
@@ -14,10 +18,12 @@ import argparse
 import json
 import os
 import sys
+from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from workloads import byte_floor  # noqa: E402
 
 OURS = ("md_accel", "md_accel_atomic")
 PEER_NAMES = {"cueq": "cueq", "oeq_det": "OEq", "oeq_atomic": "OEq atomic", "e3nn": "e3nn"}
@@ -28,8 +34,24 @@ def _best(rows: List[dict], key: str, pick=min) -> Optional[Tuple[float, str]]:
     return pick(vals) if vals else None
 
 
-def ratios(results: List[dict], source: str = "") -> List[dict]:
-    """One record per (md_accel implementation, workload, dtype, pass) of one kernels.json's results."""
+def floors_ms(data: dict) -> Dict[Tuple[str, str, str], float]:
+    """The byte floor in ms of every (workload, dtype, pass) of one kernels.json: its workloads' shapes, its
+    graph, its measured copy bandwidth; empty where the file lacks them."""
+    bw, g, shapes = data.get("copy_bandwidth_gbs"), data.get("graph") or {}, data.get("workloads") or {}
+    if not bw or "num_edges" not in g:
+        return {}
+    out = {}
+    for name, wl in shapes.items():
+        shape = SimpleNamespace(dims=wl["dims"], weight_numel=wl["weight_numel"])
+        for dtype, size in (("float32", 4), ("float64", 8)):
+            for kind, b in byte_floor(shape, g["num_nodes"], g["num_edges"], size).items():
+                out[(name, dtype, kind)] = b / (bw * 1e9) * 1e3
+    return out
+
+
+def ratios(results: List[dict], source: str = "", floors: Optional[Dict] = None) -> List[dict]:
+    """One record per (md_accel implementation, workload, dtype, pass) of one kernels.json's results;
+    ``floors``: ``floors_ms`` of the same file."""
     groups: Dict[Tuple[str, str, str], List[dict]] = {}
     for r in results:
         groups.setdefault((r["workload"], r["dtype"], r["pass"]), []).append(r)
@@ -49,6 +71,11 @@ def ratios(results: List[dict], source: str = "") -> List[dict]:
                 rec.update(memory_ratio=r["peak_bytes"] / least[0])
             if fastest_op and r.get("op_ms"):
                 rec.update(op_ms=r["op_ms"], peer_op=fastest_op[1], op_speedup=fastest_op[0] / r["op_ms"])
+            floor = (floors or {}).get((workload, dtype, kind))
+            if floor:
+                rec.update(floor_ms=floor, over_floor=r["median_ms"] / floor)
+                if fastest:
+                    rec["peer_over_floor"] = fastest[0] / floor
             out.append(rec)
     return out
 
@@ -85,6 +112,27 @@ def table(records: List[dict], target: float = 1.3) -> str:
     return "\n".join(rows)
 
 
+def floor_table(records: List[dict]) -> str:
+    """Markdown: per run, workload and dtype, each pass's floor and the times over it of md_accel
+    (deterministic / atomic, as measured) and of the fastest peer."""
+    index = {(r["source"], r["impl"], r["workload"], r["dtype"], r["pass"]): r for r in records if "floor_ms" in r}
+    rows = ["| source | workload | dtype | fwd | fwd+bwd | dbwd |", "|---|---|---|---|---|---|"]
+    for key in dict.fromkeys((r["source"], r["workload"], r["dtype"]) for r in index.values()):
+        cells = []
+        for kind in ("fwd", "fwd_bwd", "dbwd"):
+            recs = [index.get((key[0], impl) + key[1:] + (kind,)) for impl in OURS]
+            some = next((r for r in recs if r), None)
+            if some is None:
+                cells.append("-")
+                continue
+            ours = " / ".join(f"{r['over_floor']:.2f}" if r else "-" for r in recs)
+            peer = (f" / {PEER_NAMES.get(some['peer'], some['peer'])} {some['peer_over_floor']:.2f}"
+                    if "peer_over_floor" in some else "")
+            cells.append(f"{some['floor_ms']:.3g}: {ours}{peer}")
+        rows.append("| " + " | ".join(list(key) + cells) + " |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="kernels.json files, each from one run")
@@ -94,8 +142,12 @@ def main(argv=None) -> None:
     records = []
     for path in args.files:
         with open(path) as f:
-            records += ratios(json.load(f)["results"], source=run_name(path))
+            data = json.load(f)
+        records += ratios(data["results"], source=run_name(path), floors=floors_ms(data))
     text = table(records, args.target)
+    if any("floor_ms" in r for r in records):
+        text += ("\n\nAgainst the byte floor (ms), then time over it: md_accel / md_accel_atomic / the fastest peer\n\n"
+                 + floor_table(records))
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from workloads import WORKLOADS, Workload, parse_irreps  # noqa: E402
+from workloads import WORKLOADS, Workload, byte_floor, parse_irreps  # noqa: E402
 
 PASSES = ("fwd", "fwd_bwd", "dbwd")
 IMPLS = ("md_accel", "md_accel_atomic", "e3nn", "cueq", "oeq_det", "oeq_atomic")
@@ -330,36 +330,6 @@ def through_layouts(impl: Impl, x, y, w, grad_out) -> Tuple[torch.Tensor, ...]:
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
-
-
-def stage_bytes(wl: Workload, num_nodes: int, num_edges: int) -> Dict[str, int]:
-    """Elements each autograd stage of the passes must move at least, every tensor it reads read once and
-    every tensor it writes written once (the stages run one after the other, so none can reuse another's
-    reads):
-
-    - ``fwd``: reads x, y, w; writes out;
-    - ``bwd``: reads x, y, w, grad_out; writes grad_x, grad_y, grad_w;
-    - ``loss``: the double-backward pass's loss (``dbwd_loss``) reads the three first gradients, its
-      backward reads them again and writes their gradients;
-    - ``dbwd``: reads those gradients, grad_out, x, y, w; writes the second gradients of x, y, w (grad_out
-      is no leaf, so no gradient of it)."""
-    d1, d2, d3 = wl.dims
-    n, per_edge = num_nodes, num_edges * (d2 + wl.weight_numel)  # per_edge: y and w (or their gradients)
-    return {"fwd": per_edge + n * (d1 + d3),
-            "bwd": 2 * per_edge + n * (2 * d1 + d3),
-            "loss": 3 * (per_edge + n * d1),
-            "dbwd": 3 * per_edge + n * (3 * d1 + d3)}
-
-
-def byte_floor(wl: Workload, num_nodes: int, num_edges: int, itemsize: int) -> Dict[str, float]:
-    """Minimum bytes of each pass: the sum of its autograd stages (``stage_bytes``) plus int32 sender and
-    receiver indices once per stage that walks the edges. Before session 28 the ``fwd_bwd`` floor was the
-    backward stage's alone (the tables of sessions <= 28 in docs/benchmarks.md), and ``dbwd`` had none."""
-    st = stage_bytes(wl, num_nodes, num_edges)
-    idx = 8 * num_edges
-    passes = {"fwd": ("fwd",), "fwd_bwd": ("fwd", "bwd"), "dbwd": ("fwd", "bwd", "loss", "dbwd")}
-    return {p: itemsize * sum(st[s] for s in stages) + idx * sum(s != "loss" for s in stages)
-            for p, stages in passes.items()}
 
 
 def make_graph(spec: str) -> Dict:

@@ -2,7 +2,7 @@
 pass, and, from a ``kernels.py`` result file, the achieved fraction of the measured copy bandwidth
 and the achieved arithmetic rate of every implementation.
 
-Bytes: ``kernels.byte_floor`` (every input read once, every output written once). FLOPs: the
+Bytes: ``workloads.byte_floor`` (every input read once, every output written once). FLOPs: the
 sparse Clebsch-Gordan work of the 'uvu' product with per-edge path weights, counted per path of
 multiplicity ``u`` with ``nnz`` non-zero coefficients and output dimension ``d3``:
 
@@ -30,7 +30,7 @@ from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from workloads import WORKLOADS, Workload  # noqa: E402
+from workloads import WORKLOADS, Workload, byte_floor  # noqa: E402
 
 from md_accel.ops.tp_problem import TPProblem  # noqa: E402
 
@@ -50,9 +50,7 @@ def flops_per_edge(wl: Workload) -> Dict[str, float]:
 
 
 def bytes_per_edge(wl: Workload, num_nodes: int, num_edges: int, itemsize: int) -> Dict[str, float]:
-    """``kernels.byte_floor`` per edge."""
-    from kernels import byte_floor
-
+    """``workloads.byte_floor`` per edge."""
     return {k: v / num_edges for k, v in byte_floor(wl, num_nodes, num_edges, itemsize).items()}
 
 

@@ -110,15 +110,15 @@ def test_kernels_loss_is_the_sum_of_squares():
                                loss_and_grads(lambda fs: 3 * sum((f * f).sum() for f in fs)), rtol=1e-14, atol=0)
 
 
-def test_kernels_byte_floor_is_the_tensors_each_stage_touches():
-    """kernels.byte_floor against the tensors the passes really read and write: md_accel's op run with
+def test_byte_floor_is_the_tensors_each_stage_touches():
+    """workloads.byte_floor against the tensors the passes really read and write: md_accel's op run with
     autograd on the CPU (a random graph), each stage's inputs and outputs counted from their sizes."""
     import torch
 
     sys.path.insert(0, BENCH)
     try:
-        from kernels import GraphT, MdAccelImpl, byte_floor, dbwd_loss, inputs, make_graph
-        from workloads import WORKLOADS
+        from kernels import GraphT, MdAccelImpl, dbwd_loss, inputs, make_graph
+        from workloads import WORKLOADS, byte_floor
     finally:
         sys.path.remove(BENCH)
     wl, cpu = WORKLOADS["sevennet_0"], torch.device("cpu")
@@ -190,9 +190,12 @@ def test_kernel_ratios_only_within_one_run(tmp_path):
             res("cueq", "dbwd", 12.0, 260, op=6.0), res("oeq_det", "dbwd", 1.0, 1, status="OOM"),
             res("md_accel", "fwd_bwd", 2.0, 200)]
     run2 = [res("md_accel", "fwd", 1.0, 100), res("cueq", "fwd", 0.5, 50)]
+    # run a knows its graph, copy bandwidth and shapes (run b does not): byte floors for its cells
+    meta = {"copy_bandwidth_gbs": 1e-3, "graph": {"num_nodes": 10, "num_edges": 100},
+            "workloads": {"w": {"dims": [2, 3, 4], "weight_numel": 5}}}
     for name, rows in (("a", run1), ("b", run2)):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "kernels.json").write_text(json.dumps({"results": rows}))
+        (tmp_path / name / "kernels.json").write_text(json.dumps({"results": rows, **(meta if name == "a" else {})}))
     out = run_script("kernel_ratios.py", str(tmp_path / "a" / "kernels.json"), str(tmp_path / "b" / "kernels.json"),
                      "--out", str(tmp_path / "out"))
     recs = json.loads((tmp_path / "out" / "kernel_ratios.json").read_text())
@@ -208,6 +211,10 @@ def test_kernel_ratios_only_within_one_run(tmp_path):
     assert atomic["op_speedup"] == pytest.approx(2.0) and atomic["memory_ratio"] == pytest.approx(250 / 260)
     assert "speedup" not in by[("a", "md_accel", "fwd_bwd")] and "(no peer)" in out
     assert "**2.00x**" in out and "| a | md_accel | w | float32 |" in out
+    # float32 forward at 1e6 bytes/s: 4 bytes x (100 edges x (3 + 5) + 10 nodes x (2 + 4)) + 8 index bytes x 100
+    assert fwd_a["floor_ms"] == pytest.approx(4240 / 1e6 * 1e3) and fwd_a["over_floor"] == pytest.approx(1 / 4.24)
+    assert fwd_a["peer_over_floor"] == pytest.approx(2 / 4.24) and "floor_ms" not in fwd_b
+    assert "| a | w | float32 | 4.24: 0.24 / - / OEq 0.47 |" in out
 
 
 def test_profile_parts_of_kernel_names():
