@@ -31,10 +31,11 @@ _LIB = {}
 
 # the default kernels (L2 prefetch of the next edge's weights in the forward, the float32 backward and
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
-# (MD_ACCEL_TP_TUNING): prefetch in every kernel with budgets small enough to split every pass, and
-# neither prefetch nor merged passes
+# (MD_ACCEL_TP_TUNING): prefetch in every kernel, the forward's of y and x too (PF_FWD_XY), with budgets
+# small enough to split every pass, and neither prefetch nor merged passes
 TUNINGS = {"default": _codegen.Tuning(),
-           "prefetch_all_split": _codegen.Tuning(prefetch=15, fwd_acc=4, bwd_g32=4, bwd_g64=4),
+           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_DEFAULT | _codegen.PF_FWD_XY, fwd_acc=4,
+                                                 bwd_g32=4, bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0)}
 
 
@@ -141,6 +142,18 @@ def test_double_backward_matches_reference(dtype, tuning):
     lib.dbwd(*args, graph, None, *outs[1:], work)
     for what, a, b in zip(("grad_x", "grad_y", "grad_w"), outs[1:], ref[1:]):
         assert rel_err(a, b) <= TOL[dtype], (what, "without g_grad_out", rel_err(a, b))
+
+
+def test_forward_xy_prefetch_only_where_asked():
+    """PF_FWD_XY adds the y / x prefetch to every pass of both forward kernels (fwd, and dfwd with ggy / ggx):
+    the emulated tests of ``prefetch_all_split`` run it (its loads of the next sender included); the default
+    kernels have none of it."""
+    plan, _ = plan_and_library()
+    struct = _codegen.plan_structure(plan)
+    src = _codegen.generate(struct, TUNINGS["prefetch_all_split"])
+    passes = src.count("// group ")
+    assert passes >= 4 and src.count("prefetch_l1(x + snext") == passes and src.count("prefetch_l1(ggx + snext") > 0
+    assert "prefetch_l1" not in _codegen.generate(struct)
 
 
 def test_accumulate_leaves_rows_without_edges_untouched():

@@ -84,6 +84,11 @@ PF_FWD, PF_BWD32, PF_BWD64, PF_DBWD = 1, 2, 4, 8  # fwd and dfwd; bwd float32; b
 # it, SevenNet-l3i5's 0.86x. So the fp64 backward is built both ways and the launcher takes the
 # prefetching kernel where it keeps as many resident blocks per SM (PF_BWD64: that choice; unset: never).
 PF_DEFAULT = PF_FWD | PF_BWD32 | PF_BWD64 | PF_DBWD
+# Opt-in, not yet measured: the forward passes (fwd, dfwd) also ask for the next edge's y row (L2) and the
+# lines of its sender's x row that the pass reads (L1). The forward of the 32-channel workloads is bound by
+# latency (session 28, ncu, NequIP l = 3 float32: 51 % of DRAM bandwidth, 57 % SM throughput); w is
+# prefetched already, y streams from DRAM one edge at a time and x comes from L2 after src[e].
+PF_FWD_XY = 16
 
 
 class Tuning(NamedTuple):
@@ -98,7 +103,7 @@ class Tuning(NamedTuple):
     dbwd_g64: int = DBWD_G_BUDGET[1]
     min_warps32: int = 0
     min_warps64: int = MIN_WARPS64
-    prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks L2 for its next edge's weights first
+    prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks the caches for its next edge's data first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
 
@@ -320,14 +325,19 @@ def _bwd_weight_grad(p: _Path, xk: str, hk: Optional[str] = None) -> str:
     return sw
 
 
-def _prefetch_lines(group: List[_Path], elem: int) -> List[int]:
-    """Offsets (elements) within a weight row touching every 128-byte line that holds weights of the
-    group's paths: each contiguous run from its first element every 128 bytes, plus its last."""
+def _line_offsets(offsets, elem: int) -> List[int]:
+    """Element offsets within a row touching every 128-byte line that holds one of ``offsets``: each
+    contiguous run from its first element every 128 bytes, plus its last."""
     pts: List[int] = []
-    for a, b in _intervals(p.w_off + u * p.w_stride for p in group for u in range(p.mul)):
+    for a, b in _intervals(offsets):
         run = list(range(a, b, 128 // elem))
         pts += run + ([b - 1] if run[-1] != b - 1 else [])
     return pts
+
+
+def _prefetch_lines(group: List[_Path], elem: int) -> List[int]:
+    """The lines of a weight row that hold weights of the group's paths (``_line_offsets``)."""
+    return _line_offsets((p.w_off + u * p.w_stride for p in group for u in range(p.mul)), elem)
 
 
 def _w_index(row: str, e: str) -> str:
@@ -356,8 +366,29 @@ def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, d
     return tables, code
 
 
+def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool) -> Tuple[str, str]:
+    """(tables, device code) of PF_FWD_XY: where ``cond`` holds, lane 0 of a slot asks L2 for the y row (and
+    ggy row) of edge ``nxt``, and the slot's threads ask L1 for the lines of its sender's x row (and ggx row)
+    that the group reads, thread u taking lines u, u + mul, .. (the sender index is loaded for it)."""
+    tables, n = "", {}
+    for elem in (4, 8):
+        lines = _line_offsets((p.in1_off + q for p in group for q in range(p.mul * p.d1)), elem)
+        n[elem] = len(lines)
+        tables += f"__device__ const int {name}_{elem}[{len(lines)}] = {{{', '.join(map(str, lines))}}};\n"
+    ys, xs = ["y"] + (["ggy"] if dbwd else []), ["x"] + (["ggx"] if dbwd else [])
+    code = (f"{I}if ({cond}) {{  // the next edge's y row into L2, the lines of its sender's x row into L1\n"
+            + "".join(f"{I}  if (u == 0) prefetch_l2({r} + ({nxt}) * d.in2);\n" for r in ys)
+            + f"{I}  const int64_t snext = __ldg(src + {nxt});\n"
+            f"{I}  const int* pf = sizeof(T) == 4 ? {name}_4 : {name}_8;\n"
+            f"{I}  for (int t = u; t < (sizeof(T) == 4 ? {n[4]} : {n[8]}); t += {group[0].mul}) {{\n"
+            f"{I}    const int off = __ldg(pf + t);\n"
+            + "".join(f"{I}    prefetch_l1({r} + snext * d.in1 + off);\n" for r in xs)
+            + f"{I}  }}\n{I}}}\n")
+    return tables, code
+
+
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
-               prefetch: bool = False) -> Tuple[str, str]:
+               prefetch: bool = False, prefetch_xy: bool = False) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
@@ -385,6 +416,10 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     if prefetch:
         tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
                                       dbwd)
+        s.append(code)
+    if prefetch_xy:
+        t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd)
+        tables += t
         s.append(code)
     s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I3}const T* xr = x + sidx * d.in1;\n")
@@ -457,7 +492,8 @@ def _fwd_passes(live: List[_Path], budget: int) -> List[List[_Path]]:
 
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc)
-    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD)) for gi, g in enumerate(groups)]
+    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY))
+             for gi, g in enumerate(groups)]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
     for g in groups:
@@ -877,6 +913,16 @@ __device__ __forceinline__ void prefetch_l2(const T* p) {
 }
 """
 
+_PREFETCH_L1 = r"""
+// The same into L1 (PF_FWD_XY's x lines).
+template <typename T>
+__device__ __forceinline__ void prefetch_l1(const T* p) {
+#ifdef __CUDA_ARCH__
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#endif
+}
+"""
+
 _LAUNCHERS = r"""
 const char* last_error() {{
   const cudaError_t err = cudaGetLastError();
@@ -1049,7 +1095,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), cg_decls=_cg_decls(cg_idx, cg_val),
         covered=covered)
     if tune.prefetch:
-        src += _PREFETCH
+        src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & PF_FWD_XY else "")
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
