@@ -38,7 +38,7 @@ def floors_ms(data: dict) -> Dict[Tuple[str, str, str], float]:
     """The byte floor in ms of every (workload, dtype, pass) of one kernels.json: its workloads' shapes, its
     graph, its measured copy bandwidth; empty where the file lacks them."""
     bw, g, shapes = data.get("copy_bandwidth_gbs"), data.get("graph") or {}, data.get("workloads") or {}
-    if not bw or "num_edges" not in g:
+    if not bw or "num_edges" not in g or "num_nodes" not in g:
         return {}
     out = {}
     for name, wl in shapes.items():

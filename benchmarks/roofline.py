@@ -2,8 +2,8 @@
 pass, and, from a ``kernels.py`` result file, the achieved fraction of the measured copy bandwidth
 and the achieved arithmetic rate of every implementation.
 
-Bytes: ``workloads.byte_floor`` (every input read once, every output written once). FLOPs: the
-sparse Clebsch-Gordan work of the 'uvu' product with per-edge path weights, counted per path of
+Bytes: ``workloads.byte_floor`` (each autograd stage of a pass reading its inputs once and writing its
+outputs once). FLOPs: the sparse Clebsch-Gordan work of the 'uvu' product with per-edge path weights, counted per path of
 multiplicity ``u`` with ``nnz`` non-zero coefficients and output dimension ``d3``:
 
 - forward: ``nnz`` products ``C * y_j`` (shared by the channels) plus per channel ``2 nnz``

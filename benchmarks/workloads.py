@@ -99,7 +99,7 @@ WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
 
 
 # --- the bytes a pass must move -----------------------------------------------------------------
-def stage_bytes(wl: Workload, num_nodes: int, num_edges: int) -> Dict[str, int]:
+def stage_elements(wl: Workload, num_nodes: int, num_edges: int) -> Dict[str, int]:
     """Elements each autograd stage of the passes must move at least, every tensor it reads read once and
     every tensor it writes written once (the stages run one after the other, so none can reuse another's
     reads):
@@ -118,11 +118,12 @@ def stage_bytes(wl: Workload, num_nodes: int, num_edges: int) -> Dict[str, int]:
             "dbwd": 3 * per_edge + n * (3 * d1 + d3)}
 
 
-def byte_floor(wl: Workload, num_nodes: int, num_edges: int, itemsize: int) -> Dict[str, float]:
-    """Minimum bytes of each pass: the sum of its autograd stages (``stage_bytes``) plus int32 sender and
-    receiver indices once per stage that walks the edges. Before session 28 the ``fwd_bwd`` floor was the
+def byte_floor(wl: Workload, num_nodes: int, num_edges: int, itemsize: int) -> Dict[str, int]:
+    """Minimum bytes of each pass: the sum of its autograd stages (``stage_elements`` times ``itemsize``) plus
+    int32 sender and receiver indices once per stage that walks the edges (a floor: md_accel's kernels read
+    int64 ones). Before session 28 the ``fwd_bwd`` floor was the
     backward stage's alone (the tables of sessions <= 28 in docs/benchmarks.md), and ``dbwd`` had none."""
-    st = stage_bytes(wl, num_nodes, num_edges)
+    st = stage_elements(wl, num_nodes, num_edges)
     idx = 8 * num_edges
     passes = {"fwd": ("fwd",), "fwd_bwd": ("fwd", "bwd"), "dbwd": ("fwd", "bwd", "loss", "dbwd")}
     return {p: itemsize * sum(st[s] for s in stages) + idx * sum(s != "loss" for s in stages)

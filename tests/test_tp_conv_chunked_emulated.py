@@ -151,9 +151,30 @@ def test_forward_xy_prefetch_only_where_asked():
     plan, _ = plan_and_library()
     struct = _codegen.plan_structure(plan)
     src = _codegen.generate(struct, TUNINGS["prefetch_all_split"])
-    passes = src.count("// group ")
-    assert passes >= 4 and src.count("prefetch_l1(x + snext") == passes and src.count("prefetch_l1(ggx + snext") > 0
+    dfwd = src[src.index("// g_grad_out of the double backward"):]
+    dfwd = dfwd[:dfwd.index("\n}\n")]  # the dfwd kernel's body
+    passes, dfwd_passes = src.count("// group "), dfwd.count("// group ")
+    assert passes > dfwd_passes >= 1 and src.count("prefetch_l1(x + snext") == passes
+    assert dfwd.count("prefetch_l1(ggx + snext") == dfwd.count("prefetch_l2(ggy + (e + ") == dfwd_passes
     assert "prefetch_l1" not in _codegen.generate(struct)
+
+
+def test_prefetch_bits_checked():
+    """MD_ACCEL_TP_TUNING refuses prefetch bits no kernel reads (a build would be cached under a name of its own
+    while generating what another setting generates)."""
+    import os
+    old = os.environ.get(_codegen.TUNING_ENV)
+    try:
+        os.environ[_codegen.TUNING_ENV] = f"prefetch={_codegen.PF_DEFAULT | _codegen.PF_FWD_XY}"
+        assert _codegen.tuning().prefetch == 31
+        os.environ[_codegen.TUNING_ENV] = "prefetch=32"
+        with pytest.raises(ValueError, match="prefetch takes the bits"):
+            _codegen.tuning()
+    finally:
+        if old is None:
+            os.environ.pop(_codegen.TUNING_ENV, None)
+        else:
+            os.environ[_codegen.TUNING_ENV] = old
 
 
 def test_accumulate_leaves_rows_without_edges_untouched():

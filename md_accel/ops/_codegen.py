@@ -31,7 +31,7 @@ Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`
 Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,merge_in1=0"``
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
-(``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity, up to how many
+and whether the forward passes prefetch the next edge's y and x lines too (``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity, up to how many
 components in float64 (fields of ``Tuning``); such builds are cached under a name of their own
 (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
@@ -123,6 +123,8 @@ def tuning() -> Tuning:
         if key.strip() not in Tuning._fields or not value.strip().isdigit():
             raise ValueError(f"{TUNING_ENV}: bad item {item!r} (keys: {', '.join(Tuning._fields)}; integer values)")
         values[key.strip()] = int(value)
+    if values.get("prefetch", 0) & ~(PF_DEFAULT | PF_FWD_XY):
+        raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_DEFAULT | PF_FWD_XY} (PF_* in {__name__})")
     return Tuning(**values)
 
 
@@ -345,46 +347,50 @@ def _w_index(row: str, e: str) -> str:
     return f"w_index(w_row, {e})" if row == "w" else f"({e})"
 
 
+def _line_loop(I: str, name: str, offsets: Callable[[int], List[int]], mul: int, body: List[str],
+               var: str = "pf") -> Tuple[str, str]:
+    """(tables, device code): a loop in which thread u of a slot visits the line offsets ``offsets(elem)``
+    (elements, per element size 4 and 8; a constant table ``name``_4 / _8 each) u, u + mul, ..; the
+    ``body`` lines use the offset ``off``."""
+    tables, n = "", {}
+    for elem in (4, 8):
+        lines = offsets(elem)
+        n[elem] = len(lines)
+        tables += f"__device__ const int {name}_{elem}[{len(lines)}] = {{{', '.join(map(str, lines))}}};\n"
+    code = (f"{I}const int* {var} = sizeof(T) == 4 ? {name}_4 : {name}_8;\n"
+            f"{I}for (int t = u; t < (sizeof(T) == 4 ? {n[4]} : {n[8]}); t += {mul}) {{\n"
+            f"{I}  const int off = __ldg({var} + t);\n"
+            + "".join(f"{I}  {b}\n" for b in body) + f"{I}}}\n")
+    return tables, code
+
+
 def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool) -> Tuple[str, str]:
     """(tables, device code): where ``cond`` holds, the threads of a slot ask L2 for the lines of the
     group's weights (and ggw) in the rows of edge ``nxt``, one line each, so that they are L2 hits
     rather than DRAM accesses when that edge is processed; thread u of the slot takes lines u, u + mul,
     ... Emitted first in the edge iteration, where nothing else is live yet."""
-    tables, n = "", {}
-    for elem in (4, 8):
-        lines = _prefetch_lines(group, elem)
-        n[elem] = len(lines)
-        tables += f"__device__ const int {name}_{elem}[{len(lines)}] = {{{', '.join(map(str, lines))}}};\n"
-    mul = group[0].mul
     rows = ["w"] + (["ggw"] if dbwd else [])
-    code = (f"{I}if ({cond}) {{  // the next edge's weight lines into L2\n"
-            f"{I}  const int* pf = sizeof(T) == 4 ? {name}_4 : {name}_8;\n"
-            f"{I}  for (int t = u; t < (sizeof(T) == 4 ? {n[4]} : {n[8]}); t += {mul}) {{\n"
-            f"{I}    const int off = __ldg(pf + t);\n"
-            + "".join(f"{I}    prefetch_l2({r} + {_w_index(r, nxt)} * d.w + off);\n" for r in rows)
-            + f"{I}  }}\n{I}}}\n")
-    return tables, code
+    tables, loop = _line_loop(I + "  ", name, lambda elem: _prefetch_lines(group, elem), group[0].mul,
+                              [f"prefetch_l2({r} + {_w_index(r, nxt)} * d.w + off);" for r in rows])
+    return tables, f"{I}if ({cond}) {{  // the next edge's weight lines into L2\n" + loop + f"{I}}}\n"
 
 
 def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool) -> Tuple[str, str]:
-    """(tables, device code) of PF_FWD_XY: where ``cond`` holds, lane 0 of a slot asks L2 for the y row (and
-    ggy row) of edge ``nxt``, and the slot's threads ask L1 for the lines of its sender's x row (and ggx row)
-    that the group reads, thread u taking lines u, u + mul, .. (the sender index is loaded for it)."""
-    tables, n = "", {}
-    for elem in (4, 8):
-        lines = _line_offsets((p.in1_off + q for p in group for q in range(p.mul * p.d1)), elem)
-        n[elem] = len(lines)
-        tables += f"__device__ const int {name}_{elem}[{len(lines)}] = {{{', '.join(map(str, lines))}}};\n"
-    ys, xs = ["y"] + (["ggy"] if dbwd else []), ["x"] + (["ggx"] if dbwd else [])
-    code = (f"{I}if ({cond}) {{  // the next edge's y row into L2, the lines of its sender's x row into L1\n"
-            + "".join(f"{I}  if (u == 0) prefetch_l2({r} + ({nxt}) * d.in2);\n" for r in ys)
-            + f"{I}  const int64_t snext = __ldg(src + {nxt});\n"
-            f"{I}  const int* pf = sizeof(T) == 4 ? {name}_4 : {name}_8;\n"
-            f"{I}  for (int t = u; t < (sizeof(T) == 4 ? {n[4]} : {n[8]}); t += {group[0].mul}) {{\n"
-            f"{I}    const int off = __ldg(pf + t);\n"
-            + "".join(f"{I}    prefetch_l1({r} + snext * d.in1 + off);\n" for r in xs)
-            + f"{I}  }}\n{I}}}\n")
-    return tables, code
+    """(tables, device code) of PF_FWD_XY: where ``cond`` holds, the threads of a slot ask L2 for the lines of
+    edge ``nxt``'s y row (and ggy row) that the group reads, and L1 for those of its sender's x row (and ggx
+    row), thread u taking lines u, u + mul, .. (the sender index is loaded for it)."""
+    mul = group[0].mul
+    y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
+    ty, ly = _line_loop(I + "  ", name + "y", lambda elem: _line_offsets(y_cols, elem), mul,
+                        [f"prefetch_l2({r} + ({nxt}) * d.in2 + off);" for r in ["y"] + (["ggy"] if dbwd else [])],
+                        var="py")
+    tx, lx = _line_loop(I + "  ", name + "x",
+                        lambda elem: _line_offsets((p.in1_off + q for p in group for q in range(p.mul * p.d1)), elem),
+                        mul, [f"prefetch_l1({r} + snext * d.in1 + off);" for r in ["x"] + (["ggx"] if dbwd else [])],
+                        var="px")
+    code = (f"{I}if ({cond}) {{  // the next edge's y lines into L2, the lines of its sender's x row into L1\n"
+            + ly + f"{I}  const int64_t snext = __ldg(src + {nxt});\n" + lx + f"{I}}}\n")
+    return ty + tx, code
 
 
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
