@@ -31,10 +31,10 @@ _LIB = {}
 
 # the default kernels (L2 prefetch of the next edge's weights in the forward, the float32 backward and
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
-# (MD_ACCEL_TP_TUNING): prefetch in every kernel, the forward's of y and x too (PF_FWD_XY), with budgets
+# (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, and neither prefetch nor merged passes
 TUNINGS = {"default": _codegen.Tuning(),
-           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_DEFAULT | _codegen.PF_FWD_XY, fwd_acc=4,
+           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4,
                                                  bwd_g32=4, bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0)}
 
@@ -144,18 +144,22 @@ def test_double_backward_matches_reference(dtype, tuning):
         assert rel_err(a, b) <= TOL[dtype], (what, "without g_grad_out", rel_err(a, b))
 
 
-def test_forward_xy_prefetch_only_where_asked():
-    """PF_FWD_XY adds the y / x prefetch to every pass of both forward kernels (fwd, and dfwd with ggy / ggx):
-    the emulated tests of ``prefetch_all_split`` run it (its loads of the next sender included); the default
-    kernels have none of it."""
+def test_xy_prefetch_only_where_asked():
+    """PF_FWD_XY adds the y / x prefetch to every pass of both forward kernels (fwd, and dfwd with ggy / ggx),
+    PF_PART1_XY to every pass of the backward's and the double backward's part 1, neither to anything else;
+    the emulated tests of ``prefetch_all_split`` run both (the loads of the next sender included)."""
     plan, _ = plan_and_library()
     struct = _codegen.plan_structure(plan)
-    src = _codegen.generate(struct, TUNINGS["prefetch_all_split"])
-    dfwd = src[src.index("// g_grad_out of the double backward"):]
-    dfwd = dfwd[:dfwd.index("\n}\n")]  # the dfwd kernel's body
-    passes, dfwd_passes = src.count("// group "), dfwd.count("// group ")
-    assert passes > dfwd_passes >= 1 and src.count("prefetch_l1(x + snext") == passes
-    assert dfwd.count("prefetch_l1(ggx + snext") == dfwd.count("prefetch_l2(ggy + (e + ") == dfwd_passes
+
+    def count(tune, what):
+        return _codegen.generate(struct, _codegen.Tuning(prefetch=_codegen.PF_DEFAULT | tune)).count(what)
+
+    fwd_passes = count(0, "// group ")  # the forward's and dfwd's passes
+    part1_passes = count(0, "// pass ")  # the backward's and the double backward's
+    assert fwd_passes >= 2 and part1_passes >= 2
+    assert count(_codegen.PF_FWD_XY, "prefetch_l1(x + snext") == fwd_passes
+    assert count(_codegen.PF_PART1_XY, "prefetch_l1(x + snext") == part1_passes
+    assert count(_codegen.PF_FWD_XY, "prefetch_l2(ggy + (e + ") == count(_codegen.PF_FWD_XY, "prefetch_l1(ggx + snext") > 0
     assert "prefetch_l1" not in _codegen.generate(struct)
 
 
@@ -165,9 +169,9 @@ def test_prefetch_bits_checked():
     import os
     old = os.environ.get(_codegen.TUNING_ENV)
     try:
-        os.environ[_codegen.TUNING_ENV] = f"prefetch={_codegen.PF_DEFAULT | _codegen.PF_FWD_XY}"
-        assert _codegen.tuning().prefetch == 31
-        os.environ[_codegen.TUNING_ENV] = "prefetch=32"
+        os.environ[_codegen.TUNING_ENV] = f"prefetch={_codegen.PF_ALL}"
+        assert _codegen.tuning().prefetch == _codegen.PF_ALL
+        os.environ[_codegen.TUNING_ENV] = f"prefetch={_codegen.PF_ALL + 1}"  # the bit above them all
         with pytest.raises(ValueError, match="prefetch takes the bits"):
             _codegen.tuning()
     finally:

@@ -89,6 +89,11 @@ PF_DEFAULT = PF_FWD | PF_BWD32 | PF_BWD64 | PF_DBWD
 # latency (session 28, ncu, NequIP l = 3 float32: 51 % of DRAM bandwidth, 57 % SM throughput); w is
 # prefetched already, y streams from DRAM one edge at a time and x comes from L2 after src[e].
 PF_FWD_XY = 16
+# Opt-in, not yet measured: the same for the backward's and the double backward's part 1 (both dtypes), whose
+# edge loops also load y and the sender's x per edge (session 28, ncu, MACE large float32: 64-72 % of DRAM
+# bandwidth at 128-168 registers).
+PF_PART1_XY = 32
+PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 
 
 class Tuning(NamedTuple):
@@ -123,8 +128,8 @@ def tuning() -> Tuning:
         if key.strip() not in Tuning._fields or not value.strip().isdigit():
             raise ValueError(f"{TUNING_ENV}: bad item {item!r} (keys: {', '.join(Tuning._fields)}; integer values)")
         values[key.strip()] = int(value)
-    if values.get("prefetch", 0) & ~(PF_DEFAULT | PF_FWD_XY):
-        raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_DEFAULT | PF_FWD_XY} (PF_* in {__name__})")
+    if values.get("prefetch", 0) & ~PF_ALL:
+        raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_ALL} (PF_* in {__name__})")
     return Tuning(**values)
 
 
@@ -560,11 +565,11 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
-               prefetch: Optional[str] = None) -> Tuple[str, str]:
+               prefetch: Optional[str] = None, prefetch_xy: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass, and its constant tables. Thread (slot, u): channel u of
     the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul rounded up to a warp).
     ``prefetch``: None, or the compile-time condition (on T) under which the next edge's weights
-    are prefetched."""
+    are prefetched; ``prefetch_xy``: the next edge's y and x lines too (PF_PART1_XY)."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -608,6 +613,11 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     if prefetch:
         pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}",
                                          f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd)
+        tables += pf_tables
+        s.append(code)
+    if prefetch_xy:
+        pf_tables, code = _prefetch_next_xy(I2, group, f"kPx{G}", f"e + {S}", f"act && u < {mul} && e + {S} < e_end",
+                                            dbwd)
         tables += pf_tables
         s.append(code)
     s.append(f"{I2}T gy[{V}];  // this channel's grad_y partials, slot = used y column\n")
@@ -766,7 +776,8 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     first: dict = {}
     bodies, tables = [], []
     for gi, g in enumerate(groups):
-        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd))
+        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
+                          bool(tune.prefetch & PF_PART1_XY))
         bodies.append(b)
         tables.append(t)
     vmax = 1
@@ -920,7 +931,7 @@ __device__ __forceinline__ void prefetch_l2(const T* p) {
 """
 
 _PREFETCH_L1 = r"""
-// The same into L1 (PF_FWD_XY's x lines).
+// The same into L1 (the x lines of PF_FWD_XY and PF_PART1_XY).
 template <typename T>
 __device__ __forceinline__ void prefetch_l1(const T* p) {
 #ifdef __CUDA_ARCH__
@@ -1101,7 +1112,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), cg_decls=_cg_decls(cg_idx, cg_val),
         covered=covered)
     if tune.prefetch:
-        src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & PF_FWD_XY else "")
+        src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
