@@ -31,7 +31,7 @@ Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`
 Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,merge_in1=0"``
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
-and whether the forward passes prefetch the next edge's y and x lines too (``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity, up to how many
+and which edge loops prefetch the next edge's y and x lines too (``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity, up to how many
 components in float64 (fields of ``Tuning``); such builds are cached under a name of their own
 (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
