@@ -121,8 +121,8 @@ def stage_elements(wl: Workload, num_nodes: int, num_edges: int) -> Dict[str, in
 def byte_floor(wl: Workload, num_nodes: int, num_edges: int, itemsize: int) -> Dict[str, int]:
     """Minimum bytes of each pass: the sum of its autograd stages (``stage_elements`` times ``itemsize``) plus
     int32 sender and receiver indices once per stage that walks the edges (a floor: md_accel's kernels read
-    int64 ones). Before session 28 the ``fwd_bwd`` floor was the
-    backward stage's alone (the tables of sessions <= 28 in docs/benchmarks.md), and ``dbwd`` had none."""
+    int64 ones). Before session 28 the ``fwd_bwd`` floor was the backward stage's alone (the tables of
+    sessions <= 28 in docs/benchmarks.md), and ``dbwd`` had none."""
     st = stage_elements(wl, num_nodes, num_edges)
     idx = 8 * num_edges
     passes = {"fwd": ("fwd",), "fwd_bwd": ("fwd", "bwd"), "dbwd": ("fwd", "bwd", "loss", "dbwd")}

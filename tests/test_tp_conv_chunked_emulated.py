@@ -34,8 +34,7 @@ _LIB = {}
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, and neither prefetch nor merged passes
 TUNINGS = {"default": _codegen.Tuning(),
-           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4,
-                                                 bwd_g32=4, bwd_g64=4),
+           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0)}
 
 
@@ -163,22 +162,14 @@ def test_xy_prefetch_only_where_asked():
     assert "prefetch_l1" not in _codegen.generate(struct)
 
 
-def test_prefetch_bits_checked():
+def test_prefetch_bits_checked(monkeypatch):
     """MD_ACCEL_TP_TUNING refuses prefetch bits no kernel reads (a build would be cached under a name of its own
     while generating what another setting generates)."""
-    import os
-    old = os.environ.get(_codegen.TUNING_ENV)
-    try:
-        os.environ[_codegen.TUNING_ENV] = f"prefetch={_codegen.PF_ALL}"
-        assert _codegen.tuning().prefetch == _codegen.PF_ALL
-        os.environ[_codegen.TUNING_ENV] = f"prefetch={_codegen.PF_ALL + 1}"  # the bit above them all
-        with pytest.raises(ValueError, match="prefetch takes the bits"):
-            _codegen.tuning()
-    finally:
-        if old is None:
-            os.environ.pop(_codegen.TUNING_ENV, None)
-        else:
-            os.environ[_codegen.TUNING_ENV] = old
+    monkeypatch.setenv(_codegen.TUNING_ENV, f"prefetch={_codegen.PF_ALL}")
+    assert _codegen.tuning().prefetch == _codegen.PF_ALL
+    monkeypatch.setenv(_codegen.TUNING_ENV, f"prefetch={_codegen.PF_ALL + 1}")  # the bit above them all
+    with pytest.raises(ValueError, match="prefetch takes the bits"):
+        _codegen.tuning()
 
 
 def test_accumulate_leaves_rows_without_edges_untouched():

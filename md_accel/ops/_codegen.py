@@ -31,8 +31,9 @@ Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`
 Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,merge_in1=0"``
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
-and which edge loops prefetch the next edge's y and x lines too (``PF_*`` bits) and whether backward passes merge in1 blocks of one multiplicity, up to how many
-components in float64 (fields of ``Tuning``); such builds are cached under a name of their own
+and the edge loops that prefetch its y and x lines too (``PF_*`` bits), and whether backward passes merge
+in1 blocks of one multiplicity, up to how many components in float64 (fields of ``Tuning``); such builds
+are cached under a name of their own
 (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
 """
@@ -84,8 +85,8 @@ PF_FWD, PF_BWD32, PF_BWD64, PF_DBWD = 1, 2, 4, 8  # fwd and dfwd; bwd float32; b
 # it, SevenNet-l3i5's 0.86x. So the fp64 backward is built both ways and the launcher takes the
 # prefetching kernel where it keeps as many resident blocks per SM (PF_BWD64: that choice; unset: never).
 PF_DEFAULT = PF_FWD | PF_BWD32 | PF_BWD64 | PF_DBWD
-# Opt-in, not yet measured: the forward passes (fwd, dfwd) also ask for the next edge's y row (L2) and the
-# lines of its sender's x row that the pass reads (L1). The forward of the 32-channel workloads is bound by
+# Opt-in, not yet measured: the forward passes (fwd, dfwd) also ask for the lines of the next edge's y row (L2)
+# and of its sender's x row (L1) that the pass reads. The forward of the 32-channel workloads is bound by
 # latency (session 28, ncu, NequIP l = 3 float32: 51 % of DRAM bandwidth, 57 % SM throughput); w is
 # prefetched already, y streams from DRAM one edge at a time and x comes from L2 after src[e].
 PF_FWD_XY = 16
@@ -381,9 +382,9 @@ def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, d
 
 
 def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool) -> Tuple[str, str]:
-    """(tables, device code) of PF_FWD_XY: where ``cond`` holds, the threads of a slot ask L2 for the lines of
-    edge ``nxt``'s y row (and ggy row) that the group reads, and L1 for those of its sender's x row (and ggx
-    row), thread u taking lines u, u + mul, .. (the sender index is loaded for it)."""
+    """(tables, device code) of PF_FWD_XY / PF_PART1_XY: where ``cond`` holds, the threads of a slot ask L2
+    for the lines of edge ``nxt``'s y row (and ggy row) that the group reads, and L1 for those of its
+    sender's x row (and ggx row), thread u taking lines u, u + mul, .. (the sender index is loaded for it)."""
     mul = group[0].mul
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
     ty, ly = _line_loop(I + "  ", name + "y", lambda elem: _line_offsets(y_cols, elem), mul,
