@@ -91,17 +91,24 @@ def copper_graph(n_atoms: int, cutoff: float, seed: int = 0) -> Dict[str, np.nda
     return g
 
 
-def random_graph(num_nodes: int, num_edges: int, seed: int = 0) -> Dict[str, np.ndarray]:
+def random_graph(num_nodes: int, num_edges: int, seed: int = 0, symmetric: bool = False) -> Dict[str, np.ndarray]:
     """Uniform random directed edges (FlashTP-style kernel benchmark graph), unit random vectors,
-    sorted by (dst, src)."""
+    sorted by (dst, src). ``symmetric``: num_edges // 2 random edges and their reverses (vector negated),
+    like a neighbour list's pairs; OpenEquivariance's deterministic backward is right only on such graphs
+    (session 29)."""
     rng = np.random.default_rng(seed)
-    src = rng.integers(0, num_nodes, num_edges)
-    dst = rng.integers(0, num_nodes, num_edges)
-    order = np.lexsort((src, dst))
-    vec = rng.normal(size=(num_edges, 3))
+    half = num_edges // 2 if symmetric else num_edges
+    src = rng.integers(0, num_nodes, half)
+    dst = rng.integers(0, num_nodes, half)
+    vec = rng.normal(size=(half, 3))
     vec /= np.linalg.norm(vec, axis=1, keepdims=True)
+    if symmetric:
+        src, dst, vec = np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([vec, -vec])
+    order = np.lexsort((src, dst))
+    if symmetric:  # (the directed graph's vectors stay in draw order: session 29's runs used them so)
+        vec = vec[order]
     return {"src": src[order], "dst": dst[order], "vec": vec, "num_nodes": num_nodes,
-            "name": f"random {num_nodes} nodes, {num_edges} edges"}
+            "name": f"random{' symmetric' if symmetric else ''} {num_nodes} nodes, {len(src)} edges"}
 
 
 def subgraph(g: Dict, max_node: int) -> Dict:
@@ -122,13 +129,31 @@ def _stats(ms: List[float]) -> Dict[str, float]:
             "repeats": len(ms)}
 
 
+WARMUP_S = 0.2
+
+
+def warm_up(fn: Callable[[], object], device, calls: int, seconds: float = WARMUP_S) -> None:
+    """``calls`` calls of ``fn``, then on CUDA more until ``seconds`` have passed (at most 1000 calls): a
+    GPU left idle by host-side setup (a peer's construction, a reference in float64) ran the first
+    sub-millisecond kernels after it slowly, and a fixed handful of calls did not lift that (session 29,
+    H100: a 0.34 ms forward timed at 0.81 ms, 10 repeats, right after e3nn's float64 reference)."""
+    if torch.device(device).type != "cuda":
+        seconds = 0.0
+    t0 = time.perf_counter()
+    for i in range(1000):
+        if i >= calls and time.perf_counter() - t0 >= seconds:
+            break
+        fn()
+        if i >= calls:
+            sync(device)
+    sync(device)
+
+
 def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20) -> Dict[str, float]:
     """Per-call time of ``fn``: CUDA events around each call on CUDA (device time including
-    launch gaps), perf_counter elsewhere; median/min/mean over ``repeats`` after ``warmup``."""
+    launch gaps), perf_counter elsewhere; median/min/mean over ``repeats`` after ``warm_up``."""
     cuda = torch.device(device).type == "cuda"
-    for _ in range(warmup):
-        fn()
-    sync(device)
+    warm_up(fn, device, warmup)
     ms = []
     for _ in range(repeats):
         if cuda:
@@ -148,9 +173,7 @@ def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 2
 def time_wall(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20) -> Dict[str, float]:
     """Wall time per call with a device synchronisation after each call (a whole MD step: host
     work, launches and syncs included)."""
-    for _ in range(warmup):
-        fn()
-        sync(device)
+    warm_up(fn, device, warmup)
     ms = []
     for _ in range(repeats):
         t = time.perf_counter()

@@ -5,7 +5,9 @@ share (``op_ms``: the pass minus the benchmark's loss).
 
     python benchmarks/kernel_ratios.py RUN/kernels.json [RUN2/kernels.json ...] [--out DIR]
 
-A peer is every implementation that is not md_accel's (``md_accel``, ``md_accel_atomic``). Ratios are the
+A peer is every implementation that is not md_accel's (``md_accel``, ``md_accel_atomic``) and whose check
+against e3nn passed for the stages the pass runs (session 29: OpenEquivariance's deterministic backward is wrong
+on directed graphs, so it is no peer there for the forward + backward or the double backward). Ratios are the
 peer's time (or peak) over md_accel's: above 1, md_accel is faster (or needs less memory).
 
 Where the file has its copy bandwidth and graph, each cell also gets its byte floor (``workloads.byte_floor``,
@@ -29,6 +31,25 @@ OURS = ("md_accel", "md_accel_atomic")
 PEER_NAMES = {"cueq": "cueq", "oeq_det": "OEq", "oeq_atomic": "OEq atomic", "e3nn": "e3nn"}
 
 
+# A pass counts only where the implementation's own check against e3nn (``kernels.py``'s "checks": relative
+# errors of the forward, first and second gradients on the check subgraph) passed for the stages it runs.
+STAGES = {"fwd": ("fwd",), "fwd_bwd": ("fwd", "bwd"), "dbwd": ("fwd", "bwd", "dbwd")}
+TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # #3's tolerances
+
+
+def check_failure(checks: Dict[Tuple[str, str, str], dict], r: dict) -> Optional[str]:
+    """Why record ``r``'s pass does not count (its check failed for a stage it runs), or None. Records whose
+    file has no check for them count (older files)."""
+    chk = checks.get((r["workload"], r["dtype"], r["impl"]))
+    if chk is None:
+        return None
+    errs = [chk.get(stage) for stage in STAGES.get(r["pass"], ())]
+    if chk.get("status") != "ok" or any(e is None for e in errs):
+        return f"check failed: {chk.get('status')}"
+    worst = max(errs)
+    return f"wrong ({worst:.1e})" if worst > TOLERANCE.get(r["dtype"], 1e-5) else None
+
+
 def _best(rows: List[dict], key: str, pick=min) -> Optional[Tuple[float, str]]:
     vals = [(r[key], r["impl"]) for r in rows if r.get("status") == "ok" and r.get(key)]
     return pick(vals) if vals else None
@@ -49,15 +70,18 @@ def floors_ms(data: dict) -> Dict[Tuple[str, str, str], float]:
     return out
 
 
-def ratios(results: List[dict], source: str = "", floors: Optional[Dict] = None) -> List[dict]:
+def ratios(results: List[dict], source: str = "", floors: Optional[Dict] = None,
+           checks: Optional[List[dict]] = None) -> List[dict]:
     """One record per (md_accel implementation, workload, dtype, pass) of one kernels.json's results;
-    ``floors``: ``floors_ms`` of the same file."""
+    ``floors``: ``floors_ms`` of the same file; ``checks``: its "checks" (a peer whose check failed for the
+    pass is no peer there; an md_accel record that failed its check is marked ``wrong``)."""
+    by_cell = {(c["workload"], c["dtype"], c["impl"]): c for c in checks or []}
     groups: Dict[Tuple[str, str, str], List[dict]] = {}
     for r in results:
         groups.setdefault((r["workload"], r["dtype"], r["pass"]), []).append(r)
     out = []
     for (workload, dtype, kind), rows in groups.items():
-        peers = [r for r in rows if r["impl"] not in OURS]
+        peers = [r for r in rows if r["impl"] not in OURS and check_failure(by_cell, r) is None]
         fastest, least = _best(peers, "median_ms"), _best(peers, "peak_bytes")
         fastest_op = _best(peers, "op_ms")
         for r in rows:
@@ -65,6 +89,9 @@ def ratios(results: List[dict], source: str = "", floors: Optional[Dict] = None)
                 continue
             rec = {"source": source, "impl": r["impl"], "workload": workload, "dtype": dtype, "pass": kind,
                    "ms": r["median_ms"]}
+            failure = check_failure(by_cell, r)
+            if failure:
+                rec["wrong"] = failure
             if fastest:
                 rec.update(peer=fastest[1], peer_ms=fastest[0], speedup=fastest[0] / r["median_ms"])
             if least and r.get("peak_bytes"):
@@ -93,6 +120,8 @@ def table(records: List[dict], target: float = 1.3) -> str:
     def cell(rec: Optional[dict]) -> str:
         if rec is None:
             return "-"
+        if "wrong" in rec:
+            return f"{rec['ms']:.3g} WRONG: {rec['wrong']}"
         if "speedup" not in rec:
             return f"{rec['ms']:.3g} (no peer)"
         x = f"{rec['speedup']:.2f}x"
@@ -143,7 +172,7 @@ def main(argv=None) -> None:
     for path in args.files:
         with open(path) as f:
             data = json.load(f)
-        records += ratios(data["results"], source=run_name(path), floors=floors_ms(data))
+        records += ratios(data["results"], source=run_name(path), floors=floors_ms(data), checks=data.get("checks"))
     text = table(records, args.target)
     if any("floor_ms" in r for r in records):
         text += ("\n\nAgainst the byte floor (ms), then time over it: md_accel / md_accel_atomic / the fastest peer\n\n"

@@ -13,7 +13,7 @@ are deterministic (bit-identical results run after run); cueq, oeq_atomic and md
 ``set_deterministic(False)``: atomic adds into grad_x) are not.
 
     python benchmarks/kernels.py [--workloads mace_mp0_medium,...] [--dtypes float32,float64]
-        [--graph cu:4000:6.0 | random:NODES:EDGES]
+        [--graph cu:4000:6.0 | random:NODES:EDGES | random_sym:NODES:EDGES]
         [--impls md_accel,md_accel_atomic,e3nn,cueq,oeq_det,oeq_atomic] [--passes fwd,fwd_bwd,dbwd]
         [--repeats 20] [--budget SECONDS] [--out DIR]
 """
@@ -338,24 +338,34 @@ def make_graph(spec: str) -> Dict:
         n = int(rest[0]) if rest else 4000
         r = float(rest[1]) if len(rest) > 1 else 6.0
         return common.copper_graph(n, r)
-    if kind == "random":
-        return common.random_graph(int(rest[0]), int(rest[1]))
-    raise ValueError(f"graph spec must be cu:ATOMS:RCUT or random:NODES:EDGES, got {spec!r}")
+    if kind in ("random", "random_sym"):
+        return common.random_graph(int(rest[0]), int(rest[1]), symmetric=kind == "random_sym")
+    raise ValueError(f"graph spec must be cu:ATOMS:RCUT, random:NODES:EDGES or random_sym:NODES:EDGES, got {spec!r}")
 
 
 # --- the run ------------------------------------------------------------------------------------
-def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, device, args, budget, bw, log):
+def reference(wl: Workload, gc: GraphT, device) -> Dict:
+    """The check's inputs on the check graph and e3nn's float64 outputs and gradients for them (or why
+    e3nn failed): one per workload, shared by its dtypes."""
+    gen = torch.Generator(device="cpu").manual_seed(2)
+    ref = {"inputs": inputs(wl, gc, torch.float64, device, seed=1) + (
+        torch.randn(gc.num_nodes, wl.dims[2], generator=gen, dtype=torch.float64).to(device),)}
+    try:
+        ref["outputs"] = through_layouts(E3nnImpl(wl, gc, torch.float64, device), *ref["inputs"])
+    except Exception as e:  # noqa: BLE001
+        ref["error"] = common.failure(e)
+    return ref
+
+
+def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, device, args, budget, bw, log,
+                   check_ref: Dict):
+    """``check_ref``: ``reference(wl, gc, device)``."""
     dname = str(dtype).removeprefix("torch.")
     x, y, w = inputs(wl, g, dtype, device)
     grad_out = torch.randn(g.num_nodes, wl.dims[2], dtype=dtype, device=device)
     floors = byte_floor(wl, g.num_nodes, g.num_edges, torch.finfo(dtype).bits // 8)
-    # reference on the check graph: e3nn in float64
-    xc, yc, wc = inputs(wl, gc, torch.float64, device, seed=1)
-    goc = torch.randn(gc.num_nodes, wl.dims[2], dtype=torch.float64, device=device)
-    try:
-        ref = through_layouts(E3nnImpl(wl, gc, torch.float64, device), xc, yc, wc, goc)
-    except Exception as e:  # noqa: BLE001
-        ref, ref_error = None, common.failure(e)
+    xc, yc, wc, goc = check_ref["inputs"]
+    ref, ref_error = check_ref.get("outputs"), check_ref.get("error")
     loss_ms = None
     if "dbwd" in args.passes:
         try:
@@ -488,7 +498,8 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float32,float64")
     ap.add_argument("--impls", default=",".join(IMPLS))
     ap.add_argument("--passes", default=",".join(PASSES), help="a subset of " + ",".join(PASSES))
-    ap.add_argument("--graph", default="cu:4000:6.0", help="cu:ATOMS:RCUT or random:NODES:EDGES")
+    ap.add_argument("--graph", default="cu:4000:6.0",
+                    help="cu:ATOMS:RCUT, random:NODES:EDGES (directed) or random_sym:NODES:EDGES (both directions)")
     ap.add_argument("--check-nodes", type=int, default=0, help="nodes of the correctness subgraph (default auto)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--warmup", type=int, default=3)
@@ -541,6 +552,7 @@ def main(argv=None):
         return result
 
     for wl in workloads:
+        check_ref = None
         for dtype in dtypes:
             log(f"[kernels] {wl.name} {str(dtype).removeprefix('torch.')}: {wl.irreps_in1} x {wl.irreps_in2} -> "
                 f"{len(wl.instructions)} paths, {wl.weight_numel} weights/edge")
@@ -548,7 +560,8 @@ def main(argv=None):
                 records += [{"workload": wl.name, "dtype": str(dtype).removeprefix("torch."), "impl": i, "pass": p,
                              "status": "budget"} for i in impls for p in args.passes]
                 continue
-            r, c = bench_workload(wl, dtype, impls, g, gc, device, args, budget, bw, log)
+            check_ref = check_ref or reference(wl, gc, device)
+            r, c = bench_workload(wl, dtype, impls, g, gc, device, args, budget, bw, log, check_ref)
             records += r
             checks += c
             save()

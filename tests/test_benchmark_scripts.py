@@ -71,16 +71,44 @@ def test_kernels_double_backward_split_into_loss_and_op(tmp_path):
     """kernels.py on the CPU: every implementation checked against e3nn, and the double-backward pass
     reported whole and as the op's share (the pass minus its loss timed alone)."""
     out = run_script("kernels.py", "--device", "cpu", "--graph", "random:40:300", "--workloads", "mace_first",
-                     "--dtypes", "float64", "--impls", "md_accel,e3nn", "--repeats", "2", "--warmup", "1",
+                     "--dtypes", "float32,float64", "--impls", "md_accel,e3nn", "--repeats", "2", "--warmup", "1",
                      "--out", str(tmp_path))
     data = json.load(open(tmp_path / "kernels.json"))
-    assert all(c["status"] == "ok" and c["dbwd"] < 1e-12 for c in data["checks"])
-    dbwd = [r for r in data["results"] if r["pass"] == "dbwd"]
+    assert len(data["checks"]) == 4 and all(c["status"] == "ok" for c in data["checks"])
+    for c in data["checks"]:  # both dtypes against the one float64 reference
+        assert max(c["fwd"], c["bwd"], c["dbwd"]) < (1e-12 if c["dtype"] == "float64" else 1e-5)
+        if c["dtype"] == "float32":  # computed in float32, compared with float64
+            assert max(c["fwd"], c["bwd"], c["dbwd"]) > 1e-9
+    dbwd = [r for r in data["results"] if r["pass"] == "dbwd" and r["dtype"] == "float64"]
     assert {r["impl"] for r in dbwd} == {"md_accel", "e3nn"}
     (loss,) = {r["loss_ms"] for r in dbwd}  # one loss timing shared by every implementation
     for r in dbwd:
         assert loss > 0 and r["op_ms"] == pytest.approx(r["median_ms"] - loss)
     assert "(op " in out
+
+
+def test_random_graphs_directed_and_symmetric():
+    """The kernel benchmark's random graphs: sorted by receiver; the symmetric one holds every edge's
+    reverse with the vector negated (a neighbour list's pairs), the directed one not."""
+    sys.path.insert(0, BENCH)
+    try:
+        import common
+    finally:
+        sys.path.remove(BENCH)
+    import numpy as np
+
+    def reverses(g):
+        edges = {}
+        for s, d, v in zip(g["src"], g["dst"], g["vec"]):
+            edges.setdefault((s, d), []).append(v)
+        return all(any(np.allclose(u, -v) for u in edges.get((d, s), [])) for (s, d), vs in edges.items()
+                   for v in vs)
+
+    sym, directed = common.random_graph(30, 200, symmetric=True), common.random_graph(30, 200)
+    for g in (sym, directed):
+        assert len(g["src"]) == 200 and np.all(np.diff(g["dst"]) >= 0)
+        assert np.allclose(np.linalg.norm(g["vec"], axis=1), 1.0)
+    assert reverses(sym) and not reverses(directed)
 
 
 def test_kernels_loss_is_the_sum_of_squares():
@@ -190,36 +218,45 @@ def test_kernel_ratios_only_within_one_run(tmp_path):
             res("md_accel", "dbwd", 10.0, 300, op=4.0), res("md_accel_atomic", "dbwd", 9.0, 250, op=3.0),
             res("cueq", "dbwd", 12.0, 260, op=6.0), res("oeq_det", "dbwd", 1.0, 1, status="OOM"),
             res("md_accel", "fwd_bwd", 2.0, 200)]
+    # oeq_atomic: fast, but its first gradients failed the check: a peer for the forward only
+    run1 += [res("oeq_atomic", "fwd", 1.5, 500), res("oeq_atomic", "fwd_bwd", 0.1, 1)]
+    checks1 = [{"workload": "w", "dtype": "float32", "impl": "oeq_atomic", "status": "ok", "fwd": 1e-7, "bwd": 1.3,
+                "dbwd": 1.0},
+               {"workload": "w", "dtype": "float32", "impl": "md_accel_atomic", "status": "ok", "fwd": 1e-7,
+                "bwd": 1e-7, "dbwd": 2e-5}]
     run2 = [res("md_accel", "fwd", 1.0, 100), res("cueq", "fwd", 0.5, 50)]
     # run a knows its graph, copy bandwidth and shapes (run b does not): byte floors for its cells
     meta = {"copy_bandwidth_gbs": 1e-3, "graph": {"num_nodes": 10, "num_edges": 100},
             "workloads": {"w": {"dims": [2, 3, 4], "weight_numel": 5}}}
     for name, rows in (("a", run1), ("b", run2)):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "kernels.json").write_text(json.dumps({"results": rows, **(meta if name == "a" else {})}))
+        extra = {**meta, "checks": checks1} if name == "a" else {}
+        (tmp_path / name / "kernels.json").write_text(json.dumps({"results": rows, **extra}))
     out = run_script("kernel_ratios.py", str(tmp_path / "a" / "kernels.json"), str(tmp_path / "b" / "kernels.json"),
                      "--out", str(tmp_path / "out"))
     recs = json.loads((tmp_path / "out" / "kernel_ratios.json").read_text())
     by = {(r["source"], r["impl"], r["pass"]): r for r in recs}
     fwd_a = by[("a", "md_accel", "fwd")]
-    assert fwd_a["peer"] == "oeq_det" and fwd_a["speedup"] == pytest.approx(2.0)
+    assert fwd_a["peer"] == "oeq_atomic" and fwd_a["speedup"] == pytest.approx(1.5)
     assert fwd_a["memory_ratio"] == pytest.approx(100 / 90)
     fwd_b = by[("b", "md_accel", "fwd")]
     assert fwd_b["peer"] == "cueq" and fwd_b["speedup"] == pytest.approx(0.5)
     dbwd = by[("a", "md_accel", "dbwd")]  # the OOM peer is not a peer
     assert dbwd["peer"] == "cueq" and dbwd["speedup"] == pytest.approx(1.2) and dbwd["op_speedup"] == pytest.approx(1.5)
-    atomic = by[("a", "md_accel_atomic", "dbwd")]
+    atomic = by[("a", "md_accel_atomic", "dbwd")]  # its double backward failed the float32 tolerance
     assert atomic["op_speedup"] == pytest.approx(2.0) and atomic["memory_ratio"] == pytest.approx(250 / 260)
+    assert atomic["wrong"] == "wrong (2.0e-05)" and "9 WRONG: wrong (2.0e-05)" in out
+    assert "wrong" not in dbwd and "wrong" not in fwd_a
     assert "speedup" not in by[("a", "md_accel", "fwd_bwd")] and "(no peer)" in out
-    assert "**2.00x**" in out and "| a | md_accel | w | float32 |" in out
+    assert "**1.50x**" in out and "| a | md_accel | w | float32 |" in out
     # float32 forward at 1e6 bytes/s: 4 bytes x (100 edges x (3 + 5) + 10 nodes x (2 + 4)) + 8 index bytes x 100
     assert fwd_a["floor_ms"] == pytest.approx(4240 / 1e6 * 1e3) and fwd_a["over_floor"] == pytest.approx(1 / 4.24)
-    assert fwd_a["peer_over_floor"] == pytest.approx(2 / 4.24) and "floor_ms" not in fwd_b
+    assert fwd_a["peer_over_floor"] == pytest.approx(1.5 / 4.24) and "floor_ms" not in fwd_b
     # float32 double-backward pass: 4 bytes x (9 x 100 x (3 + 5) + 10 x (9 x 2 + 3 x 4)) + 3 stages x 800 index bytes
     dbwd_floor = (4 * (9 * 800 + 10 * 30) + 3 * 800) / 1e6 * 1e3
     assert dbwd["floor_ms"] == pytest.approx(dbwd_floor) and atomic["floor_ms"] == pytest.approx(dbwd_floor)
     fwd_bwd_floor = (4 * (3 * 800 + 10 * (3 * 2 + 2 * 4)) + 2 * 800) / 1e6 * 1e3  # no peer in that cell
-    assert (f"| a | w | float32 | 4.24: 0.24 / - / OEq 0.47 | {fwd_bwd_floor:.3g}: {2 / fwd_bwd_floor:.2f} / - | "
+    assert (f"| a | w | float32 | 4.24: 0.24 / - / OEq atomic 0.35 | {fwd_bwd_floor:.3g}: {2 / fwd_bwd_floor:.2f} / - | "
             f"{dbwd_floor:.3g}: {10 / dbwd_floor:.2f} / {9 / dbwd_floor:.2f} / cueq {12 / dbwd_floor:.2f} |") in out
 
 
