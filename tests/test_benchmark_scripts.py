@@ -111,6 +111,26 @@ def test_random_graphs_directed_and_symmetric():
     assert reverses(sym) and not reverses(directed)
 
 
+def test_kernels_reference_cache(tmp_path):
+    """kernels.py --reference-cache: the first run writes e3nn's float64 check results, the second reads them
+    and reports the same errors; a corrupted file would change them, so they come from the file."""
+    args = ["--device", "cpu", "--graph", "random:30:200", "--workloads", "mace_first", "--dtypes", "float32",
+            "--impls", "md_accel", "--passes", "fwd", "--repeats", "1", "--warmup", "0",
+            "--reference-cache", str(tmp_path / "ref")]
+    run_script("kernels.py", *args, "--out", str(tmp_path / "a"))
+    (cached,) = (tmp_path / "ref").iterdir()
+    run_script("kernels.py", *args, "--out", str(tmp_path / "b"))
+    first, second = (json.load(open(tmp_path / d / "kernels.json"))["checks"][0] for d in ("a", "b"))
+    assert first["status"] == "ok" and first["fwd"] < 1e-5
+    assert all(first[k] == second[k] for k in ("fwd", "bwd", "dbwd"))
+    import torch
+    outputs = torch.load(cached, weights_only=True)
+    torch.save([2 * t for t in outputs], cached)  # a reference twice as large: the check must see it
+    run_script("kernels.py", *args, "--out", str(tmp_path / "c"))
+    third = json.load(open(tmp_path / "c" / "kernels.json"))["checks"][0]
+    assert third["fwd"] == pytest.approx(0.5, rel=1e-3)
+
+
 def test_kernels_loss_is_the_sum_of_squares():
     """kernels.py's double-backward loss (a fused autograd Function) has the value, gradient and
     second derivative through the first gradients of sum(f * f)."""
