@@ -133,7 +133,8 @@ WARMUP_S = 0.2
 
 
 def warm_up(fn: Callable[[], object], device, calls: int, seconds: float = WARMUP_S) -> None:
-    """``calls`` calls of ``fn``, then on CUDA more until ``seconds`` have passed (at most 1000 calls): a
+    """``calls`` calls of ``fn``, then on CUDA more until ``seconds`` have passed (at least one call, at
+    most 1000 in all, so ``calls=0`` still warms up on CUDA and ``calls > 1000`` is cut to 1000): a
     GPU left idle by host-side setup (a peer's construction, a reference in float64) ran the first
     sub-millisecond kernels after it slowly, and a fixed handful of calls did not lift that (session 29,
     H100: a 0.34 ms forward timed at 0.81 ms, 10 repeats, right after e3nn's float64 reference)."""
@@ -243,7 +244,8 @@ class Budget:
 
 
 # --- environment --------------------------------------------------------------------------------
-def _version(module: str) -> Optional[str]:
+def package_version(module: str) -> Optional[str]:
+    """The installed version of a package (its metadata, else its __version__), None where absent."""
     try:
         from importlib.metadata import version
 
@@ -290,7 +292,7 @@ def environment(device) -> Dict:
     }
     for pkg in ("e3nn", "cuequivariance", "cuequivariance_torch", "cuequivariance_ops_torch_cu13",
                 "openequivariance", "mace-torch", "sevenn", "nequip", "vesin", "md_accel"):
-        env[pkg] = _version(pkg)
+        env[pkg] = package_version(pkg)
     return env
 
 

@@ -6,8 +6,9 @@ share (``op_ms``: the pass minus the benchmark's loss).
     python benchmarks/kernel_ratios.py RUN/kernels.json [RUN2/kernels.json ...] [--out DIR]
 
 A peer is every implementation that is not md_accel's (``md_accel``, ``md_accel_atomic``) and whose check
-against e3nn passed for the stages the pass runs (session 29: OpenEquivariance's deterministic backward is wrong
-on directed graphs, so it is no peer there for the forward + backward or the double backward). Ratios are the
+against e3nn did not find it wrong for the stages the pass runs (session 29: OpenEquivariance's deterministic
+backward is wrong on directed graphs, so it is no peer there for the forward + backward or the double backward;
+a check that could not compare leaves the peer in). md_accel's own wrong cells get no ratios. Ratios are the
 peer's time (or peak) over md_accel's: above 1, md_accel is faster (or needs less memory).
 
 Where the file has its copy bandwidth and graph, each cell also gets its byte floor (``workloads.byte_floor``,
@@ -32,22 +33,26 @@ PEER_NAMES = {"cueq": "cueq", "oeq_det": "OEq", "oeq_atomic": "OEq atomic", "e3n
 
 
 # A pass counts only where the implementation's own check against e3nn (``kernels.py``'s "checks": relative
-# errors of the forward, first and second gradients on the check subgraph) passed for the stages it runs.
+# errors of the forward, first and second gradients on the check subgraph) did not fail for the stages it runs.
 STAGES = {"fwd": ("fwd",), "fwd_bwd": ("fwd", "bwd"), "dbwd": ("fwd", "bwd", "dbwd")}
 TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # #3's tolerances
 
 
-def check_failure(checks: Dict[Tuple[str, str, str], dict], r: dict) -> Optional[str]:
-    """Why record ``r``'s pass does not count (its check failed for a stage it runs), or None. Records whose
-    file has no check for them count (older files)."""
+def check_verdict(checks: Dict[Tuple[str, str, str], dict], r: dict) -> Optional[str]:
+    """None where record ``r``'s check passed for the stages its pass runs (or its file has no check for it:
+    older files); "wrong (ERR)" where an error is over the dtype's tolerance; "unchecked: WHY" where the check
+    could not compare (no e3nn reference, cuEquivariance's basis not comparable, the check itself raised)."""
     chk = checks.get((r["workload"], r["dtype"], r["impl"]))
     if chk is None:
         return None
     errs = [chk.get(stage) for stage in STAGES.get(r["pass"], ())]
-    if chk.get("status") != "ok" or any(e is None for e in errs):
-        return f"check failed: {chk.get('status')}"
-    worst = max(errs)
-    return f"wrong ({worst:.1e})" if worst > TOLERANCE.get(r["dtype"], 1e-5) else None
+    known = [e for e in errs if e is not None]
+    worst = max(known, default=0.0)
+    if worst > TOLERANCE.get(r["dtype"], 1e-5):
+        return f"wrong ({worst:.1e})"
+    if chk.get("status") != "ok" or len(known) < len(errs):
+        return f"unchecked: {chk.get('status')}"
+    return None
 
 
 def _best(rows: List[dict], key: str, pick=min) -> Optional[Tuple[float, str]]:
@@ -81,7 +86,8 @@ def ratios(results: List[dict], source: str = "", floors: Optional[Dict] = None,
         groups.setdefault((r["workload"], r["dtype"], r["pass"]), []).append(r)
     out = []
     for (workload, dtype, kind), rows in groups.items():
-        peers = [r for r in rows if r["impl"] not in OURS and check_failure(by_cell, r) is None]
+        peers = [r for r in rows if r["impl"] not in OURS
+                 and not (check_verdict(by_cell, r) or "").startswith("wrong")]
         fastest, least = _best(peers, "median_ms"), _best(peers, "peak_bytes")
         fastest_op = _best(peers, "op_ms")
         for r in rows:
@@ -89,9 +95,12 @@ def ratios(results: List[dict], source: str = "", floors: Optional[Dict] = None,
                 continue
             rec = {"source": source, "impl": r["impl"], "workload": workload, "dtype": dtype, "pass": kind,
                    "ms": r["median_ms"]}
-            failure = check_failure(by_cell, r)
-            if failure:
-                rec["wrong"] = failure
+            verdict = check_verdict(by_cell, r)
+            if verdict and verdict.startswith("wrong"):  # no ratios for wrong results
+                out.append({**rec, "wrong": verdict})
+                continue
+            if verdict:
+                rec["unchecked"] = verdict
             if fastest:
                 rec.update(peer=fastest[1], peer_ms=fastest[0], speedup=fastest[0] / r["median_ms"])
             if least and r.get("peak_bytes"):
@@ -122,14 +131,15 @@ def table(records: List[dict], target: float = 1.3) -> str:
             return "-"
         if "wrong" in rec:
             return f"{rec['ms']:.3g} WRONG: {rec['wrong']}"
+        note = " (UNCHECKED)" if "unchecked" in rec else ""
         if "speedup" not in rec:
-            return f"{rec['ms']:.3g} (no peer)"
+            return f"{rec['ms']:.3g} (no peer){note}"
         x = f"{rec['speedup']:.2f}x"
         text = f"{rec['ms']:.3g} vs {PEER_NAMES.get(rec['peer'], rec['peer'])} {rec['peer_ms']:.3g}: "
         text += f"**{x}**" if rec["speedup"] >= target else x
         if "op_speedup" in rec:
             text += f" (op {rec['op_speedup']:.2f}x)"
-        return text
+        return text + note
 
     index = {(r["source"], r["impl"], r["workload"], r["dtype"], r["pass"]): r for r in records}
     rows = ["| source | impl | workload | dtype | fwd | fwd+bwd | dbwd | memory fwd / bwd / dbwd |",

@@ -15,7 +15,7 @@ are deterministic (bit-identical results run after run); cueq, oeq_atomic and md
     python benchmarks/kernels.py [--workloads mace_mp0_medium,...] [--dtypes float32,float64]
         [--graph cu:4000:6.0 | random:NODES:EDGES | random_sym:NODES:EDGES]
         [--impls md_accel,md_accel_atomic,e3nn,cueq,oeq_det,oeq_atomic] [--passes fwd,fwd_bwd,dbwd]
-        [--repeats 20] [--budget SECONDS] [--out DIR]
+        [--repeats 20] [--warmup 3] [--budget SECONDS] [--check-nodes N] [--reference-cache DIR] [--out DIR]
 """
 from __future__ import annotations
 
@@ -345,30 +345,43 @@ def make_graph(spec: str) -> Dict:
 
 
 # --- the run ------------------------------------------------------------------------------------
-def reference(wl: Workload, gc: GraphT, device, cache_dir: Optional[str] = None) -> Dict:
+REFERENCE_FORMAT = 1  # bump when what a cached reference holds changes (through_layouts, dbwd_loss)
+
+
+def reference(wl: Workload, gc: GraphT, device, cache_dir: Optional[str] = None, log=None) -> Dict:
     """The check's inputs on the check graph and e3nn's float64 outputs and gradients for them (or why
-    e3nn failed): one per workload, shared by its dtypes. ``cache_dir``: kept there between runs (the
-    inputs are seeded, so a file serves every run on the same workload and check graph; tuning sweeps
-    run the same cells many times, and e3nn's float64 double backward is most of a cell's setup)."""
+    e3nn failed): one per workload, shared by its dtypes. ``cache_dir``: kept there between runs, keyed by
+    the inputs' bytes, the workload, e3nn's version and REFERENCE_FORMAT (tuning sweeps run the same cells
+    many times, and e3nn's float64 double backward is most of a cell's setup); a file that does not load
+    is recomputed."""
+    say = log or (lambda _s: None)
     gen = torch.Generator(device="cpu").manual_seed(2)
     ref = {"inputs": inputs(wl, gc, torch.float64, device, seed=1) + (
         torch.randn(gc.num_nodes, wl.dims[2], generator=gen, dtype=torch.float64).to(device),)}
     path = None
     if cache_dir:
-        key = hashlib.sha256(repr((wl, gc.num_nodes, gc.src.tolist(), gc.dst.tolist(), gc.vec.tolist()))
-                             .encode()).hexdigest()[:20]
-        path = os.path.join(cache_dir, f"{wl.name}-{key}.pt")
-        if os.path.exists(path):
+        digest = hashlib.sha256(repr((REFERENCE_FORMAT, wl, common.package_version("e3nn"))).encode())
+        for t in (gc.src, gc.dst, *ref["inputs"]):
+            digest.update(t.cpu().numpy().tobytes())
+        path = os.path.join(cache_dir, f"{wl.name}-{digest.hexdigest()[:20]}.pt")
+        try:
             ref["outputs"] = tuple(t.to(device) for t in torch.load(path, weights_only=True))
+            say(f"  e3nn reference: {path}")
             return ref
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001
+            say(f"  e3nn reference: {path} did not load ({common.failure(e)}), recomputed")
     try:
         ref["outputs"] = through_layouts(E3nnImpl(wl, gc, torch.float64, device), *ref["inputs"])
+        say("  e3nn reference: computed")
     except Exception as e:  # noqa: BLE001
         ref["error"] = common.failure(e)
     if path and "outputs" in ref:
         os.makedirs(cache_dir, exist_ok=True)
-        torch.save([t.cpu() for t in ref["outputs"]], path + ".tmp")
-        os.replace(path + ".tmp", path)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        torch.save([t.cpu() for t in ref["outputs"]], tmp)
+        os.replace(tmp, path)
     return ref
 
 
@@ -434,7 +447,7 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
                     fn()
                     common.sync(device)
                     once = time.perf_counter() - t0
-                    if not budget.allows(once * (args.repeats + args.warmup) + 1.0):
+                    if not budget.allows(once * (args.repeats + max(args.warmup, 1)) + common.WARMUP_S + 1.0):
                         raise TimeoutError(f"skipped: time budget (one call {once * 1e3:.0f} ms)")
                     rec.update(common.time_gpu(fn, device, args.warmup, args.repeats))
                     rec["peak_bytes"] = common.peak_memory(fn, device)
@@ -577,7 +590,7 @@ def main(argv=None):
                 records += [{"workload": wl.name, "dtype": str(dtype).removeprefix("torch."), "impl": i, "pass": p,
                              "status": "budget"} for i in impls for p in args.passes]
                 continue
-            check_ref = check_ref or reference(wl, gc, device, args.reference_cache)
+            check_ref = check_ref or reference(wl, gc, device, args.reference_cache, log)
             r, c = bench_workload(wl, dtype, impls, g, gc, device, args, budget, bw, log, check_ref)
             records += r
             checks += c

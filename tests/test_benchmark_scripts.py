@@ -75,6 +75,7 @@ def test_kernels_double_backward_split_into_loss_and_op(tmp_path):
                      "--out", str(tmp_path))
     data = json.load(open(tmp_path / "kernels.json"))
     assert len(data["checks"]) == 4 and all(c["status"] == "ok" for c in data["checks"])
+    assert out.count("e3nn reference: computed") == 1
     for c in data["checks"]:  # both dtypes against the one float64 reference
         assert max(c["fwd"], c["bwd"], c["dbwd"]) < (1e-12 if c["dtype"] == "float64" else 1e-5)
         if c["dtype"] == "float32":  # computed in float32, compared with float64
@@ -117,9 +118,9 @@ def test_kernels_reference_cache(tmp_path):
     args = ["--device", "cpu", "--graph", "random:30:200", "--workloads", "mace_first", "--dtypes", "float32",
             "--impls", "md_accel", "--passes", "fwd", "--repeats", "1", "--warmup", "0",
             "--reference-cache", str(tmp_path / "ref")]
-    run_script("kernels.py", *args, "--out", str(tmp_path / "a"))
+    assert "e3nn reference: computed" in run_script("kernels.py", *args, "--out", str(tmp_path / "a"))
     (cached,) = (tmp_path / "ref").iterdir()
-    run_script("kernels.py", *args, "--out", str(tmp_path / "b"))
+    assert f"e3nn reference: {cached}" in run_script("kernels.py", *args, "--out", str(tmp_path / "b"))
     first, second = (json.load(open(tmp_path / d / "kernels.json"))["checks"][0] for d in ("a", "b"))
     assert first["status"] == "ok" and first["fwd"] < 1e-5
     assert all(first[k] == second[k] for k in ("fwd", "bwd", "dbwd"))
@@ -129,6 +130,14 @@ def test_kernels_reference_cache(tmp_path):
     run_script("kernels.py", *args, "--out", str(tmp_path / "c"))
     third = json.load(open(tmp_path / "c" / "kernels.json"))["checks"][0]
     assert third["fwd"] == pytest.approx(0.5, rel=1e-3)
+    # another check graph: another file
+    run_script("kernels.py", *args, "--check-nodes", "20", "--out", str(tmp_path / "d"))
+    assert len(list((tmp_path / "ref").iterdir())) == 2
+    cached.write_bytes(b"not a torch file")  # a file that does not load is recomputed (and rewritten)
+    out = run_script("kernels.py", *args, "--out", str(tmp_path / "e"))
+    assert "did not load" in out and "e3nn reference: computed" in out
+    fifth = json.load(open(tmp_path / "e" / "kernels.json"))["checks"][0]
+    assert fifth["fwd"] == first["fwd"] and torch.load(cached, weights_only=True)[0].shape == outputs[0].shape
 
 
 def test_kernels_loss_is_the_sum_of_squares():
@@ -241,18 +250,23 @@ def test_kernel_ratios_only_within_one_run(tmp_path):
     # oeq_atomic: fast, but its first gradients failed the check: a peer for the forward only
     run1 += [res("oeq_atomic", "fwd", 1.5, 500), res("oeq_atomic", "fwd_bwd", 0.1, 1)]
     checks1 = [{"workload": "w", "dtype": "float32", "impl": "oeq_atomic", "status": "ok", "fwd": 1e-7, "bwd": 1.3,
-                "dbwd": 1.0},
-               {"workload": "w", "dtype": "float32", "impl": "md_accel_atomic", "status": "ok", "fwd": 1e-7,
-                "bwd": 1e-7, "dbwd": 2e-5}]
+                "dbwd": 1.0}]
     run2 = [res("md_accel", "fwd", 1.0, 100), res("cueq", "fwd", 0.5, 50)]
+    # run c: md_accel's forward wrong (no ratios); a check that could not compare (no e3nn reference, or
+    # cuEquivariance's basis) leaves the record in, marked unchecked
+    run3 = [res("md_accel", "fwd", 1.0, 100), res("md_accel_atomic", "fwd", 1.0, 100), res("cueq", "fwd", 2.0, 90)]
+    checks3 = [{"workload": "w", "dtype": "float32", "impl": "md_accel", "status": "ok", "fwd": 3e-5, "bwd": 1e-7,
+                "dbwd": 1e-7},
+               {"workload": "w", "dtype": "float32", "impl": "md_accel_atomic", "status": "no e3nn reference (x)"},
+               {"workload": "w", "dtype": "float32", "impl": "cueq", "status": "cuEquivariance basis differs"}]
     # run a knows its graph, copy bandwidth and shapes (run b does not): byte floors for its cells
     meta = {"copy_bandwidth_gbs": 1e-3, "graph": {"num_nodes": 10, "num_edges": 100},
             "workloads": {"w": {"dims": [2, 3, 4], "weight_numel": 5}}}
-    for name, rows in (("a", run1), ("b", run2)):
+    extras = {"a": {**meta, "checks": checks1}, "b": {}, "c": {"checks": checks3}}
+    for name, rows in (("a", run1), ("b", run2), ("c", run3)):
         (tmp_path / name).mkdir()
-        extra = {**meta, "checks": checks1} if name == "a" else {}
-        (tmp_path / name / "kernels.json").write_text(json.dumps({"results": rows, **extra}))
-    out = run_script("kernel_ratios.py", str(tmp_path / "a" / "kernels.json"), str(tmp_path / "b" / "kernels.json"),
+        (tmp_path / name / "kernels.json").write_text(json.dumps({"results": rows, **extras[name]}))
+    out = run_script("kernel_ratios.py", *(str(tmp_path / name / "kernels.json") for name in "abc"),
                      "--out", str(tmp_path / "out"))
     recs = json.loads((tmp_path / "out" / "kernel_ratios.json").read_text())
     by = {(r["source"], r["impl"], r["pass"]): r for r in recs}
@@ -263,11 +277,14 @@ def test_kernel_ratios_only_within_one_run(tmp_path):
     assert fwd_b["peer"] == "cueq" and fwd_b["speedup"] == pytest.approx(0.5)
     dbwd = by[("a", "md_accel", "dbwd")]  # the OOM peer is not a peer
     assert dbwd["peer"] == "cueq" and dbwd["speedup"] == pytest.approx(1.2) and dbwd["op_speedup"] == pytest.approx(1.5)
-    atomic = by[("a", "md_accel_atomic", "dbwd")]  # its double backward failed the float32 tolerance
+    atomic = by[("a", "md_accel_atomic", "dbwd")]
     assert atomic["op_speedup"] == pytest.approx(2.0) and atomic["memory_ratio"] == pytest.approx(250 / 260)
-    assert atomic["wrong"] == "wrong (2.0e-05)" and "9 WRONG: wrong (2.0e-05)" in out
-    assert "wrong" not in dbwd and "wrong" not in fwd_a
+    assert not any("wrong" in r or "unchecked" in r for r in (dbwd, fwd_a, atomic))
     assert "speedup" not in by[("a", "md_accel", "fwd_bwd")] and "(no peer)" in out
+    wrong, unchecked = by[("c", "md_accel", "fwd")], by[("c", "md_accel_atomic", "fwd")]
+    assert wrong["wrong"] == "wrong (3.0e-05)" and "speedup" not in wrong and "1 WRONG: wrong (3.0e-05)" in out
+    assert unchecked["unchecked"].startswith("unchecked: no e3nn reference")
+    assert unchecked["peer"] == "cueq" and unchecked["speedup"] == pytest.approx(2.0) and "(UNCHECKED)" in out
     assert "**1.50x**" in out and "| a | md_accel | w | float32 |" in out
     # float32 forward at 1e6 bytes/s: 4 bytes x (100 edges x (3 + 5) + 10 nodes x (2 + 4)) + 8 index bytes x 100
     assert fwd_a["floor_ms"] == pytest.approx(4240 / 1e6 * 1e3) and fwd_a["over_floor"] == pytest.approx(1 / 4.24)

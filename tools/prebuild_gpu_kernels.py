@@ -5,6 +5,7 @@ correlation-3 symmetric contractions) take minutes of nvcc each, device time bet
     .venv-mace/bin/python tools/prebuild_gpu_kernels.py sc-tests mace   # mace-torch needed
     .venv/bin/python tools/prebuild_gpu_kernels.py sevenn tp-tests      # sevenn needed
     .venv/bin/python tools/prebuild_gpu_kernels.py tp-gpu-tests mace-cu # tests/gpu's tp_conv configs
+    .venv/bin/python tools/prebuild_gpu_kernels.py fused-tests          # GPU_FUSED=1's fused-radial kernels
 
 Builds into .gpu/build (tp_specs/, sc_specs/) and packs them into .gpu/gpu_prebuilt.tar.xz, which
 tools/gpu_check.sh unpacks (carry ".gpu/gpu_prebuilt.tar.xz").
@@ -98,16 +99,37 @@ def tp_gpu_tests():
                               p.path_normalization) for p in problems]
 
 
+def build_fused_tests(arch: str, workers: int) -> None:
+    """The fused-radial kernels of tests/gpu/test_tp_conv_fused_cuda.py (tests/fused_testing.py), which
+    `GPU_FUSED=1 tools/gpu_check.sh` would otherwise compile on the GPU machine."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fused_testing import CONFIGS
+
+    from md_accel.ops import _codegen, _codegen_fused
+
+    def build(name):
+        make, hidden = CONFIGS[name]
+        return name, _codegen_fused.build_fused(_codegen.plan_structure(make().lower()), hidden, arch)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
+        for name, path in ex.map(build, CONFIGS):
+            print(f"  fused {name}: {path}")
+
+
 def main():
     makers = {"sc-tests": sc_tests, "tp-tests": tp_tests, "tp-gpu-tests": tp_gpu_tests, "mace": mace,
               "mace-cu": mace_cu, "sevenn": sevenn}
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", nargs="+", choices=list(makers))
+    ap.add_argument("what", nargs="+", choices=[*makers, "fused-tests"])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args()
-    modules = [m for what in args.what for m in makers[what]()]
-    prebuild(modules, arch=args.arch, workers=args.jobs)
+    modules = [m for what in args.what if what in makers for m in makers[what]()]
+    if modules:
+        prebuild(modules, arch=args.arch, workers=args.jobs)
+    if "fused-tests" in args.what:
+        build_fused_tests(args.arch, args.jobs)
     dirs = [d for d in ("build/tp_specs", "build/sc_specs") if os.path.isdir(os.path.join(REPO, ".gpu", d))]
     # only the finished libraries (no temporary build directories of interrupted runs)
     files = [os.path.join(d, f) for d in dirs for f in sorted(os.listdir(os.path.join(REPO, ".gpu", d)))

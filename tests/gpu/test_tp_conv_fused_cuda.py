@@ -7,8 +7,6 @@ layers. Shapes: the real MACE-MP-0 medium, SevenNet-0 and SevenNet-l3i5 convolut
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,11 +16,9 @@ if not torch.cuda.is_available():
 
 from md_accel.ops import _cuda, _custom_ops  # noqa: E402
 from md_accel.ops.tp_conv import build_graph  # noqa: E402
-from md_accel.ops.tp_problem import TPProblem  # noqa: E402
 from md_accel.ops.tp_reference import tp_conv_fused_bwd_ref, tp_conv_fused_fwd_ref  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from workloads import WORKLOADS  # noqa: E402
+from fused_testing import CONFIGS  # noqa: E402
 
 if not _cuda.load(verbose=True):
     pytest.fail(f"md_accel CUDA library did not load: {_cuda.load_error()}", pytrace=False)
@@ -30,25 +26,6 @@ _custom_ops.register(True)
 OPS = torch.ops.md_accel
 DEV = torch.device("cuda")
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
-
-
-def _workload(name):
-    w = WORKLOADS[name]
-    return TPProblem.create(w.irreps_in1, w.irreps_in2, w.irreps_out, w.instructions)
-
-
-CONFIGS = {  # name -> (problem, hidden width)
-    "mace_mp0_medium": (lambda: _workload("mace_mp0_medium"), 64),
-    "mace_first": (lambda: _workload("mace_first"), 64),
-    "sevennet_0": (lambda: _workload("sevennet_0"), 64),
-    "sevennet_l3i5": (lambda: _workload("sevennet_l3i5"), 64),
-    "nequip_l3_h32": (lambda: _workload("nequip_l3"), 32),
-    "in2_mul2": (lambda: TPProblem.create("8x0e+8x1o", "2x0e+1x1o", "8x0e+8x1o+8x1o",
-                                          [(0, 0, 0, "uvu", True), (1, 0, 1, "uvu", True),
-                                           (0, 1, 2, "uvu", True), (1, 1, 0, "uvu", True)]), 16),
-    "tiny": (lambda: TPProblem.create("2x0e+2x1o", "1x0e+1x1o", "2x0e+2x1o+2x1e",
-                                      [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (1, 1, 2, "uvu", True)]), 16),
-}
 
 
 # The fused-radial kernels are opt-in (MD_ACCEL_FUSED_RADIAL=1) and take minutes of nvcc on a
