@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from workloads import byte_floor  # noqa: E402
+from workloads import CHECK_TOLERANCE, PASS_STAGES, byte_floor  # noqa: E402
 
 OURS = ("md_accel", "md_accel_atomic")
 PEER_NAMES = {"cueq": "cueq", "oeq_det": "OEq", "oeq_atomic": "OEq atomic", "e3nn": "e3nn"}
@@ -34,10 +34,6 @@ PEER_NAMES = {"cueq": "cueq", "oeq_det": "OEq", "oeq_atomic": "OEq atomic", "e3n
 
 # A pass counts only where the implementation's own check against e3nn (``kernels.py``'s "checks": relative
 # errors of the forward, first and second gradients on the check subgraph) did not fail for the stages it runs.
-STAGES = {"fwd": ("fwd",), "fwd_bwd": ("fwd", "bwd"), "dbwd": ("fwd", "bwd", "dbwd")}
-TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # #3's tolerances
-
-
 def check_verdict(checks: Dict[Tuple[str, str, str], dict], r: dict) -> Optional[str]:
     """None where record ``r``'s check passed for the stages its pass runs (or its file has no check for it:
     older files); "wrong (ERR)" where an error is over the dtype's tolerance; "unchecked: WHY" where the check
@@ -45,10 +41,10 @@ def check_verdict(checks: Dict[Tuple[str, str, str], dict], r: dict) -> Optional
     chk = checks.get((r["workload"], r["dtype"], r["impl"]))
     if chk is None:
         return None
-    errs = [chk.get(stage) for stage in STAGES.get(r["pass"], ())]
+    errs = [chk.get(stage) for stage in PASS_STAGES.get(r["pass"], ()) if stage != "loss"]  # the loss: no check
     known = [e for e in errs if e is not None]
     worst = max(known, default=0.0)
-    if worst > TOLERANCE.get(r["dtype"], 1e-5):
+    if worst > CHECK_TOLERANCE.get(r["dtype"], 1e-5):
         return f"wrong ({worst:.1e})"
     if chk.get("status") != "ok" or len(known) < len(errs):
         return f"unchecked: {chk.get('status')}"
@@ -78,8 +74,9 @@ def floors_ms(data: dict) -> Dict[Tuple[str, str, str], float]:
 def ratios(results: List[dict], source: str = "", floors: Optional[Dict] = None,
            checks: Optional[List[dict]] = None) -> List[dict]:
     """One record per (md_accel implementation, workload, dtype, pass) of one kernels.json's results;
-    ``floors``: ``floors_ms`` of the same file; ``checks``: its "checks" (a peer whose check failed for the
-    pass is no peer there; an md_accel record that failed its check is marked ``wrong``)."""
+    ``floors``: ``floors_ms`` of the same file; ``checks``: its "checks" (``check_verdict``: a peer found
+    wrong for the pass is no peer there; an md_accel record found wrong is marked ``wrong`` and gets no
+    ratios; one the check could not compare is marked ``unchecked``)."""
     by_cell = {(c["workload"], c["dtype"], c["impl"]): c for c in checks or []}
     groups: Dict[Tuple[str, str, str], List[dict]] = {}
     for r in results:

@@ -11,8 +11,7 @@ import json
 import os
 from typing import Dict, List, Tuple
 
-
-TOLERANCE = {"float32": 1e-5, "float64": 1e-10}  # max relative error against e3nn float64, as the GPU tests
+from workloads import CHECK_TOLERANCE  # benchmarks/, the script's folder
 
 
 def load(root: str) -> Dict[str, Dict[Tuple[str, str, str], object]]:
@@ -27,7 +26,7 @@ def load(root: str) -> Dict[str, Dict[Tuple[str, str, str], object]]:
             if c.get("impl") != "md_accel":
                 continue
             err = max((c.get(k) or 0.0) for k in ("fwd", "bwd", "dbwd")) if c.get("status") == "ok" else None
-            if err is None or err > TOLERANCE[c["dtype"]]:
+            if err is None or err > CHECK_TOLERANCE[c["dtype"]]:
                 wrong[(c["workload"], c["dtype"])] = "check failed" if err is None else f"WRONG ({err:.1e})"
         out[label] = {}
         for r in data["results"]:

@@ -98,6 +98,13 @@ WORKLOADS: Dict[str, Workload] = {w.name: w for w in [
 ]}
 
 
+# --- passes, their stages and the check ---------------------------------------------------------
+# The autograd stages each benchmark pass runs, in order (``loss``: the double-backward pass's loss).
+PASS_STAGES = {"fwd": ("fwd",), "fwd_bwd": ("fwd", "bwd"), "dbwd": ("fwd", "bwd", "loss", "dbwd")}
+# Max relative error against e3nn in float64 on kernels.py's check subgraph (#3's, as the GPU tests).
+CHECK_TOLERANCE = {"float32": 1e-5, "float64": 1e-10}
+
+
 # --- the bytes a pass must move -----------------------------------------------------------------
 def stage_elements(wl: Workload, num_nodes: int, num_edges: int) -> Dict[str, int]:
     """Elements each autograd stage of the passes must move at least, every tensor it reads read once and
@@ -125,6 +132,5 @@ def byte_floor(wl: Workload, num_nodes: int, num_edges: int, itemsize: int) -> D
     sessions <= 28 in docs/benchmarks.md), and ``dbwd`` had none."""
     st = stage_elements(wl, num_nodes, num_edges)
     idx = 8 * num_edges
-    passes = {"fwd": ("fwd",), "fwd_bwd": ("fwd", "bwd"), "dbwd": ("fwd", "bwd", "loss", "dbwd")}
     return {p: itemsize * sum(st[s] for s in stages) + idx * sum(s != "loss" for s in stages)
-            for p, stages in passes.items()}
+            for p, stages in PASS_STAGES.items()}
