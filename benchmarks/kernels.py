@@ -249,18 +249,25 @@ def make_impl(name: str, wl: Workload, g: GraphT, dtype, device) -> Impl:
 # --- inputs, passes, checks ---------------------------------------------------------------------
 def inputs(wl: Workload, g: GraphT, dtype, device, seed: int = 0):
     """x [N, dim1] ~ N(0,1); y = real spherical harmonics (component normalised) of the edge
-    vectors, or N(0,1) when e3nn is missing; w [E, weights] ~ N(0,1)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    vectors, or N(0,1) when e3nn is missing; w [E, weights] ~ N(0,1). Drawn on ``device`` in ``dtype``
+    (the same seed gives the same values on one kind of device): mace_large's float64 weights, 679M
+    numbers, took ~11 s on a CPU core, the better part of a workload's setup in a tuning sweep."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     d1, d2, _ = wl.dims
-    x = torch.randn(g.num_nodes, d1, generator=gen, dtype=torch.float64)
-    w = torch.randn(g.num_edges, wl.weight_numel, generator=gen, dtype=torch.float64)
+
+    def normal(*shape):
+        return torch.randn(*shape, generator=gen, dtype=dtype, device=device)
+
+    x = normal(g.num_nodes, d1)
+    w = normal(g.num_edges, wl.weight_numel)
     try:
         from e3nn import o3
 
-        y = o3.spherical_harmonics(wl.irreps_in2, g.vec.cpu(), normalize=True, normalization="component")
+        y = o3.spherical_harmonics(wl.irreps_in2, g.vec.cpu(), normalize=True,
+                                   normalization="component").to(device=device, dtype=dtype)
     except ImportError:
-        y = torch.randn(g.num_edges, d2, generator=gen, dtype=torch.float64)
-    return tuple(t.to(device=device, dtype=dtype) for t in (x, y, w))
+        y = normal(g.num_edges, d2)
+    return x, y, w
 
 
 class SumOfSquares(torch.autograd.Function):
