@@ -70,7 +70,8 @@ DBWD_G_BUDGET = (48, 24)
 # Minimum resident warps per SM asked of the compiler for the float64 kernels (__launch_bounds__):
 # 12 caps them at ~168 registers. Session 14 (H200, kernels.py, 312k edges): SevenNet-l3i5 float64
 # fwd 1.23x, fwd + bwd 1.08x, double backward 1.06x faster than without (up to 254 registers, a few
-# small spills now); MACE medium float64 1.01-1.04x. The float32 kernels get no minimum (0).
+# small spills now); MACE medium float64 1.01-1.04x. The float32 kernels get no minimum (0): 20 warps made the
+# NequIP l = 3 float32 forward 19 % slower (session 30, H200: 1.114 vs 0.937 ms), no change on MACE medium (29).
 MIN_WARPS64 = 12
 GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one barrier
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
@@ -85,14 +86,16 @@ PF_FWD, PF_BWD32, PF_BWD64, PF_DBWD = 1, 2, 4, 8  # fwd and dfwd; bwd float32; b
 # it, SevenNet-l3i5's 0.86x. So the fp64 backward is built both ways and the launcher takes the
 # prefetching kernel where it keeps as many resident blocks per SM (PF_BWD64: that choice; unset: never).
 PF_DEFAULT = PF_FWD | PF_BWD32 | PF_BWD64 | PF_DBWD
-# Opt-in, not yet measured: the forward passes (fwd, dfwd) also ask for the lines of the next edge's y row (L2)
-# and of its sender's x row (L1) that the pass reads. The forward of the 32-channel workloads is bound by
-# latency (session 28, ncu, NequIP l = 3 float32: 51 % of DRAM bandwidth, 57 % SM throughput); w is
-# prefetched already, y streams from DRAM one edge at a time and x comes from L2 after src[e].
+# Opt-in: the forward passes (fwd, dfwd) also ask for the lines of the next edge's y row (L2) and of its
+# sender's x row (L1) that the pass reads (the 32-channel forwards are bound by latency: session 28, ncu,
+# NequIP l = 3 float32, 51 % of DRAM bandwidth, 57 % SM throughput). Mixed: session 29 (H100, one run)
+# 1.7-6.1 % faster in 4 of 5 forward cells, 5 % slower on MACE-MP-0 medium float64; session 30 (H200, with
+# PF_PART1_XY) forwards 3.4-17 % slower on the MACE shapes and SevenNet-0 float32, 10 % faster on SevenNet-0
+# float64.
 PF_FWD_XY = 16
-# Opt-in, not yet measured: the same for the backward's and the double backward's part 1 (both dtypes), whose
-# edge loops also load y and the sender's x per edge (session 28, ncu, MACE large float32: 64-72 % of DRAM
-# bandwidth at 128-168 registers).
+# Opt-in: the same for the backward's and the double backward's part 1 (both dtypes), whose edge loops also load
+# y and the sender's x per edge. Session 30 (H200, with PF_FWD_XY): forward + backward and double backward from
+# 4.6 % faster to 5.1 % slower than the default on MACE-MP-0 medium, MACE large and SevenNet-0: no gain.
 PF_PART1_XY = 32
 PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 
