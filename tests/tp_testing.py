@@ -10,21 +10,7 @@ def sh(lmax: int) -> str:
 
 
 def uvu_problem(irreps_in1: str, irreps_in2: str, lmax_out: int, parity_filter: bool = False) -> TPProblem:
-    """Every 'uvu' path with l_out <= lmax_out, one output block per instruction (with
-    ``parity_filter`` only outputs of parity (-1)^l, as MACE's target irreps)."""
-    from md_accel.o3 import Irreps
-
-    i1, i2 = Irreps(irreps_in1), Irreps(irreps_in2)
-    out, ins = [], []
-    for a, m1 in enumerate(i1):
-        for b, m2 in enumerate(i2):
-            p = m1.ir.p * m2.ir.p
-            for l3 in range(abs(m1.ir.l - m2.ir.l), min(m1.ir.l + m2.ir.l, lmax_out) + 1):
-                if parity_filter and (-1) ** l3 != p:
-                    continue
-                ins.append((a, b, len(out), "uvu", True))
-                out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
-    return TPProblem.create(irreps_in1, irreps_in2, "+".join(out), ins)
+    return TPProblem.all_uvu(irreps_in1, irreps_in2, lmax_out, parity_filter)
 
 
 CONFIGS = {

@@ -1199,25 +1199,15 @@ def plan_structure(plan) -> tuple:
 
 
 def main(argv=None) -> None:
-    """Write the generated source of a test-style 'uvu' problem: python -m md_accel.ops._codegen IN1 IN2 LMAX OUT.cu"""
+    """Write the generated source of a test-style 'uvu' problem:
+    python -m md_accel.ops._codegen IN1 IN2 LMAX OUT.cu [parity]"""
     import sys
 
     from .tp_problem import TPProblem
-    from ..o3 import Irreps
 
     a = argv if argv is not None else sys.argv[1:]
-    i1, i2, lmax, path = Irreps(a[0]), Irreps(a[1]), int(a[2]), a[3]
-    out, ins = [], []
-    for x, m1 in enumerate(i1):
-        for y, m2 in enumerate(i2):
-            p = m1.ir.p * m2.ir.p
-            for l3 in range(abs(m1.ir.l - m2.ir.l), min(m1.ir.l + m2.ir.l, lmax) + 1):
-                if len(a) > 4 and a[4] == "parity" and (-1) ** l3 != p:
-                    continue
-                ins.append((x, y, len(out), "uvu", True))
-                out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
-    plan = TPProblem.create(a[0], a[1], "+".join(out), ins).lower()
-    Path(path).write_text(generate(plan_structure(plan)))
+    plan = TPProblem.all_uvu(a[0], a[1], int(a[2]), len(a) > 4 and a[4] == "parity").lower()
+    Path(a[3]).write_text(generate(plan_structure(plan)))
 
 
 if __name__ == "__main__":

@@ -878,21 +878,10 @@ def main(argv=None) -> None:
 
     from ._codegen import plan_structure
     from .tp_problem import TPProblem
-    from ..o3 import Irreps
 
     a = argv if argv is not None else sys.argv[1:]
-    i1, i2, lmax, hidden, path = Irreps(a[0]), Irreps(a[1]), int(a[2]), int(a[3]), a[4]
-    out, ins = [], []
-    for x, m1 in enumerate(i1):
-        for y, m2 in enumerate(i2):
-            p = m1.ir.p * m2.ir.p
-            for l3 in range(abs(m1.ir.l - m2.ir.l), min(m1.ir.l + m2.ir.l, lmax) + 1):
-                if len(a) > 5 and a[5] == "parity" and (-1) ** l3 != p:
-                    continue
-                ins.append((x, y, len(out), "uvu", True))
-                out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
-    plan = TPProblem.create(a[0], a[1], "+".join(out), ins).lower()
-    Path(path).write_text(generate_fused(plan_structure(plan), hidden, w_global()))
+    plan = TPProblem.all_uvu(a[0], a[1], int(a[2]), len(a) > 5 and a[5] == "parity").lower()
+    Path(a[4]).write_text(generate_fused(plan_structure(plan), int(a[3]), w_global()))
 
 
 if __name__ == "__main__":

@@ -73,6 +73,23 @@ class TPProblem:
         p.validate()
         return p
 
+    @classmethod
+    def all_uvu(cls, irreps_in1, irreps_in2, lmax_out: int, parity_filter: bool = False) -> "TPProblem":
+        """Every 'uvu' path with l_out <= lmax_out, one output block per instruction (with
+        ``parity_filter`` only outputs of parity (-1)^l, as MACE's target irreps): the problems of the
+        kernel tests and of the code generators' command lines."""
+        i1, i2 = Irreps(irreps_in1), Irreps(irreps_in2)
+        out, ins = [], []
+        for a, m1 in enumerate(i1):
+            for b, m2 in enumerate(i2):
+                p = m1.ir.p * m2.ir.p
+                for l3 in range(abs(m1.ir.l - m2.ir.l), min(m1.ir.l + m2.ir.l, lmax_out) + 1):
+                    if parity_filter and (-1) ** l3 != p:
+                        continue
+                    ins.append((a, b, len(out), "uvu", True))
+                    out.append(f"{m1.mul}x{l3}{'e' if p == 1 else 'o'}")
+        return cls.create(i1, i2, "+".join(out), ins)
+
     def validate(self) -> None:
         if self.irrep_normalization not in ("component", "norm", "none"):
             raise ValueError(f"irrep_normalization must be component/norm/none, got {self.irrep_normalization!r}")
