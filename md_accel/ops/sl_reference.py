@@ -44,36 +44,34 @@ def _species_groups(species: torch.Tensor, num_species: int, n: int) -> List[Tup
     return [(s, idx) for s, idx in enumerate(torch.split(order, counts)) if idx.numel() > 0]
 
 
-def species_linear_fwd_ref(x: torch.Tensor, weight: torch.Tensor, species: torch.Tensor, ins: List[int],
-                           path_weights: List[float], dim_out: int) -> torch.Tensor:
-    out = x.new_zeros((x.shape[0], dim_out))
-    for s, idx in _species_groups(species, weight.shape[0], x.shape[0]):
-        xs = x.index_select(0, idx)
-        ys = x.new_zeros((idx.numel(), dim_out))
+def _apply(t: torch.Tensor, weight: torch.Tensor, species: torch.Tensor, ins: List[int], path_weights: List[float],
+           dim: int, transpose: bool) -> torch.Tensor:
+    """Each node's rows through its species' paths: x -> out, or (``transpose``) grad_out -> grad_x, the
+    same weights read as [mi, mo] either way."""
+    out = t.new_zeros((t.shape[0], dim))
+    for s, idx in _species_groups(species, weight.shape[0], t.shape[0]):
+        ts = t.index_select(0, idx)
+        ys = t.new_zeros((idx.numel(), dim))
         for (i_off, mi, o_off, mo, d, w_off), pw in zip(instructions(ins), path_weights):
             if mi == 0 or mo == 0:
                 continue
             w = weight[s, w_off: w_off + mi * mo].view(mi, mo)
-            xb = xs[:, i_off: i_off + mi * d].reshape(-1, mi, d)
-            ys[:, o_off: o_off + mo * d] += pw * torch.einsum("uw,nui->nwi", w, xb).reshape(-1, mo * d)
+            (a, ma), (b, mb) = ((o_off, mo), (i_off, mi)) if transpose else ((i_off, mi), (o_off, mo))
+            block = ts[:, a: a + ma * d].reshape(-1, ma, d)
+            y = torch.einsum("uw,nwi->nui", w, block) if transpose else torch.einsum("uw,nui->nwi", w, block)
+            ys[:, b: b + mb * d] += pw * y.reshape(-1, mb * d)
         out.index_copy_(0, idx, ys)
     return out
 
 
+def species_linear_fwd_ref(x: torch.Tensor, weight: torch.Tensor, species: torch.Tensor, ins: List[int],
+                           path_weights: List[float], dim_out: int) -> torch.Tensor:
+    return _apply(x, weight, species, ins, path_weights, dim_out, transpose=False)
+
+
 def species_linear_bwd_x_ref(grad_out: torch.Tensor, weight: torch.Tensor, species: torch.Tensor, ins: List[int],
                              path_weights: List[float], dim_in: int) -> torch.Tensor:
-    gx = grad_out.new_zeros((grad_out.shape[0], dim_in))
-    for s, idx in _species_groups(species, weight.shape[0], grad_out.shape[0]):
-        gs = grad_out.index_select(0, idx)
-        ys = grad_out.new_zeros((idx.numel(), dim_in))
-        for (i_off, mi, o_off, mo, d, w_off), pw in zip(instructions(ins), path_weights):
-            if mi == 0 or mo == 0:
-                continue
-            w = weight[s, w_off: w_off + mi * mo].view(mi, mo)
-            gb = gs[:, o_off: o_off + mo * d].reshape(-1, mo, d)
-            ys[:, i_off: i_off + mi * d] += pw * torch.einsum("uw,nwi->nui", w, gb).reshape(-1, mi * d)
-        gx.index_copy_(0, idx, ys)
-    return gx
+    return _apply(grad_out, weight, species, ins, path_weights, dim_in, transpose=True)
 
 
 def species_linear_bwd_w_ref(x: torch.Tensor, grad_out: torch.Tensor, species: torch.Tensor, ins: List[int],
