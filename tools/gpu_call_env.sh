@@ -1,0 +1,13 @@
+# Sourced by a device call's script, from the repository root, before it runs benchmarks: the carried build caches
+# (tools/gpu_cache.sh, with the generated kernels under .gpu/build), the results folder R=$OUT/r, a line naming the
+# op library and the GPU, and ase + vesin from the carried wheels folder WHEELS (default .peers/k/wheels) on
+# PYTHONPATH (the device's Python lacks them).
+export PYTHON=${PYTHON:-python} MD_ACCEL_BUILD_DIR=$PWD/.gpu/build
+R=$OUT/r
+mkdir -p "$R"
+source tools/gpu_cache.sh >/dev/null
+echo "lib: ${MD_ACCEL_OPS_LIBRARY:-none (JIT build)}"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "${WHEELS:-.peers/k/wheels}"/ase-*.whl \
+  "${WHEELS:-.peers/k/wheels}"/vesin-*.whl
+export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
