@@ -11,6 +11,9 @@ backward is wrong on directed graphs, so it is no peer there for the forward + b
 a check that could not compare leaves the peer in). md_accel's own wrong cells get no ratios. Ratios are the
 peer's time (or peak) over md_accel's: above 1, md_accel is faster (or needs less memory).
 
+A summary comes first: per md_accel implementation and pass, the ranges over all cells and the cells under
+``--target``.
+
 Where the file has its copy bandwidth and graph, each cell also gets its byte floor (``workloads.byte_floor``,
 recomputed with today's count from the file's graph and workload shapes) and every time over it, in a second
 table: how far md_accel and the fastest peer are from moving the least bytes the pass needs.
@@ -148,6 +151,28 @@ def table(records: List[dict], target: float = 1.3) -> str:
     return "\n".join(rows)
 
 
+def summary(records: List[dict], target: float = 1.3) -> str:
+    """Markdown: per md_accel implementation and pass, over every cell with a peer: the range of the speedups,
+    of the peak-memory ratios and of the times over the byte floor, and the cells under ``target``."""
+    def span(values: List[float], fmt: str) -> str:
+        return f"{min(values):{fmt}}-{max(values):{fmt}}" if values else "-"
+
+    rows = ["| impl | pass | cells | speedup | peak memory ratio | time over floor | under the target |",
+            "|---|---|---|---|---|---|---|"]
+    for impl in OURS:
+        for kind in ("fwd", "fwd_bwd", "dbwd"):
+            recs = [r for r in records if r["impl"] == impl and r["pass"] == kind and "speedup" in r]
+            if not recs:
+                continue
+            under = ", ".join(f"{r['workload']} {r['dtype']} {r['speedup']:.3f}x"
+                              + (f" ({r['source']})" if r["source"] else "")
+                              for r in recs if r["speedup"] < target)
+            rows.append(f"| {impl} | {kind} | {len(recs)} | {span([r['speedup'] for r in recs], '.2f')}x | "
+                        f"{span([r['memory_ratio'] for r in recs if 'memory_ratio' in r], '.3f')} | "
+                        f"{span([r['over_floor'] for r in recs if 'over_floor' in r], '.2f')} | {under or '-'} |")
+    return "\n".join(rows)
+
+
 def floor_table(records: List[dict]) -> str:
     """Markdown: per run, workload and dtype, each pass's floor and the times over it of md_accel
     (deterministic / atomic, as measured) and of the fastest peer."""
@@ -180,7 +205,8 @@ def main(argv=None) -> None:
         with open(path) as f:
             data = json.load(f)
         records += ratios(data["results"], source=run_name(path), floors=floors_ms(data), checks=data.get("checks"))
-    text = table(records, args.target)
+    text = (f"Summary (speedups under {args.target}x listed)\n\n" + summary(records, args.target) + "\n\n"
+            + table(records, args.target))
     if any("floor_ms" in r for r in records):
         text += ("\n\nAgainst the byte floor (ms), then time over it: md_accel / md_accel_atomic / the fastest peer\n\n"
                  + floor_table(records))

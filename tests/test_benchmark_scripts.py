@@ -295,6 +295,11 @@ def test_kernel_ratios_only_within_one_run(tmp_path):
     fwd_bwd_floor = (4 * (3 * 800 + 10 * (3 * 2 + 2 * 4)) + 2 * 800) / 1e6 * 1e3  # no peer in that cell
     assert (f"| a | w | float32 | 4.24: 0.24 / - / OEq atomic 0.35 | {fwd_bwd_floor:.3g}: {2 / fwd_bwd_floor:.2f} / - | "
             f"{dbwd_floor:.3g}: {10 / dbwd_floor:.2f} / {9 / dbwd_floor:.2f} / cueq {12 / dbwd_floor:.2f} |") in out
+    # the summary: md_accel's forwards with a peer are a (1.5x), b (0.5x) and c's unchecked atomic one (2.0x)
+    assert "| md_accel | fwd | 2 | 0.50-1.50x | 1.111-2.000 | 0.24-0.24 | w float32 0.500x (b) |" in out
+    f = f"{10 / dbwd_floor:.2f}"
+    assert f"| md_accel | dbwd | 1 | 1.20-1.20x | 1.154-1.154 | {f}-{f} | w float32 1.200x (a) |" in out
+    assert "| md_accel_atomic | dbwd | 1 | 1.33-1.33x |" in out and out.count("| md_accel_atomic | dbwd |") == 1
 
 
 def test_profile_parts_of_kernel_names():
