@@ -344,3 +344,62 @@ def test_receiver_split_is_bitwise_neutral(dtype):
             assert torch.isfinite(a).all() and torch.equal(a, b), (what, split)
     with pytest.raises(AssertionError, match="split must be positive"):
         backward(-1, 1000)
+
+
+_WIDE = {}
+
+
+def wide_plan_and_library(tune: _codegen.Tuning):
+    """A plan with blocks of 64, 32 and 8 channels (kernels of 64 threads: the 32-channel passes run two edge
+    slots, four with two channels per thread; the 8-channel block keeps one channel per thread)."""
+    if tune not in _WIDE:
+        plan = TPProblem.all_uvu("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e", 2).lower()
+        _WIDE[tune] = (plan, emulate.SpecLibrary(_codegen.generate(_codegen.plan_structure(plan), tune)))
+    return _WIDE[tune]
+
+
+CPL_TUNINGS = {"cpl2": _codegen.Tuning(fwd_cpl=2),
+               "cpl2_split_prefetch_all": _codegen.Tuning(fwd_cpl=2, fwd_acc=6, prefetch=_codegen.PF_ALL)}
+
+
+@pytest.mark.parametrize("tuning", list(CPL_TUNINGS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_forward_with_two_channels_per_thread(dtype, tuning):
+    """``Tuning.fwd_cpl=2``: each thread of a 32- or 64-channel pass holds channels u and u + L; the forward in
+    edge chunks (accumulate), output poisoned first, against the reference, and against the default kernels'
+    forward to rounding (the edge slots' order of summation differs)."""
+    tune = CPL_TUNINGS[tuning]
+    plan, lib = wide_plan_and_library(tune)
+    src = _codegen.generate(_codegen.plan_structure(plan), tune)
+    passes = _codegen._fwd_passes(_codegen._analyse(_codegen.plan_structure(plan))[1], tune.fwd_acc, 2)
+    assert src.count("2 channels per thread") == sum(g[0].mul % 32 == 0 for g in passes) > 0  # not the 8 channels
+    assert len(passes) > sum(g[0].mul % 32 == 0 for g in passes)
+    gen = torch.Generator().manual_seed(3)
+    n, g = hub_graph(gen)
+    e = g.src.numel()
+    x, y, w = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in
+               ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel)))
+    ref = tp_conv_fwd_ref(x, y, w, g.src, g.dst, n, plan.paths.tolist(), [c.double() for c in plan.dense],
+                          plan.dim_out)
+    xs, ys, ws = (t.to(dtype).contiguous() for t in (x, y, w))
+    for step in (17, e):
+        out = torch.full((n, plan.dim_out), float("nan"), dtype=dtype)
+        for e0 in range(0, e, step):
+            e1 = min(e, e0 + step)
+            lib.fwd(xs, ys[e0:e1], ws[e0:e1], chunk_graph(g, e0, e1), out, accumulate=e0 > 0)
+        assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
+    _, default_lib = wide_plan_and_library(_codegen.Tuning())
+    out_default = torch.full_like(out, float("nan"))
+    default_lib.fwd(xs, ys, ws, chunk_graph(g, 0, e), out_default, accumulate=False)
+    assert rel_err(out, out_default.double()) <= TOL[dtype]
+
+
+def test_tuning_names_and_checks(monkeypatch):
+    """A variant's cache name hashes only the fields that differ from the defaults (a field added later leaves
+    the earlier names as they were); fwd_cpl takes 1 or 2."""
+    assert _codegen.Tuning(fwd_cpl=1).suffix() == ""
+    assert _codegen.Tuning(fwd_cpl=2).suffix() != _codegen.Tuning(fwd_acc=64).suffix() != ""
+    assert _codegen.Tuning(fwd_acc=64, fwd_cpl=2).suffix() not in (_codegen.Tuning(fwd_cpl=2).suffix(), "")
+    monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_cpl=3")
+    with pytest.raises(ValueError, match="fwd_cpl is 1 or 2"):
+        _codegen.tuning()

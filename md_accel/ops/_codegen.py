@@ -11,7 +11,8 @@ calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/ker
   of one multiplicity (accumulators out[u, k] in registers, at most FWD_ACC_BUDGET per channel).
   Thread (slot, u) = channel u of every S-th edge: a 32-channel block in a 64-thread kernel uses
   both warps; the slots' partial sums are added in slot order at the end (no atomics:
-  bit-reproducible).
+  bit-reproducible). Opt-in (``fwd_cpl=2``): a thread holds two channels of a 32k-channel block, u and
+  u + M / 2, so that each product of a CG value and the edge's y (the same in every lane) serves both.
 * bwd: one block per receiver (or TPDims::split blocks, each a contiguous part of its edges: the
   kernel writes per-edge rows only); one pass per in1 block (split over its output blocks when their
   grad_out components exceed BWD_G_BUDGET per channel, per dtype; consecutive whole blocks of one
@@ -31,8 +32,9 @@ Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`
 Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,merge_in1=0"``
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
-and the edge loops that prefetch its y and x lines too (``PF_*`` bits), and whether backward passes merge
-in1 blocks of one multiplicity, up to how many components in float64 (fields of ``Tuning``); such builds
+and the edge loops that prefetch its y and x lines too (``PF_*`` bits), whether backward passes merge
+in1 blocks of one multiplicity, up to how many components in float64, and the forward's channels per thread
+(fields of ``Tuning``); such builds
 are cached under a name of their own
 (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
@@ -115,10 +117,13 @@ class Tuning(NamedTuple):
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks the caches for its next edge's data first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
+    fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
 
     def suffix(self) -> str:
-        """'' for the defaults, else '-t<hash>' naming the variant's cache entry."""
-        return "" if self == Tuning() else "-t" + hashlib.sha256(repr(tuple(self)).encode()).hexdigest()[:8]
+        """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
+        differ from the defaults, so that a new field leaves the names of earlier variants as they were."""
+        changed = [(k, v) for k, v in self._asdict().items() if v != Tuning._field_defaults[k]]
+        return "-t" + hashlib.sha256(repr(changed).encode()).hexdigest()[:8] if changed else ""
 
 
 def tuning() -> Tuning:
@@ -134,6 +139,8 @@ def tuning() -> Tuning:
         values[key.strip()] = int(value)
     if values.get("prefetch", 0) & ~PF_ALL:
         raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_ALL} (PF_* in {__name__})")
+    if values.get("fwd_cpl", 1) not in (1, 2):
+        raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
     return Tuning(**values)
 
 
@@ -272,12 +279,20 @@ def _bname(prefix: str, key) -> str:
     return f"{prefix}{key[0]}"
 
 
-def _fwd_slots(mul: int, comps: int, threads: int) -> Tuple[int, int]:
-    """(M, S): channels rounded up to a warp, and edge slots per block (the partial sums of slots
-    1..S-1 meet in shared memory, at most FWD_SLOT_SMEM bytes in float64)."""
+def _fwd_cpl(mul: int, cpl: int) -> int:
+    """Channels per thread in a forward group of multiplicity ``mul`` under ``Tuning.fwd_cpl``: more than one only
+    where the channels fill whole warps (no thread holds a channel past ``mul``)."""
+    return cpl if mul % 32 == 0 else 1
+
+
+def _fwd_slots(mul: int, comps: int, threads: int, cpl: int = 1) -> Tuple[int, int, int]:
+    """(M, L, S): channels rounded up to a warp, lanes per edge slot (M / cpl: each lane holds channels u,
+    u + L, ..), and edge slots per block (the partial sums of slots 1..S-1 meet in shared memory, at most
+    FWD_SLOT_SMEM bytes in float64)."""
     M = (mul + 31) // 32 * 32
-    S = max(1, min(threads // M, 1 + FWD_SLOT_SMEM // (comps * M * 8)))
-    return M, S
+    L = M // cpl
+    S = max(1, min(threads // L, 1 + FWD_SLOT_SMEM // (comps * M * 8)))
+    return M, L, S
 
 
 def _out_width(paths: List[_Path]) -> int:
@@ -373,22 +388,26 @@ def _line_loop(I: str, name: str, offsets: Callable[[int], List[int]], mul: int,
     return tables, code
 
 
-def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool) -> Tuple[str, str]:
+def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool,
+                   lanes: Optional[int] = None) -> Tuple[str, str]:
     """(tables, device code): where ``cond`` holds, the threads of a slot ask L2 for the lines of the
     group's weights (and ggw) in the rows of edge ``nxt``, one line each, so that they are L2 hits
     rather than DRAM accesses when that edge is processed; thread u of the slot takes lines u, u + mul,
-    ... Emitted first in the edge iteration, where nothing else is live yet."""
+    ... (``lanes``: threads per slot where not mul). Emitted first in the edge iteration, where nothing else is
+    live yet."""
     rows = ["w"] + (["ggw"] if dbwd else [])
-    tables, loop = _line_loop(I + "  ", name, lambda elem: _prefetch_lines(group, elem), group[0].mul,
+    tables, loop = _line_loop(I + "  ", name, lambda elem: _prefetch_lines(group, elem), lanes or group[0].mul,
                               [f"prefetch_l2({r} + {_w_index(r, nxt)} * d.w + off);" for r in rows])
     return tables, f"{I}if ({cond}) {{  // the next edge's weight lines into L2\n" + loop + f"{I}}}\n"
 
 
-def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool) -> Tuple[str, str]:
+def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool,
+                      lanes: Optional[int] = None) -> Tuple[str, str]:
     """(tables, device code) of PF_FWD_XY / PF_PART1_XY: where ``cond`` holds, the threads of a slot ask L2
     for the lines of edge ``nxt``'s y row (and ggy row) that the group reads, and L1 for those of its
-    sender's x row (and ggx row), thread u taking lines u, u + mul, .. (the sender index is loaded for it)."""
-    mul = group[0].mul
+    sender's x row (and ggx row), thread u taking lines u, u + mul (or ``lanes``), .. (the sender index is loaded
+    for it)."""
+    mul = lanes or group[0].mul
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
     ty, ly = _line_loop(I + "  ", name + "y", lambda elem: _line_offsets(y_cols, elem), mul,
                         [f"prefetch_l2({r} + ({nxt}) * d.in2 + off);" for r in ["y"] + (["ggy"] if dbwd else [])],
@@ -403,37 +422,43 @@ def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str
 
 
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
-               prefetch: bool = False, prefetch_xy: bool = False) -> Tuple[str, str]:
+               prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
     w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward).
-    Returns (device code, constant tables)."""
+    ``cpl`` (``_fwd_cpl``): channels per thread, u, u + L, ..: each product of a CG value and a y (the edge's,
+    the same in every lane) then serves them all. Returns (device code, constant tables)."""
     mul = group[0].mul
     out_keys = []
     for p in group:
         if p.out_key not in out_keys:
             out_keys.append(p.out_key)
     comps = sum(k[2] for k in out_keys)
-    M, S = _fwd_slots(mul, comps, threads)
+    M, L, S = _fwd_slots(mul, comps, threads, cpl)
+    # per channel copy c: the suffix of its registers and the channel index; cpl 1 keeps the names it always had
+    copies = [("", "u")] if cpl == 1 else [(f"c{c}", f"(u + {c * L})") for c in range(cpl)]
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
-    accs = [f"{_bname('acc', key)}_{k}" for key in out_keys for k in range(key[2])]
+    accs = [f"{_bname('acc', key)}{cs}_{k}" for cs, _ in copies for key in out_keys for k in range(key[2])]
     s = [f"{I}{{  // group {gi}: output blocks at " + ", ".join(str(k[0]) for k in out_keys)
-         + f"; {M} channels x {S} edge slot(s)\n"]
+         + f"; {M} channels x {S} edge slot(s)" + (f", {cpl} channels per thread" if cpl > 1 else "") + "\n"]
     I2 = I + "  "
-    s.append(f"{I2}const int slot = threadIdx.x / {M}, u = threadIdx.x % {M};\n")
-    for key in out_keys:
-        s.append(f"{I2}T " + ", ".join(f"{_bname('acc', key)}_{k} = T(0)" for k in range(key[2])) + ";\n")
-    s.append(f"{I2}if (slot < {S} && u < {mul})\n")
+    s.append(f"{I2}const int slot = threadIdx.x / {L}, u = threadIdx.x % {L};\n")
+    for cs, _ in copies:
+        for key in out_keys:
+            s.append(f"{I2}T " + ", ".join(f"{_bname('acc', key)}{cs}_{k} = T(0)" for k in range(key[2])) + ";\n")
+    lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
+    s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
     s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     I3 = I2 + "  "
     tables = ""
     if prefetch:
         tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
-                                      dbwd)
+                                      dbwd, lanes)
         s.append(code)
     if prefetch_xy:
-        t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd)
+        t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd,
+                                    lanes)
         tables += t
         s.append(code)
     s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
@@ -452,68 +477,75 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     for p in group:
         for (_, i, _, _) in p.nz:
             xs.setdefault(p.in1_key, set()).add(i)
-    for key, iset in xs.items():
-        for i in sorted(iset):
-            s.append(f"{I3}const T {_bname('x', key)}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
-            if dbwd:
-                s.append(f"{I3}const T {_bname('h', key)}_{i} = __ldg(hr + {key[0]} + u * {key[2]} + {i});\n")
+    for cs, ch in copies:
+        for key, iset in xs.items():
+            for i in sorted(iset):
+                s.append(f"{I3}const T {_bname('x', key)}{cs}_{i} = __ldg(xr + {key[0]} + {ch} * {key[2]} + {i});\n")
+                if dbwd:
+                    s.append(f"{I3}const T {_bname('h', key)}{cs}_{i} = __ldg(hr + {key[0]} + {ch} * {key[2]} + {i});\n")
     for p in group:
         s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I3 + "  "
-        s.append(f"{I5}const T wp = __ldg(wr + {p.w_off} + u * {p.w_stride});\n")
-        if dbwd:
-            s.append(f"{I5}const T vp = __ldg(vr + {p.w_off} + u * {p.w_stride});\n")
+        for cs, ch in copies:
+            s.append(f"{I5}const T wp{cs} = __ldg(wr + {p.w_off} + {ch} * {p.w_stride});\n")
+            if dbwd:
+                s.append(f"{I5}const T vp{cs} = __ldg(vr + {p.w_off} + {ch} * {p.w_stride});\n")
         ks = sorted({k for (_, _, _, k) in p.nz})
-        xk, hk = _bname('x', p.in1_key), _bname('h', p.in1_key)
-        acc = _bname('acc', p.out_key)
-        for k in ks:
-            eg = _fwd_component(p, k, xk)  # the message with (x, y)
-            if not dbwd:
-                s.append(f"{I5}{acc}_{k} = fma(wp, {eg}, {acc}_{k});\n")
-            else:
-                ew = "T(0)"  # the messages with (ggx, y) and (x, ggy)
-                for (q, i, j, kk) in p.nz:
-                    if kk == k:
-                        c = p.in2_off + j
-                        ew = f"fma({_cg_const(q)}, fma(y{c}, {hk}_{i}, z{c} * {xk}_{i}), {ew})"
-                s.append(f"{I5}{acc}_{k} = fma(wp, {ew}, fma(vp, {eg}, {acc}_{k}));\n")
+        for cs, _ in copies:
+            xk, hk = _bname('x', p.in1_key) + cs, _bname('h', p.in1_key) + cs
+            acc = _bname('acc', p.out_key) + cs
+            for k in ks:
+                eg = _fwd_component(p, k, xk)  # the message with (x, y)
+                if not dbwd:
+                    s.append(f"{I5}{acc}_{k} = fma(wp{cs}, {eg}, {acc}_{k});\n")
+                else:
+                    ew = "T(0)"  # the messages with (ggx, y) and (x, ggy)
+                    for (q, i, j, kk) in p.nz:
+                        if kk == k:
+                            c = p.in2_off + j
+                            ew = f"fma({_cg_const(q)}, fma(y{c}, {hk}_{i}, z{c} * {xk}_{i}), {ew})"
+                    s.append(f"{I5}{acc}_{k} = fma(wp{cs}, {ew}, fma(vp{cs}, {eg}, {acc}_{k}));\n")
         s.append(f"{I3}}}\n")
     s.append(f"{I2}}}\n")
     if S > 1:
         s.append(f"{I2}if (slot > 0 && slot < {S}) {{\n")
         for c, a in enumerate(accs):
-            s.append(f"{I2}  s_acc[((slot - 1) * {len(accs)} + {c}) * {M} + u] = {a};\n")
+            s.append(f"{I2}  s_acc[((slot - 1) * {len(accs)} + {c}) * {L} + u] = {a};\n")
         s.append(f"{I2}}}\n{I2}__syncthreads();\n")
         s.append(f"{I2}if (slot == 0) {{\n")
         s.append(f"{I2}  for (int r = 0; r < {S - 1}; ++r) {{\n")
         for c, a in enumerate(accs):
-            s.append(f"{I2}    {a} += s_acc[(r * {len(accs)} + {c}) * {M} + u];\n")
+            s.append(f"{I2}    {a} += s_acc[(r * {len(accs)} + {c}) * {L} + u];\n")
         s.append(f"{I2}  }}\n{I2}}}\n")
         s.append(f"{I2}__syncthreads();  // s_acc is reused by the next group\n")
-    s.append(f"{I2}if (slot == 0 && u < {mul}) {{\n")
-    for key in out_keys:
-        for k in range(key[2]):
-            o = f"orow[{key[0]} + u * {key[2]} + {k}]"
-            s.append(f"{I2}  {o} = d.accumulate ? {o} + {_bname('acc', key)}_{k} : {_bname('acc', key)}_{k};\n")
+    s.append(f"{I2}if (slot == 0 && u < {lanes}) {{\n")
+    for cs, ch in copies:
+        for key in out_keys:
+            for k in range(key[2]):
+                o = f"orow[{key[0]} + {ch} * {key[2]} + {k}]"
+                s.append(f"{I2}  {o} = d.accumulate ? {o} + {_bname('acc', key)}{cs}_{k} : {_bname('acc', key)}{cs}_{k};\n")
     s.append(f"{I2}}}\n")
     s.append(f"{I}}}\n")
     return "".join(s), tables
 
 
-def _fwd_passes(live: List[_Path], budget: int) -> List[List[_Path]]:
-    """Output blocks grouped by multiplicity, then split to at most ``budget`` components."""
-    return [g for _, ps in _by_mul(live) for g in _out_groups(ps, budget)]
+def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path]]:
+    """Output blocks grouped by multiplicity, then split to at most ``budget`` accumulators per thread
+    (components per channel times ``_fwd_cpl``)."""
+    return [g for m, ps in _by_mul(live) for g in _out_groups(ps, budget // _fwd_cpl(m, cpl))]
 
 
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
-    groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc)
-    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY))
+    cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
+    groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
+    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
+                        _fwd_cpl(g[0].mul, cpl))
              for gi, g in enumerate(groups)]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
     for g in groups:
         comps = _out_width(g)
-        M, S = _fwd_slots(g[0].mul, comps, threads)
+        M, _, S = _fwd_slots(g[0].mul, comps, threads, _fwd_cpl(g[0].mul, cpl))
         if S > 1:
             red = max(red, (S - 1) * comps * M)
     smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
