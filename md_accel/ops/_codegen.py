@@ -11,7 +11,7 @@ calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/ker
   of one multiplicity (accumulators out[u, k] in registers, at most FWD_ACC_BUDGET per channel).
   Thread (slot, u) = channel u of every S-th edge: a 32-channel block in a 64-thread kernel uses
   both warps; the slots' partial sums are added in slot order at the end (no atomics:
-  bit-reproducible). Opt-in (``fwd_cpl=2``): a thread holds two channels of a 32k-channel block, u and
+  bit-reproducible). Opt-in (``fwd_cpl=2``): a thread holds two channels of a block of 32, 64, .. channels, u and
   u + M / 2, so that each product of a CG value and the edge's y (the same in every lane) serves both.
 * bwd: one block per receiver (or TPDims::split blocks, each a contiguous part of its edges: the
   kernel writes per-edge rows only); one pass per in1 block (split over its output blocks when their
