@@ -406,3 +406,23 @@ def test_precision_f32_on_the_cpu(tmp_path):
     assert {"layers.0.conv", "layers.1.product", "readouts.0"} <= set(row["modules"])
     assert all(0 < v < 1e-5 for v in row["modules"].values())
     assert "layers.0.conv" in out
+
+
+def test_tuning_sweep_runs_each_variant_in_turn(tmp_path):
+    """tools/tuning_sweep.sh: kernels.py once per variant in the order given ("default" = no MD_ACCEL_TP_TUNING;
+    a variant named twice runs twice), each run's log and kernels.json under $R, one summary line per run. (On the
+    CPU the variants time the same reference ops: the tuning names generated CUDA kernels.)"""
+    r = tmp_path / "r"
+    r.mkdir()
+    env = {**os.environ, "R": str(r), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(["bash", "tools/tuning_sweep.sh", "300", "default fwd_cpl=2 default", "--passes", "fwd",
+                           "--repeats", "1", "--workloads", "mace_first", "--graph", "random:40:160",
+                           "--dtypes", "float64"], capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    heads = [line.split(" (")[0] for line in proc.stdout.splitlines() if line.startswith("== ")]
+    assert heads == ["== default", "== fwd_cpl=2", "== default"] and proc.stdout.count("(rc=0, ") == 3
+    assert proc.stdout.count("mace_first float64: fwd ") == 3
+    logs = sorted(p.name.split(".")[0] for p in r.glob("*.log"))
+    assert logs == ["default", "default", "fwd_cpl2"]
+    assert all((r / p.name.removesuffix(".log") / "kernels.json").exists() for p in r.glob("*.log"))

@@ -3,7 +3,7 @@
 # op library and the GPU, and ase + vesin from the carried wheels folder WHEELS (default .peers/k/wheels) on
 # PYTHONPATH (the device's Python lacks them).
 export PYTHON=${PYTHON:-python} MD_ACCEL_BUILD_DIR=$PWD/.gpu/build
-R=$OUT/r
+export R=$OUT/r
 mkdir -p "$R"
 source tools/gpu_cache.sh >/dev/null
 echo "lib: ${MD_ACCEL_OPS_LIBRARY:-none (JIT build)}"
