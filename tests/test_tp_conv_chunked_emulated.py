@@ -40,18 +40,22 @@ TUNINGS = {"default": _codegen.Tuning(),
            "stream_out_split": _codegen.Tuning(stream_out=1, bwd_g32=4, bwd_g64=4, dbwd_g32=4, dbwd_g64=4)}
 
 
+def _library(name: str, make_problem, tune: _codegen.Tuning):
+    """(plan, emulated library) of ``make_problem()`` generated under ``tune``, built once per (name, tune)."""
+    if (name, tune) not in _LIB:
+        plan = make_problem().lower()
+        _LIB[name, tune] = (plan, emulate.SpecLibrary(_codegen.generate(_codegen.plan_structure(plan), tune)))
+    return _LIB[name, tune]
+
+
 def plan_and_library(tuning="default"):
     """The test plan's generated library under a TUNINGS entry; "unused_in1": a plan with an in1 block (4x2e)
     that no path reads (the kernels zero its grad_x columns), default tuning."""
-    if tuning not in _LIB:
-        in1 = "8x0e+8x1o+4x2e" if tuning == "unused_in1" else "8x0e+8x1o"
-        problem = TPProblem.create(in1, "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
-                                   [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (1, 1, 2, "uvu", True),
-                                    (1, 2, 3, "uvu", True), (1, 0, 4, "uvu", True)])
-        plan = problem.lower()
-        src = _codegen.generate(_codegen.plan_structure(plan), TUNINGS.get(tuning, _codegen.Tuning()))
-        _LIB[tuning] = (plan, emulate.SpecLibrary(src))
-    return _LIB[tuning]
+    in1 = "8x0e+8x1o+4x2e" if tuning == "unused_in1" else "8x0e+8x1o"
+    return _library(in1, lambda: TPProblem.create(
+        in1, "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
+        [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (1, 1, 2, "uvu", True), (1, 2, 3, "uvu", True),
+         (1, 0, 4, "uvu", True)]), TUNINGS.get(tuning, _codegen.Tuning()))
 
 
 def chunk_graph(g, e0: int, e1: int):
@@ -348,16 +352,10 @@ def test_receiver_split_is_bitwise_neutral(dtype):
         backward(-1, 1000)
 
 
-_WIDE = {}
-
-
 def wide_plan_and_library(tune: _codegen.Tuning):
     """A plan with blocks of 64, 32 and 8 channels (kernels of 64 threads: the 32-channel passes run two edge
     slots, four with two channels per thread; the 8-channel block keeps one channel per thread)."""
-    if tune not in _WIDE:
-        plan = TPProblem.all_uvu("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e", 2).lower()
-        _WIDE[tune] = (plan, emulate.SpecLibrary(_codegen.generate(_codegen.plan_structure(plan), tune)))
-    return _WIDE[tune]
+    return _library("wide", lambda: TPProblem.all_uvu("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e", 2), tune)
 
 
 CPL_TUNINGS = {"cpl2": _codegen.Tuning(fwd_cpl=2),

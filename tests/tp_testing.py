@@ -9,8 +9,7 @@ def sh(lmax: int) -> str:
     return "+".join(f"1x{l}{'e' if l % 2 == 0 else 'o'}" for l in range(lmax + 1))
 
 
-def uvu_problem(irreps_in1: str, irreps_in2: str, lmax_out: int, parity_filter: bool = False) -> TPProblem:
-    return TPProblem.all_uvu(irreps_in1, irreps_in2, lmax_out, parity_filter)
+uvu_problem = TPProblem.all_uvu  # every 'uvu' path with l_out <= lmax_out (the name the tests use)
 
 
 CONFIGS = {
