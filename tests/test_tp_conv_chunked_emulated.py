@@ -35,9 +35,7 @@ _LIB = {}
 # small enough to split every pass, and neither prefetch nor merged passes
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
-           "plain": _codegen.Tuning(prefetch=0, merge_in1=0),
-           # part 1's last writes as streaming stores, with passes split so that earlier passes add to them first
-           "stream_out_split": _codegen.Tuning(stream_out=1, bwd_g32=4, bwd_g64=4, dbwd_g32=4, dbwd_g64=4)}
+           "plain": _codegen.Tuning(prefetch=0, merge_in1=0)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -404,15 +402,3 @@ def test_tuning_names_and_checks(monkeypatch):
     with pytest.raises(ValueError, match="fwd_cpl is 1 or 2"):
         _codegen.tuning()
 
-
-def test_streaming_stores_only_for_last_writes():
-    """``stream_out``: a key's writes in its last pass are ``store_last`` (the sum so far plus this pass's part where
-    earlier passes wrote it first), its earlier passes' writes plain; nothing of it without the setting."""
-    plan, _ = plan_and_library()
-    struct = _codegen.plan_structure(plan)
-    src = _codegen.generate(struct, TUNINGS["stream_out_split"])
-    assert "store_last(&gw[" in src and "store_last(&work[" in src
-    row = "work[e * d.in1 + 8 + u * 3 + 0]"  # 8x1o's grad_x: its outputs split over three passes
-    assert f"store_last(&{row}, {row} + gx8_0);" in src  # the last adds to what the others wrote
-    assert f"{row} = gx8_0;" in src and f"{row} += gx8_0;" in src  # the first and the second: plain stores
-    assert "store_last" not in _codegen.generate(struct, _codegen.Tuning(bwd_g32=4, bwd_g64=4))

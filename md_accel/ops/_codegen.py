@@ -33,8 +33,8 @@ Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
 and the edge loops that prefetch its y and x lines too (``PF_*`` bits), whether backward passes merge
-in1 blocks of one multiplicity, up to how many components in float64, the forward's channels per thread, and
-whether part 1 writes its per-edge results' last values as streaming stores (fields of ``Tuning``); such builds
+in1 blocks of one multiplicity, up to how many components in float64, and the forward's channels per thread
+(fields of ``Tuning``); such builds
 are cached under a name of their own
 (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
@@ -118,7 +118,6 @@ class Tuning(NamedTuple):
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
-    stream_out: int = 0  # 1: part 1's last write of each grad_w / grad_x-row element as a streaming store
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -142,8 +141,6 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_ALL} (PF_* in {__name__})")
     if values.get("fwd_cpl", 1) not in (1, 2):
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
-    if values.get("stream_out", 0) not in (0, 1):
-        raise ValueError(f"{TUNING_ENV}: stream_out is 0 or 1")
     return Tuning(**values)
 
 
@@ -604,14 +601,11 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
-               prefetch: Optional[str] = None, prefetch_xy: bool = False,
-               last: Optional[dict] = None) -> Tuple[str, str]:
+               prefetch: Optional[str] = None, prefetch_xy: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass, and its constant tables. Thread (slot, u): channel u of
     the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul rounded up to a warp).
     ``prefetch``: None, or the compile-time condition (on T) under which the next edge's weights
-    are prefetched; ``prefetch_xy``: the next edge's y and x lines too (PF_PART1_XY); ``last``
-    (``Tuning.stream_out``): the pass that writes each ("w" / "in1", key) last, whose writes of it are then
-    streaming stores (``store_last``: the lines leave L2 first, no later pass reads them back)."""
+    are prefetched; ``prefetch_xy``: the next edge's y and x lines too (PF_PART1_XY)."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -727,15 +721,9 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
                 s.append(f"{I5}{gxk}_{i} = fma(wp, px{i}, {gxk}_{i});\n")
         s.append(f"{I5}sw{p.w_off} += sw;\n")
         s.append(f"{I4}}}\n")
-
-    def write(ref: str, op: str, value: str, key) -> str:
-        if last is None or last[key] != gi:
-            return f"{ref} {op} {value};"
-        return f"store_last(&{ref}, {value if op == '=' else f'{ref} + {value}'});"
-
     for wk in w_keys:
         op = "=" if first.setdefault(("w", wk), gi) == gi else "+="
-        s.append(f"{I4}{write(f'gw[e * d.w + {wk[0]} + u * {wk[2]}]', op, f'sw{wk[0]}', ('w', wk))}\n")
+        s.append(f"{I4}gw[e * d.w + {wk[0]} + u * {wk[2]}] {op} sw{wk[0]};\n")
     # grad_x: the edge's row of work (summed per sender later), or with d.atomic_gx straight into the
     # sender's row of grad_x (work = grad_x then, zeroed by the host)
     s.append(f"{I4}if (d.atomic_gx) {{\n")
@@ -747,8 +735,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     for key in in1_keys:
         op = "=" if first.setdefault(("in1", key), gi) == gi else "+="
         for i in range(key[2]):
-            ref, val = f"work[e * d.in1 + {key[0]} + u * {key[2]} + {i}]", f"{_bname('gx', key)}_{i}"
-            s.append(f"{I4}  {write(ref, op, val, ('in1', key))}\n")
+            s.append(f"{I4}  work[e * d.in1 + {key[0]} + u * {key[2]} + {i}] {op} {_bname('gx', key)}_{i};\n")
     s.append(f"{I4}}}\n")
     s.append(f"{I3}}}\n")
     if gi == 0:
@@ -823,16 +810,10 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
         if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
             return None
     first: dict = {}
-    last = None
-    if tune.stream_out:
-        last = {}
-        for gi, g in enumerate(groups):
-            for p in g:
-                last[("w", p.w_key)] = last[("in1", p.in1_key)] = gi
     bodies, tables = [], []
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
-                          bool(tune.prefetch & PF_PART1_XY), last)
+                          bool(tune.prefetch & PF_PART1_XY))
         bodies.append(b)
         tables.append(t)
     vmax = 1
@@ -991,19 +972,6 @@ template <typename T>
 __device__ __forceinline__ void prefetch_l1(const T* p) {
 #ifdef __CUDA_ARCH__
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
-#endif
-}
-"""
-
-_STORE_LAST = r"""
-// A store whose line no later read of the kernel wants: evict-first in L2 (st.global.cs; a plain store in the
-// host emulation).
-template <typename T>
-__device__ __forceinline__ void store_last(T* p, T v) {
-#ifdef __CUDA_ARCH__
-  __stcs(p, v);
-#else
-  *p = v;
 #endif
 }
 """
@@ -1181,8 +1149,6 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         covered=covered)
     if tune.prefetch:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
-    if tune.stream_out:
-        src += _STORE_LAST
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
