@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the bundle the GPU model tests need (tests/gpu/test_model_cuda.py, test_cuda_graph.py, the fused SevenNet
+# model test: every model family against its source library) small enough to carry beside the working tree:
+# - the small wheels of a peers bundle made by ../shared/tools/gpu-peers.sh (ase, vesin, vesin-torch, mace-torch,
+#   matscipy, ...; not cuEquivariance, which these tests do not run);
+# - sevenn from that bundle, with the SevenNet-0 (11Jul2024) and SevenNet-l3i5 checkpoints of this machine's .venv
+#   with their optimizer state dropped (model weights and config unchanged: 3.5 and 4.9 MB instead of 9.8 and 14);
+# - nequip and the packages it needs beyond the GPU machine's image (tools/nequip_wheels.sh).
+# Usage: tools/gpu_model_peers.sh PEERS_DIR OUT_DIR   (then carry OUT_DIR; on the GPU: source OUT_DIR/setup-on-gpu.sh)
+# Session 31's bundle (by hand, the same contents): 31 MiB; 49 model tests passed on an H200 with it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+peers=${1:?usage: tools/gpu_model_peers.sh PEERS_DIR OUT_DIR} out=${2:?usage: tools/gpu_model_peers.sh PEERS_DIR OUT_DIR}
+mkdir -p "$out/wheels"
+find "$peers/wheels" -name "*.whl" ! -name "cuequivariance*" -exec cp {} "$out/wheels/" \;
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+tar xJf "$peers/peers.tar.xz" -C "$work" ./sevenn ./sevenn-0.13.0.dist-info
+.venv/bin/python - "$work/sevenn/pretrained_potentials" <<'PY'
+import os, sys
+import sevenn, torch
+src = os.path.join(os.path.dirname(sevenn.__file__), "pretrained_potentials")
+for folder, name in [("SevenNet_0__11Jul2024", "checkpoint_sevennet_0.pth"), ("SevenNet_l3i5", "checkpoint_l3i5.pth")]:
+    checkpoint = torch.load(os.path.join(src, folder, name), map_location="cpu", weights_only=False)  # sevenn's own file
+    checkpoint["optimizer_state_dict"] = None  # sevenn's loaders read the model's weights and config only
+    os.makedirs(os.path.join(sys.argv[1], folder), exist_ok=True)
+    torch.save(checkpoint, os.path.join(sys.argv[1], folder, name))
+PY
+(cd "$work" && tar cf - sevenn sevenn-0.13.0.dist-info | xz -T2 -6 > "$(cd - >/dev/null && cd "$out" && pwd)/peers.tar.xz")
+tools/nequip_wheels.sh "$out" >/dev/null
+cp "$peers/setup-on-gpu.sh" "$out/"
+du -sh "$out"
