@@ -8,6 +8,6 @@ mkdir -p "$R"
 source tools/gpu_cache.sh >/dev/null
 echo "lib: ${MD_ACCEL_OPS_LIBRARY:-none (JIT build)}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "${WHEELS:-.peers/k/wheels}"/ase-*.whl \
-  "${WHEELS:-.peers/k/wheels}"/vesin-*.whl
+wheels=${WHEELS:-.peers/k/wheels}
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheels"/ase-*.whl "$wheels"/vesin-*.whl
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}

@@ -15,7 +15,7 @@ peers=${1:?usage: tools/gpu_model_peers.sh PEERS_DIR OUT_DIR} out=${2:?usage: to
 mkdir -p "$out/wheels"; out=$(cd "$out" && pwd)
 find "$peers/wheels" -name "*.whl" ! -name "cuequivariance*" -exec cp {} "$out/wheels/" \;
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-tar xJf "$peers/peers.tar.xz" -C "$work" ./sevenn ./sevenn-0.13.0.dist-info
+tar xJf "$peers/peers.tar.xz" -C "$work" --wildcards ./sevenn "./sevenn-*.dist-info"
 .venv/bin/python - "$work/sevenn/pretrained_potentials" <<'PY'
 import os, sys
 import sevenn, torch
@@ -26,7 +26,7 @@ for folder, name in [("SevenNet_0__11Jul2024", "checkpoint_sevennet_0.pth"), ("S
     os.makedirs(os.path.join(sys.argv[1], folder), exist_ok=True)
     torch.save(checkpoint, os.path.join(sys.argv[1], folder, name))
 PY
-(cd "$work" && tar cf - sevenn sevenn-0.13.0.dist-info | xz -T2 -6 > "$out/peers.tar.xz")
+(cd "$work" && tar cf - sevenn sevenn-*.dist-info | xz -T2 -6 > "$out/peers.tar.xz")
 tools/nequip_wheels.sh "$out" >/dev/null
 cp "$peers/setup-on-gpu.sh" "$out/"
 du -sh "$out"
