@@ -238,20 +238,21 @@ bool rows_whole(const TPSpec* spec, CT h, CT W) {
   return spec != nullptr && h.size(0) * W.size(1) * h.element_size() <= pair_budget_bytes(h.device().index());
 }
 
-// Memory-lean graphs: per-edge weights E x weights of at most MD_ACCEL_LEAN_WEIGHTS_MIB (default 8 GiB;
-// read per call; 0 turns it off): with MACE-MP-0-medium-sized weights float32 steps up to ~20k atoms
-// and float64 up to ~10k. There memory, not the recompute, decides the ratio to other
-// implementations: the pair op keeps no rows for the backward (one GEMM recomputes them) and runs the
-// backward in MD_ACCEL_LEAN_CHUNKS (default 6) edge chunks of ceil(E / 6) edges (or more chunks, of
-// MD_ACCEL_WEIGHT_CHUNK_MIB), so grad_w and the kernels' per-edge workspace exist a sixth at a time.
-// H200 2026-11-26, MACE-MP-0-medium shape float32, 864 / 16,384 Cu atoms: 6.6 / 44.3 ms, 0.46 / 6.8
-// GiB, against 4.9 / 39.9 ms, 0.93 / 9.4 GiB keeping the rows with 2 GiB chunks (mace +
-// cuEquivariance: 0.95 / 17.6 GiB); larger graphs keep rows within the keep budget (speed). Since session
-// 24 hidden's per-edge gradient ([E, hidden], 4 / 8 bytes) is held whole in the backward (864 atoms float32:
-// 0.39 GiB, as before).
+// Memory-lean graphs: per-edge weights E x weights of at most MD_ACCEL_LEAN_WEIGHTS_MIB (default 1.5 GiB;
+// read per call; 0 turns it off): the pair op keeps no rows for the backward (one GEMM recomputes them) and
+// runs the backward in MD_ACCEL_LEAN_CHUNKS (default 6) edge chunks of ceil(E / 6) edges (or more chunks,
+// of MD_ACCEL_WEIGHT_CHUNK_MIB), so grad_w and the kernels' per-edge workspace exist a sixth at a time.
+// Larger layers keep their rows within the keep budget (speed). E counts the CUDA graph's edge slots where
+// the step is captured (GraphedStep pads up to 300,000 edges). The threshold is the smallest that kept every
+// measured step's peak at least 10 % under its cuEquivariance peer's (H200, session 32, Calculator step at
+// 864 / 4,000 / 16,384 Cu atoms): MACE-MP-0-medium shape float32 at 4,000 atoms (312,000 edges, 1,523 MiB in
+// its second layer) stays lean, since its rows would take the peak to 3.90 GiB against mace +
+// cuEquivariance's 4.32 (the ratio falls with size: 0.52 at 16,384). Above it, keeping the rows made steps
+// 1.06-1.31x faster (SevenNet-l3i5 float64 at 4,000 atoms: 36.0 against 47.1 ms, 8.45 GiB against the peer's
+// 12.2). Since session 24 hidden's per-edge gradient ([E, hidden], 4 / 8 bytes) is held whole in the backward.
 bool lean_graph(int64_t E, int64_t weights, int64_t elem) {
   const int64_t set = env_mib("MD_ACCEL_LEAN_WEIGHTS_MIB");
-  const int64_t limit = set >= 0 ? set : int64_t(8) << 30;
+  const int64_t limit = set >= 0 ? set : int64_t(3) << 29;
   return E * weights * elem <= limit;
 }
 

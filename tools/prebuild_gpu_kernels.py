@@ -72,9 +72,11 @@ def mace_cu():
 
 
 def sevenn():
+    """The sevenn wheel's SevenNet-l3i5 and SevenNet-0, float32 and float64 (benchmarks/model_step.py)."""
     from md_accel.convert.sevenn import convert_sevenn
 
-    return [convert_sevenn("sevennet-l3i5", dtype=dtype) for dtype in (torch.float32, torch.float64)]
+    return [convert_sevenn(name, dtype=dtype) for name in ("sevennet-l3i5", "sevennet-0")
+            for dtype in (torch.float32, torch.float64)]
 
 
 def tp_tests():
