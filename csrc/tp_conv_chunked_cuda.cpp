@@ -248,7 +248,7 @@ bool rows_whole(const TPSpec* spec, CT h, CT W) {
 // 864 / 4,000 / 16,384 Cu atoms): MACE-MP-0-medium shape float32 at 4,000 atoms (312,000 edges, 1,523 MiB in
 // its second layer) stays lean, since its rows would take the peak to 3.90 GiB against mace +
 // cuEquivariance's 4.32 (the ratio falls with size: 0.52 at 16,384). Above it, keeping the rows made steps
-// 1.06-1.31x faster (SevenNet-l3i5 float64 at 4,000 atoms: 36.0 against 47.1 ms, 8.45 GiB against the peer's
+// 1.02-1.31x faster (SevenNet-l3i5 float64 at 4,000 atoms: 36.0 against 47.1 ms, 8.45 GiB against the peer's
 // 12.2). Since session 24 hidden's per-edge gradient ([E, hidden], 4 / 8 bytes) is held whole in the backward.
 bool lean_graph(int64_t E, int64_t weights, int64_t elem) {
   const int64_t set = env_mib("MD_ACCEL_LEAN_WEIGHTS_MIB");
