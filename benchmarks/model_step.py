@@ -79,6 +79,10 @@ class Backend:
     cutoff = 5.0
     keeps_pool = False  # memory held between steps (a CUDA graph's pool): peak taken from the first call on
 
+    def facts(self) -> Dict:
+        """What the results should record of the loaded model beside its timings."""
+        return {}
+
     def load(self, dtype, device) -> None:
         raise NotImplementedError
 
@@ -211,6 +215,12 @@ class MdAccel(Backend):
                 m.fused_f32 = m.fused_f64 = fused
         self.cutoff = float(self.pot.cutoff)
         self.dtype, self.device = dtype, device
+
+    def facts(self) -> Dict:
+        # per conv layer, the per-edge weights' width: what the lean threshold counts (benchmarks/lean_threshold.py)
+        from md_accel.ops.tp_conv import TensorProductConv
+
+        return {"weight_widths": [m.weight_numel for m in self.pot.modules() if isinstance(m, TensorProductConv)]}
 
     def step(self, g):
         from md_accel.model.potential import energy_forces_virial
@@ -428,6 +438,7 @@ def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, make_budget: C
     try:
         b.load(args.dtype_t, device)
         log(f"[model_step] {b.name}: loaded in {time.perf_counter() - t0:.1f} s (cutoff {b.cutoff:g})")
+        base.update(b.facts())
         budget = make_budget()
     except Exception as e:  # noqa: BLE001
         reason = common.failure(e)

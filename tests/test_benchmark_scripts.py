@@ -32,6 +32,9 @@ def test_model_step_rows_agree_with_nequip(tmp_path):
         assert c["reference"] == "nequip:e3nn"
         assert c["d_energy_per_atom"] < 1e-10 and c["max_d_force"] < 1e-9 * max(1.0, c["max_force_ref"])
     assert (tmp_path / "model_step.png").exists() and "Model step" in (tmp_path / "tables.md").read_text()
+    widths = {r["backend"]: r.get("weight_widths") for r in data["results"]}  # what lean_threshold.py counts
+    assert widths["nequip:e3nn"] is None and widths["md_accel:nequip"] == widths["md_accel:nequip+graph"]
+    assert len(widths["md_accel:nequip"]) >= 2 and all(w > 0 for w in widths["md_accel:nequip"])
 
 
 def test_roofline_counts():
@@ -426,3 +429,32 @@ def test_tuning_sweep_runs_each_variant_in_turn(tmp_path):
     logs = sorted(p.name.split(".")[0] for p in r.glob("*.log"))
     assert logs == ["default", "default", "fwd_cpl2"]
     assert all((r / p.name.removesuffix(".log") / "kernels.json").exists() for p in r.glob("*.log"))
+
+
+def test_lean_threshold_keeps_lean_the_cells_near_the_peer(tmp_path):
+    """lean_threshold.py: the smallest threshold is the largest layer of the cells whose kept peak is not
+    --margin under the leanest peer's, counted in the CUDA graph's edge slots (1,000 edges -> 1,216 slots on the
+    32-aligned 1.25 ladder: 32, 64, 96, 128, 160, 224, 288, 384, 480, 608, 768, 960, 1216) or in edges above
+    300,000; the cells with larger layers keep those layers' rows."""
+    def rec(backend, atoms, edges, ms, gib, **extra):
+        return {"backend": backend, "model": "m", "atoms": atoms, "edges": edges, "median_ms": ms,
+                "peak_bytes": int(gib * 2**30), "status": "ok", **extra}
+
+    widths = {"weight_widths": [100, 300]}
+    results = [  # 1,000 edges: kept 0.95 of the leaner peer -> must stay lean; 400,000 edges: kept 0.5
+        rec("md_accel:m.mdx+graph", 10, 1000, 2.0, 0.5, **widths),
+        rec("md_accel:m.mdx+graph+lean=0", 10, 1000, 1.5, 0.95, **widths),
+        rec("peer:a", 10, 1000, 9.0, 1.0), rec("peer:b", 10, 1000, 8.0, 2.0),
+        rec("md_accel:m.mdx+graph", 99, 400_000, 5.0, 1.0, **widths),
+        rec("md_accel:m.mdx+graph+lean=0", 99, 400_000, 4.0, 2.0, **widths), rec("peer:a", 99, 400_000, 9.0, 4.0)]
+    path = tmp_path / "model_step.json"
+    path.write_text(json.dumps({"args": {"dtype": "float64"}, "results": results}))
+    out = run_script("lean_threshold.py", str(path), "--out", str(tmp_path / "out"))
+    t = json.loads((tmp_path / "out" / "lean_threshold.json").read_text())
+    assert t["threshold_bytes"] == 1216 * 300 * 8
+    cells = {c["atoms"]: c for c in t["cells"]}
+    assert cells[10]["slots"] == 1216 and cells[99]["layer_bytes"] == [400_000 * 100 * 8, 400_000 * 300 * 8]
+    assert cells[10]["peer"] == "peer:a"  # the leanest peer, not the fastest
+    assert "0.95 must stay lean" in out and "| 2 of 2 |" in out and "| 0 of 2 |" in out
+    path.write_text(json.dumps({"args": {"dtype": "float64"}, "results": results[4:]}))
+    assert "none needed" in run_script("lean_threshold.py", str(path))
