@@ -458,3 +458,32 @@ def test_lean_threshold_keeps_lean_the_cells_near_the_peer(tmp_path):
     assert "0.95 must stay lean" in out and "| 2 of 2 |" in out and "| 0 of 2 |" in out
     path.write_text(json.dumps({"args": {"dtype": "float64"}, "results": results[4:]}))
     assert "none needed" in run_script("lean_threshold.py", str(path))
+
+
+def test_ncu_sass_summary_counts(tmp_path):
+    """ncu_sass_summary on a hand-made source page (a preamble line, three instructions, one of them predicated):
+    stall shares by reason over all instructions, the instructions ordered by samples with their leading reasons,
+    the opcode mix without predicates (executed counts), the spill share; gzipped input read the same."""
+    import gzip
+
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed", "stall_long_sb",
+              "stall_wait", "stall_long_sb (Not Issued)"]
+    rows = [["0x0", "FFMA R1, R2, R3, RZ", "60", "100", "45", "15", "40"],
+            ["0x10", "@!P2 FFMA R4, R4, R5, R4", "30", "50", "0", "30", "0"],
+            ["0x20", "STL.64 [R1+0x4], R6", "10", "50", "10", "0", "10"]]
+    text = '"==PROF== preamble"\n' + "\n".join(",".join(f'"{c}"' for c in r) for r in [header] + rows) + "\n"
+    plain = tmp_path / "k_sass.csv"
+    plain.write_text(text)
+    with gzip.open(tmp_path / "k_sass.csv.gz", "wt") as f:
+        f.write(text)
+    out = run_script("ncu_sass_summary.py", str(plain), "--top", "2")
+    # long_sb 55 of 100 stall samples, wait 45 (the "Not Issued" column is not a reason of its own)
+    assert "stall samples by reason: long_sb 55.0%, wait 45.0%" in out
+    lines = out.splitlines()
+    first = lines.index("instructions with the most samples (of 100):")
+    assert "60.0%" in lines[first + 1] and "FFMA R1" in lines[first + 1] and "long_sb 75%, wait 25%" in lines[first + 1]
+    assert "30.0%" in lines[first + 2] and "@!P2 FFMA" in lines[first + 2] and "STL" not in out.split("executed")[0]
+    # FFMA executed 150 of 200 (the predicated one counted as FFMA), STL.64 50
+    assert "executed warp instructions 200: FFMA 75.0%, STL.64 25.0%" in out
+    assert "local-memory instructions: 50 (25.00%)" in out
+    assert run_script("ncu_sass_summary.py", str(tmp_path / "k_sass.csv.gz"), "--top", "2") == out
