@@ -5,7 +5,8 @@
 #                           (../shared/tools/gpu-peers.sh; 35 MiB): the peers of the step benchmarks
 #   .peers/models           the GPU model tests' bundle (tools/gpu_model_peers.sh; 19 MiB)
 #   .gpu/sn_ckpt            SevenNet-0 and SevenNet-l3i5 checkpoints without optimizer state (8 MiB)
-#   .gpu/gpu_prebuilt.tar.xz  the generated kernels of SevenNet-0, SevenNet-l3i5 and the MACE shapes, both dtypes,
+#   .gpu/gpu_prebuilt.tar.xz  the generated kernels of SevenNet-0, SevenNet-l3i5, the MACE shapes (both dtypes) and the
+#                           conv workloads of benchmarks/kernels.py (tools/gpu_ncu.sh, tuning sweeps),
 #                           compiled with nvcc for sm_90 (tools/prebuild_gpu_kernels.py; MACE's symmetric
 #                           contractions take minutes of nvcc each; 12 MiB)
 # The op library needs the GPU machine's torch: tools/gpu_stage.sh builds it there in the first call.
@@ -16,7 +17,7 @@ cd "$(dirname "$0")/.."
 [[ -d .peers/models ]] || bash tools/gpu_model_peers.sh .peers/full .peers/models
 [[ -d .gpu/sn_ckpt ]] || .venv/bin/python tools/strip_sevenn_checkpoints.py .gpu/sn_ckpt
 if [[ ! -f .gpu/gpu_prebuilt.tar.xz ]]; then  # each run packs every library built so far
-  .venv/bin/python tools/prebuild_gpu_kernels.py sevenn
+  .venv/bin/python tools/prebuild_gpu_kernels.py sevenn tp-tests
   .venv-mace/bin/python tools/prebuild_gpu_kernels.py mace
 fi
 du -sh .peers/full .peers/models .gpu/sn_ckpt .gpu/gpu_prebuilt.tar.xz
