@@ -8,7 +8,7 @@
 #   .gpu/gpu_prebuilt.tar.xz  the generated kernels of SevenNet-0, SevenNet-l3i5, the MACE shapes (both dtypes) and the
 #                           conv workloads of benchmarks/kernels.py (tools/gpu_ncu.sh, tuning sweeps),
 #                           compiled with nvcc for sm_90 (tools/prebuild_gpu_kernels.py; MACE's symmetric
-#                           contractions take minutes of nvcc each; 12 MiB)
+#                           contractions take minutes of nvcc each; ~15 MiB)
 # The op library needs the GPU machine's torch: tools/gpu_stage.sh builds it there in the first call.
 # Usage: tools/gpu_prepare.sh            (about 10 minutes on 2 cores)
 set -euo pipefail
