@@ -10,8 +10,9 @@
 set -u
 cd "$(dirname "$0")/.."
 [[ -d .gpu/site/sevenn ]] || { echo "no staged peers in .gpu/site: run tools/gpu_stage.sh first"; exit 3; }
-for d in SevenNet_0__11Jul2024 SevenNet_l3i5; do
-  mkdir -p .gpu/site/sevenn/pretrained_potentials/$d && cp .gpu/sn_ckpt/$d/*.pth .gpu/site/sevenn/pretrained_potentials/$d/
+for d in .gpu/sn_ckpt/*/; do  # the folders tools/strip_sevenn_checkpoints.py wrote, as sevenn names them
+  d=$(basename "$d"); mkdir -p .gpu/site/sevenn/pretrained_potentials/$d
+  cp .gpu/sn_ckpt/$d/*.pth .gpu/site/sevenn/pretrained_potentials/$d/
 done
 export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peers/full/wheels
 source tools/gpu_call_env.sh
