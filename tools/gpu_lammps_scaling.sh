@@ -11,8 +11,12 @@
 # Usage: tools/gpu_lammps_scaling.sh LAMMPS_BUNDLE_DIR MODEL.mdx OUTDIR
 #   e.g. tools/gpu_lammps_scaling.sh .lmp .lmp/sevennet-0-f32.mdx "$OUT/scaling"
 # Env:   GPUS="1 2 4" WEAK_CELLS=20 STRONG_CELLS=32 BIG_CELLS=63 WARMUP=3 STEPS=10 RUN_TIMEOUT=240
+#        BIG_GPUS: the GPU count of the big case (default: the largest of GPUS run; 0: no big case)
 #        PREPARE_ONLY=1: only build the ops library, the model's kernels and the plugin (a cold
 #        machine spends minutes in nvcc; the runs themselves take about 5 minutes on 4 H200)
+# The table covers every log_*.txt in OUTDIR: runs split over several calls of one warm machine (OUTDIR
+# in an ignored folder, e.g. .gpu/scaling_out) add up to one table.
+# Carried build caches (.gpu/gpu_*.tar.xz, tools/gpu_cache.sh) are unpacked first.
 # MODEL.mdx: e.g. SevenNet-0 in float32 (`md-accel convert sevennet-0 -o sevennet0-f32.mdx
 # --dtype float32`); it is saved again here with this checkout's code, so that it exports the
 # layered interface that comm layer needs.
@@ -25,6 +29,8 @@ mkdir -p "$out" .gpu/lammps .gpu/scaling
 out=$(realpath "$out")
 # shellcheck disable=SC1091
 source "$bundle/setup-on-gpu.sh"
+# shellcheck source=tools/gpu_cache.sh
+source tools/gpu_cache.sh
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} MD_ACCEL_BUILD_DIR=$PWD/.gpu/build TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 mkdir -p "$MD_ACCEL_BUILD_DIR"
 t_start=$SECONDS
@@ -97,10 +103,11 @@ for p in $GPUS; do
   } >"$input"
   run_input "p$p" "$p" "$input"
 done
-if ((largest > 0)); then
+big=${BIG_GPUS:-$largest}
+if ((big > 0 && big <= ngpu)); then
   input=.gpu/scaling/in.big
-  case_block "big-layer gpus=$largest" "$BIG_CELLS $BIG_CELLS $BIG_CELLS" "comm layer recompute yes" >"$input"
-  run_input big "$largest" "$input"
+  case_block "big-layer gpus=$big" "$BIG_CELLS $BIG_CELLS $BIG_CELLS" "comm layer recompute yes" >"$input"
+  run_input big "$big" "$input"
 fi
 
 python - "$out" "$model_in" "$WARMUP" "$STEPS" .gpu/scaling <<'PY'
