@@ -31,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCES = ("pair_md_accel.cpp", "md_accel_plugin.cpp")
-HEADERS = ("pair_md_accel.h",)
+HEADERS = ("pair_md_accel.h", "phase_timer.h")
 CUDA_GRAPH_SOURCES = ("cuda_graph_step.cpp",)
 CUDA_GRAPH_HEADERS = ("cuda_graph_step.h", "graph_layout.h")
 PLUGIN_NAME = "md_accel_lammps_plugin.so"

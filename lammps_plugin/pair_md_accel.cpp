@@ -171,6 +171,7 @@ PairMDAccel::PairMDAccel(LAMMPS *lmp) :
 
 PairMDAccel::~PairMDAccel()
 {
+  report_timing();
   if (allocated) {
     memory->destroy(setflag);
     memory->destroy(cutsq);
@@ -386,6 +387,9 @@ void PairMDAccel::init_style()
   }
   send_lists_known = false;
   report_pending = true;
+  report_timing();    // the previous run's
+  const char *timing = std::getenv("MD_ACCEL_LAMMPS_TIMING");
+  timer.enable(timing != nullptr && std::strcmp(timing, "1") == 0, device.is_cuda());
 
   if (comm_mode == COMM_NONE) {
     // one-cutoff ghosts; one forward_comm of width 1 after every neighbor-list build
@@ -450,6 +454,7 @@ void PairMDAccel::compute(int eflag, int vflag)
   ev_init(eflag, vflag);
 
   torch::Tensor node_e, grad;
+  timer.start();
   try {
     if (comm_mode == COMM_NONE)
       compute_images(node_e, grad);
@@ -460,7 +465,9 @@ void PairMDAccel::compute(int eflag, int vflag)
   } catch (const std::exception &e) {
     error->one(FLERR, "pair_style md_accel: model evaluation failed: {}", e.what());
   }
+  timer.lap(comm_mode == COMM_LAYER ? "download" : "model");
   tally(node_e, grad);
+  timer.lap("tally");
   if (report_pending) report_sizes();
 }
 
@@ -510,6 +517,21 @@ void PairMDAccel::tally(const torch::Tensor &node_e, const torch::Tensor &grad)
       }
     }
   }
+}
+
+/* ----------------------------------------------------------------------
+   MD_ACCEL_LAMMPS_TIMING=1: each rank's time per phase since the last
+   report (one per run: at the next run's setup, and when the pair style
+   goes away), on stderr, which mpirun collects from every rank
+------------------------------------------------------------------------- */
+
+void PairMDAccel::report_timing()
+{
+  if (timer.steps() > 0)
+    std::fprintf(stderr, "md_accel timing (comm %s), rank %d: %s\n",
+                 comm_mode == COMM_NONE ? "none" : comm_mode == COMM_LAYER ? "layer" : "shell", comm->me,
+                 timer.summary().c_str());
+  timer = md_accel_lammps::PhaseTimer();
 }
 
 /* ----------------------------------------------------------------------
@@ -957,6 +979,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
   const int L = num_layers;
   if (L > 1 && (neighbor->ago == 0 || !send_lists_known)) find_border_atoms();
   build_receiver_graph(false);
+  timer.lap("graph");
   const int64_t nnodes = nlocal + static_cast<int64_t>(ghost_atoms.size());
   const int64_t nedges = static_cast<int64_t>(edge_src.size());
   // a rank without atoms has no graph; it only takes part in the comm calls
@@ -983,6 +1006,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
     }
     x[0] = model.get_method("embed")({t_species}).toTensor();
   }
+  timer.lap("upload");
 
   // forward: layer k reads x_k, its owned rows are exact; ghost rows from the owners
   auto interaction = [&](int k) {
@@ -996,9 +1020,11 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
       torch::AutoGradMode grad_mode(!recompute);
       h[k + 1] = interaction(k);
     }
+    timer.lap("layers");
     if (k + 1 < L) {
       torch::Tensor owned = active ? h[k + 1].detach().narrow(0, 0, nlocal) : torch::Tensor();
       x[k + 1] = fill_ghost_rows(owned, static_cast<int>(feature_dims[k + 1]));
+      timer.lap("exchange");
     } else if (active) {
       x[k + 1] = h[k + 1].detach();
     }
@@ -1043,6 +1069,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
     }
     node_e = all_e.detach().narrow(0, 0, nlocal).to(torch::kCPU, torch::kFloat64).contiguous();
   }
+  timer.lap("readout");
 
   // backward through the layers; ghost rows' gradients go to their owners
   for (int k = L; k >= 1; k--) {
@@ -1050,11 +1077,15 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
     torch::Tensor g;
     if (active)
       g = grad_x[k].defined() ? grad_x[k] : torch::zeros({nnodes, width}, x[k].options());
-    if (k < L) g = add_ghost_gradients(g, width);
+    if (k < L) {
+      g = add_ghost_gradients(g, width);
+      timer.lap("exchange back");
+    }
     if (active) {
       if (recompute) h[k] = interaction(k - 1);
       backward(h[k], g, k - 1);
     }
+    timer.lap("layers back");
     h[k] = torch::Tensor();
     x[k] = torch::Tensor();
   }
@@ -1072,5 +1103,6 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
     }
   if (!outs.empty()) grad = torch::autograd::grad(outs, {t_vec}, grad_outs, false, false, true)[0];
   if (!grad.defined()) grad = torch::zeros_like(t_vec);
+  timer.lap("edges back");
   grad = grad.to(torch::kCPU, torch::kFloat64).contiguous();
 }

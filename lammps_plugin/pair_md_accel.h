@@ -36,6 +36,8 @@
 #include <string>
 #include <vector>
 
+#include "phase_timer.h"
+
 #ifdef MD_ACCEL_CUDA_GRAPH
 #include "cuda_graph_step.h"
 #endif
@@ -87,6 +89,7 @@ class PairMDAccel : public Pair {
 
   void tally(const torch::Tensor &node_e, const torch::Tensor &grad);
   void report_sizes();
+  void report_timing();
 
   DeviceChoice device_choice;
   CommChoice comm_choice;
@@ -130,6 +133,7 @@ class PairMDAccel : public Pair {
   size_t comm_row_bytes;                  // bytes of one row of the current exchange
   int comm_stride;                        // doubles per row in LAMMPS' comm buffers
   bool recompute;                         // comm layer: redo each layer in the backward pass
+  md_accel_lammps::PhaseTimer timer;      // MD_ACCEL_LAMMPS_TIMING=1: time per phase, per run
 };
 
 }    // namespace LAMMPS_NS
