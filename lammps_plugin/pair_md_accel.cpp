@@ -58,8 +58,11 @@
 #include "update.h"
 #include "utils.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/cuda.h>
 
 #include <mpi.h>
@@ -130,6 +133,9 @@ int row_doubles(int64_t width, torch::Dtype dtype)
 {
   return static_cast<int>((width * static_cast<int64_t>(c10::elementSize(dtype)) + 7) / 8);
 }
+
+// rows copied per task of the parallel comm-buffer packing (a row is up to a few KB)
+constexpr int64_t kRowsPerTask = 256;
 
 template <typename T>
 void add_rows(char *rows, size_t row_bytes, int n, const int *list, const double *buf, int stride)
@@ -258,6 +264,8 @@ void PairMDAccel::load_model(const std::string &filename)
   if (!ops_error.empty()) error->all(FLERR, "pair_style md_accel: {}", ops_error);
 
   device = pick_device();
+  const char *optimize = std::getenv("MD_ACCEL_LAMMPS_JIT_OPTIMIZE");
+  if (optimize != nullptr && std::strcmp(optimize, "0") == 0) torch::jit::setGraphExecutorOptimize(false);
   std::unordered_map<std::string, std::string> extra{{"md_accel.json", ""}};
   try {
     model = torch::jit::load(filename, device, extra);
@@ -389,7 +397,7 @@ void PairMDAccel::init_style()
   report_pending = true;
   report_timing();    // the previous run's
   const char *timing = std::getenv("MD_ACCEL_LAMMPS_TIMING");
-  timer.enable(timing != nullptr && std::strcmp(timing, "1") == 0, device.is_cuda());
+  timer.enable(timing != nullptr && std::strcmp(timing, "1") == 0, device.is_cuda() ? device.index() : -1);
 
   if (comm_mode == COMM_NONE) {
     // one-cutoff ghosts; one forward_comm of width 1 after every neighbor-list build
@@ -454,6 +462,8 @@ void PairMDAccel::compute(int eflag, int vflag)
   ev_init(eflag, vflag);
 
   torch::Tensor node_e, grad;
+  // the rank's GPU is the current device (pinned buffers, streams, waits), not GPU 0
+  const c10::DeviceGuard on_device(device);
   timer.start();
   try {
     if (comm_mode == COMM_NONE)
@@ -532,6 +542,19 @@ void PairMDAccel::report_timing()
                  comm_mode == COMM_NONE ? "none" : comm_mode == COMM_LAYER ? "layer" : "shell", comm->me,
                  timer.summary().c_str());
   timer = md_accel_lammps::PhaseTimer();
+}
+
+/* ----------------------------------------------------------------------
+   timed runs only: the ranks meet before an exchange, so that its time is
+   the transfer's and the time spent waiting for the slowest rank is a
+   phase of its own
+------------------------------------------------------------------------- */
+
+void PairMDAccel::wait_for_ranks_if_timed()
+{
+  if (!timer.enabled()) return;
+  MPI_Barrier(world);
+  timer.lap("waiting for ranks");
 }
 
 /* ----------------------------------------------------------------------
@@ -852,9 +875,11 @@ int PairMDAccel::pack_forward_comm(int n, int *list_send, double *buf, int /*pbc
     return n;
   }
   const char *rows = static_cast<const char *>(comm_rows.data_ptr());
-  for (int i = 0; i < n; i++)
-    std::memcpy(buf + static_cast<int64_t>(i) * comm_stride,
-                rows + static_cast<size_t>(list_send[i]) * comm_row_bytes, comm_row_bytes);
+  at::parallel_for(0, n, kRowsPerTask, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++)
+      std::memcpy(buf + i * comm_stride, rows + static_cast<size_t>(list_send[i]) * comm_row_bytes,
+                  comm_row_bytes);
+  });
   return n * comm_stride;
 }
 
@@ -866,17 +891,21 @@ void PairMDAccel::unpack_forward_comm(int n, int first, double *buf)
     return;
   }
   char *rows = static_cast<char *>(comm_rows.data_ptr());
-  for (int i = 0; i < n; i++)
-    std::memcpy(rows + static_cast<size_t>(first + i) * comm_row_bytes,
-                buf + static_cast<int64_t>(i) * comm_stride, comm_row_bytes);
+  at::parallel_for(0, n, kRowsPerTask, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++)
+      std::memcpy(rows + static_cast<size_t>(first + i) * comm_row_bytes, buf + i * comm_stride,
+                  comm_row_bytes);
+  });
 }
 
 int PairMDAccel::pack_reverse_comm(int n, int first, double *buf)
 {
   const char *rows = static_cast<const char *>(comm_rows.data_ptr());
-  for (int i = 0; i < n; i++)
-    std::memcpy(buf + static_cast<int64_t>(i) * comm_stride,
-                rows + static_cast<size_t>(first + i) * comm_row_bytes, comm_row_bytes);
+  at::parallel_for(0, n, kRowsPerTask, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; i++)
+      std::memcpy(buf + i * comm_stride, rows + static_cast<size_t>(first + i) * comm_row_bytes,
+                  comm_row_bytes);
+  });
   return n * comm_stride;
 }
 
@@ -930,8 +959,11 @@ torch::Tensor PairMDAccel::fill_ghost_rows(const torch::Tensor &h_owned, int wid
     stage.copy_(h_owned.index_select(0, t_border_dev));
     rows.index_copy_(0, t_border_cpu, stage);
   }
+  timer.lap("exchange: to host");
+  wait_for_ranks_if_timed();
   comm_phase = PHASE_ROWS;
   comm->forward_comm(this, comm_stride);
+  timer.lap("exchange: comm");
   if (!h_owned.defined()) return {};
   torch::Tensor stage = staging_view(nghost, width);
   torch::index_select_out(stage, rows, 0, t_ghost_atoms);
@@ -957,8 +989,11 @@ torch::Tensor PairMDAccel::add_ghost_gradients(const torch::Tensor &g, int width
     stage.copy_(g.narrow(0, nlocal, nghost));
     rows.index_copy_(0, t_ghost_atoms, stage);
   }
+  timer.lap("exchange back: to host");
+  wait_for_ranks_if_timed();
   comm_phase = PHASE_ROWS;
   comm->reverse_comm(this, comm_stride);
+  timer.lap("exchange back: comm");
   if (!g.defined()) return {};
   torch::Tensor owned = g.narrow(0, 0, nlocal);
   if (nborder > 0) {
@@ -1024,7 +1059,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
     if (k + 1 < L) {
       torch::Tensor owned = active ? h[k + 1].detach().narrow(0, 0, nlocal) : torch::Tensor();
       x[k + 1] = fill_ghost_rows(owned, static_cast<int>(feature_dims[k + 1]));
-      timer.lap("exchange");
+      timer.lap("exchange: to device");
     } else if (active) {
       x[k + 1] = h[k + 1].detach();
     }
@@ -1079,7 +1114,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
       g = grad_x[k].defined() ? grad_x[k] : torch::zeros({nnodes, width}, x[k].options());
     if (k < L) {
       g = add_ghost_gradients(g, width);
-      timer.lap("exchange back");
+      timer.lap("exchange back: to device");
     }
     if (active) {
       if (recompute) h[k] = interaction(k - 1);

@@ -90,6 +90,7 @@ class PairMDAccel : public Pair {
   void tally(const torch::Tensor &node_e, const torch::Tensor &grad);
   void report_sizes();
   void report_timing();
+  void wait_for_ranks_if_timed();
 
   DeviceChoice device_choice;
   CommChoice comm_choice;

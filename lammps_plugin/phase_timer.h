@@ -2,8 +2,8 @@
    md_accel pair style: wall time per phase of an evaluation, for finding
    where a step's time goes (MD_ACCEL_LAMMPS_TIMING=1). Off by default:
    then lap() costs one branch. On, each lap first waits for the device
-   (torch::cuda::synchronize), so device work is charged to the phase that
-   launched it; that wait slows the step slightly.
+   (torch::cuda::synchronize of the rank's GPU), so device work is charged
+   to the phase that launched it; that wait slows the step slightly.
 ------------------------------------------------------------------------- */
 
 #ifndef LMP_MD_ACCEL_PHASE_TIMER_H
@@ -23,10 +23,11 @@ class PhaseTimer {
  public:
   using Clock = std::chrono::steady_clock;
 
-  void enable(bool on, bool sync_cuda)
+  // cuda_device: the GPU to wait for (-1: none, the model runs on the CPU)
+  void enable(bool on, int cuda_device)
   {
     on_ = on;
-    sync_ = sync_cuda;
+    cuda_device_ = cuda_device;
   }
   bool enabled() const { return on_; }
 
@@ -77,10 +78,11 @@ class PhaseTimer {
  private:
   void wait() const
   {
-    if (sync_) torch::cuda::synchronize();
+    if (cuda_device_ >= 0) torch::cuda::synchronize(cuda_device_);
   }
 
-  bool on_ = false, sync_ = false;
+  bool on_ = false;
+  int cuda_device_ = -1;
   long steps_ = 0;
   Clock::time_point last_;
   std::vector<std::pair<std::string, double>> phases_;

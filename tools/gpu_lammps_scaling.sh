@@ -11,6 +11,7 @@
 # Usage: tools/gpu_lammps_scaling.sh LAMMPS_BUNDLE_DIR MODEL.mdx OUTDIR
 #   e.g. tools/gpu_lammps_scaling.sh .lmp .lmp/sevennet-0-f32.mdx "$OUT/scaling"
 # Env:   GPUS="1 2 4" WEAK_CELLS=20 STRONG_CELLS=32 BIG_CELLS=63 WARMUP=3 STEPS=10 RUN_TIMEOUT=240
+#        CASES="weak-layer weak-shell strong-layer": the cases run per GPU count
 #        BIG_GPUS: the GPU count of the big case (default: the largest of GPUS run; 0: no big case)
 #        PREPARE_ONLY=1: only build the ops library, the model's kernels and the plugin (a cold
 #        machine spends minutes in nvcc; the runs themselves take about 5 minutes on 4 H200)
@@ -25,6 +26,7 @@ cd "$(dirname "$0")/.."
 bundle=$1 model_in=$(realpath "$2") out=$3
 GPUS=${GPUS:-"1 2 4"} WEAK_CELLS=${WEAK_CELLS:-20} STRONG_CELLS=${STRONG_CELLS:-32}
 BIG_CELLS=${BIG_CELLS:-63} WARMUP=${WARMUP:-3} STEPS=${STEPS:-10} RUN_TIMEOUT=${RUN_TIMEOUT:-240}
+CASES=${CASES:-"weak-layer weak-shell strong-layer"}
 mkdir -p "$out" .gpu/lammps .gpu/scaling
 out=$(realpath "$out")
 # shellcheck disable=SC1091
@@ -96,11 +98,14 @@ for p in $GPUS; do
   ((p > ngpu)) && { echo "[scaling] skipping $p GPUs (only $ngpu)"; continue; }
   largest=$p
   input=.gpu/scaling/in.p$p
-  {
-    case_block "weak-layer gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm layer"
-    case_block "weak-shell gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm shell"
-    case_block "strong-layer gpus=$p" "$STRONG_CELLS $STRONG_CELLS $STRONG_CELLS" "comm layer recompute yes"
-  } >"$input"
+  for c in $CASES; do
+    case $c in
+      weak-layer) case_block "weak-layer gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm layer" ;;
+      weak-shell) case_block "weak-shell gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm shell" ;;
+      strong-layer) case_block "strong-layer gpus=$p" "$STRONG_CELLS $STRONG_CELLS $STRONG_CELLS" "comm layer recompute yes" ;;
+      *) echo "[scaling] unknown case $c" >&2; exit 2 ;;
+    esac
+  done >"$input"
   run_input "p$p" "$p" "$input"
 done
 big=${BIG_GPUS:-$largest}
