@@ -11,7 +11,8 @@
 # Usage: tools/gpu_lammps_scaling.sh LAMMPS_BUNDLE_DIR MODEL.mdx OUTDIR
 #   e.g. tools/gpu_lammps_scaling.sh .lmp .lmp/sevennet-0-f32.mdx "$OUT/scaling"
 # Env:   GPUS="1 2 4" WEAK_CELLS=20 STRONG_CELLS=32 BIG_CELLS=63 WARMUP=3 STEPS=10 RUN_TIMEOUT=240
-#        CASES="weak-layer weak-shell strong-layer": the cases run per GPU count
+#        CASES="weak-layer weak-shell strong-layer": the cases run per GPU count (also weak-none:
+#        comm none on 1 GPU, the one-rank path)
 #        BIG_GPUS: the GPU count of the big case (default: the largest of GPUS run; 0: no big case)
 #        PREPARE_ONLY=1: only build the ops library, the model's kernels and the plugin (a cold
 #        machine spends minutes in nvcc; the runs themselves take about 5 minutes on 4 H200)
@@ -101,6 +102,7 @@ for p in $GPUS; do
   for c in $CASES; do
     case $c in
       weak-layer) case_block "weak-layer gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm layer" ;;
+      weak-none) ((p == 1)) && case_block "weak-none gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm none" ;;
       weak-shell) case_block "weak-shell gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm shell" ;;
       strong-layer) case_block "strong-layer gpus=$p" "$STRONG_CELLS $STRONG_CELLS $STRONG_CELLS" "comm layer recompute yes" ;;
       *) echo "[scaling] unknown case $c" >&2; exit 2 ;;
@@ -171,7 +173,7 @@ for r in rows:
     ref = one_gpu("weak-layer" if r["case"] == "big-layer" else r["case"])
     if r["status"] == "ok" and ref:
         r["efficiency"] = r["atom_steps_per_s"] / (r["gpus"] * ref["atom_steps_per_s"])
-order = ["weak-layer", "weak-shell", "strong-layer", "big-layer"]
+order = ["weak-none", "weak-layer", "weak-shell", "strong-layer", "big-layer"]
 rows.sort(key=lambda r: (order.index(r["case"]) if r["case"] in order else len(order), r.get("gpus", 0)))
 
 gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
