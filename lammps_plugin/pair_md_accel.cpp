@@ -264,8 +264,11 @@ void PairMDAccel::load_model(const std::string &filename)
   if (!ops_error.empty()) error->all(FLERR, "pair_style md_accel: {}", ops_error);
 
   device = pick_device();
-  const char *optimize = std::getenv("MD_ACCEL_LAMMPS_JIT_OPTIMIZE");
-  if (optimize != nullptr && std::strcmp(optimize, "0") == 0) torch::jit::setGraphExecutorOptimize(false);
+  // TorchScript's profiling executor re-specialises its fused kernels for new shapes, and the
+  // edge count changes every step: with it, SevenNet-0's comm layer step at 32,000 atoms per
+  // H200 took 528 ms, without it 380 (the edge features and their backward 132 -> 13 ms,
+  // docs/benchmarks.md, session 34). md_accel's own ops do the heavy work either way.
+  torch::jit::setGraphExecutorOptimize(false);
   std::unordered_map<std::string, std::string> extra{{"md_accel.json", ""}};
   try {
     model = torch::jit::load(filename, device, extra);
