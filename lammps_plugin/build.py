@@ -13,8 +13,9 @@ schemas and their autograd) is built next to it as ``libmd_accel_ops.so``, which
 loads: converted models name those ops (their CUDA branch) and TorchScript needs the schemas to
 load them. With a CUDA torch the full library comes from ``MD_ACCEL_OPS_LIBRARY`` instead
 (tools/gpu_lammps.sh), and the CPU-only one must not be there (it would register the ops twice).
-With a CUDA torch the plugin also gets ``cuda_graph_step.cpp`` (``MD_ACCEL_CUDA_GRAPH``: comm none
-replayed from a CUDA graph), compiled against the CUDA toolkit's headers.
+With a CUDA torch the plugin also gets ``cuda_graph_step.cpp`` and ``device_exchange.cpp``
+(``MD_ACCEL_CUDA_GRAPH``: comm none replayed from a CUDA graph, comm layer's exchange between the GPUs),
+compiled against the CUDA toolkit's headers.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCES = ("pair_md_accel.cpp", "md_accel_plugin.cpp")
 HEADERS = ("pair_md_accel.h", "phase_timer.h")
-CUDA_GRAPH_SOURCES = ("cuda_graph_step.cpp",)
-CUDA_GRAPH_HEADERS = ("cuda_graph_step.h", "graph_layout.h")
+CUDA_GRAPH_SOURCES = ("cuda_graph_step.cpp", "device_exchange.cpp")
+CUDA_GRAPH_HEADERS = ("cuda_graph_step.h", "graph_layout.h", "device_exchange.h")
 PLUGIN_NAME = "md_accel_lammps_plugin.so"
 OPS_NAME = "libmd_accel_ops.so"   # the name the plugin looks for next to itself
 CSRC = HERE.parent / "csrc"

@@ -161,7 +161,7 @@ torch::Tensor long_tensor(std::vector<int64_t> &v)
 
 PairMDAccel::PairMDAccel(LAMMPS *lmp) :
     Pair(lmp), device_choice(DEVICE_AUTO), comm_choice(COMM_AUTO), comm_mode(COMM_AUTO),
-    graph_choice(GRAPH_AUTO), device(torch::kCPU), dtype(torch::kFloat64), model_loaded(false),
+    graph_choice(GRAPH_AUTO), exchange_choice(EXCHANGE_AUTO), exchange_chosen(false), device(torch::kCPU), dtype(torch::kFloat64), model_loaded(false),
     layered_model(false), report_pending(false), cutoff(0.0), num_layers(0),
     send_lists_known(false),
     comm_phase(PHASE_ROWS), comm_row_bytes(0), comm_stride(0), recompute(false)
@@ -199,6 +199,7 @@ void PairMDAccel::allocate()
 /* ----------------------------------------------------------------------
    pair_style md_accel [device auto|cpu|cuda] [comm auto|none|layer|shell]
                        [recompute yes|no] [cuda_graph auto|yes|no]
+                       [exchange auto|host|device]
    (the enums list their values in this order)
 ------------------------------------------------------------------------- */
 
@@ -218,6 +219,7 @@ void PairMDAccel::settings(int narg, char **arg)
   device_choice = DEVICE_AUTO;
   comm_choice = COMM_AUTO;
   graph_choice = GRAPH_AUTO;
+  exchange_choice = EXCHANGE_AUTO;
   recompute = false;
   for (int iarg = 0; iarg < narg; iarg += 2) {
     if (strcmp(arg[iarg], "device") == 0)
@@ -229,6 +231,8 @@ void PairMDAccel::settings(int narg, char **arg)
       recompute = utils::logical(FLERR, arg[iarg + 1], false, lmp) == 1;
     } else if (strcmp(arg[iarg], "cuda_graph") == 0)
       graph_choice = static_cast<GraphChoice>(value_of(iarg, {"auto", "yes", "no"}));
+    else if (strcmp(arg[iarg], "exchange") == 0)
+      exchange_choice = static_cast<ExchangeChoice>(value_of(iarg, {"auto", "host", "device"}));
     else
       error->all(FLERR, "Unknown pair_style md_accel keyword {}", arg[iarg]);
   }
@@ -385,6 +389,12 @@ void PairMDAccel::init_style()
                "images of owned atoms); use comm layer or comm shell on {} ranks", comm->nprocs);
   if (recompute && comm_mode != COMM_LAYER)
     error->all(FLERR, "pair_style md_accel recompute yes needs comm layer");
+  if (exchange_choice == EXCHANGE_DEVICE && comm_mode != COMM_LAYER)
+    error->all(FLERR, "pair_style md_accel exchange device needs comm layer");
+  exchange_chosen = false;
+#ifdef MD_ACCEL_CUDA_GRAPH
+  exchange.reset();
+#endif
   if (graph_choice == GRAPH_YES) {
     if (comm_mode != COMM_NONE)
       error->all(FLERR, "pair_style md_accel cuda_graph yes needs comm none (one MPI rank)");
@@ -429,7 +439,7 @@ void PairMDAccel::init_style()
     neighbor->add_request(this, NeighConst::REQ_FULL);
     int width = 0;
     for (int k = 1; k < num_layers; k++) width = std::max(width, static_cast<int>(feature_dims[k]));
-    comm_forward = comm_reverse = row_doubles(width, dtype);
+    comm_forward = comm_reverse = std::max(row_doubles(width, dtype), 2);   // 2: find_owner_ranks
     if (comm->me == 0)
       utils::logmesg(lmp, "md_accel: comm layer ({}): ghost atoms within cutoff + skin, features "
                      "of up to {} numbers per atom exchanged between layers{}\n", why, width,
@@ -862,6 +872,66 @@ void PairMDAccel::find_border_atoms()
   send_lists_known = true;
 }
 
+/* ----------------------------------------------------------------------
+   exchange device: every ghost's owner rank and its row there (owner_rank,
+   owner_of), by one width-2 forward_comm after each neighbor-list build
+------------------------------------------------------------------------- */
+
+void PairMDAccel::find_owner_ranks()
+{
+  const int nlocal = atom->nlocal;
+  const int nall = nlocal + atom->nghost;
+  owner_of.assign(nall, -1);
+  owner_rank.assign(nall, -1);
+  for (int i = 0; i < nlocal; i++) {
+    owner_of[i] = i;
+    owner_rank[i] = comm->me;
+  }
+  comm_phase = PHASE_OWNER_RANKS;
+  comm->forward_comm(this, 2);
+  for (int j = nlocal; j < nall; j++)
+    if (owner_rank[j] < 0 || owner_rank[j] >= comm->nprocs || owner_of[j] < 0)
+      error->one(FLERR, "pair_style md_accel: ghost atom {} (tag {}) has no owner after the exchange", j,
+                 atom->tag[j]);
+  send_lists_known = true;
+}
+
+/* ----------------------------------------------------------------------
+   comm layer, at the first evaluation of a run (collective): the exchange
+   on the GPUs where the ranks share a host and can map each other's memory
+------------------------------------------------------------------------- */
+
+void PairMDAccel::choose_exchange()
+{
+  exchange_chosen = true;
+  if (exchange_choice == EXCHANGE_HOST || num_layers < 2) return;
+  std::string why;
+#ifdef MD_ACCEL_CUDA_GRAPH
+  int64_t width = 1;
+  for (int k = 1; k < num_layers; k++) width = std::max(width, feature_dims[k]);
+  exchange = md_accel_lammps::DeviceExchange::create(world, device, dtype, width, why);
+#else
+  why = "this plugin was built against a torch without CUDA";
+#endif
+  if (exchange_on_device()) {
+    if (comm->me == 0)
+      utils::logmesg(lmp, "md_accel: exchange device: ghost rows read from the owners' GPUs\n");
+  } else if (exchange_choice == EXCHANGE_DEVICE) {
+    error->all(FLERR, "pair_style md_accel exchange device: {}", why);
+  } else if (comm->me == 0) {
+    utils::logmesg(lmp, "md_accel: exchange host ({})\n", why);
+  }
+}
+
+bool PairMDAccel::exchange_on_device() const
+{
+#ifdef MD_ACCEL_CUDA_GRAPH
+  return exchange != nullptr;
+#else
+  return false;
+#endif
+}
+
 int PairMDAccel::pack_forward_comm(int n, int *list_send, double *buf, int /*pbc_flag*/,
                                    int * /*pbc*/)
 {
@@ -877,6 +947,13 @@ int PairMDAccel::pack_forward_comm(int n, int *list_send, double *buf, int /*pbc
     for (int i = 0; i < n; i++) buf[i] = static_cast<double>(owner_of[list_send[i]]);
     return n;
   }
+  if (comm_phase == PHASE_OWNER_RANKS) {
+    for (int i = 0; i < n; i++) {
+      buf[2 * i] = static_cast<double>(owner_rank[list_send[i]]);
+      buf[2 * i + 1] = static_cast<double>(owner_of[list_send[i]]);
+    }
+    return 2 * n;
+  }
   const char *rows = static_cast<const char *>(comm_rows.data_ptr());
   at::parallel_for(0, n, kRowsPerTask, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++)
@@ -891,6 +968,13 @@ void PairMDAccel::unpack_forward_comm(int n, int first, double *buf)
   if (comm_phase == PHASE_FIND_BORDER) return;
   if (comm_phase == PHASE_OWNERS) {
     for (int i = 0; i < n; i++) owner_of[first + i] = static_cast<int64_t>(buf[i]);
+    return;
+  }
+  if (comm_phase == PHASE_OWNER_RANKS) {
+    for (int i = 0; i < n; i++) {
+      owner_rank[first + i] = static_cast<int>(buf[2 * i]);
+      owner_of[first + i] = static_cast<int64_t>(buf[2 * i + 1]);
+    }
     return;
   }
   char *rows = static_cast<char *>(comm_rows.data_ptr());
@@ -952,8 +1036,17 @@ torch::Tensor PairMDAccel::staging_view(int64_t rows, int width)
    nodes' rows, ghost nodes holding their owners' rows
 ------------------------------------------------------------------------- */
 
-torch::Tensor PairMDAccel::fill_ghost_rows(const torch::Tensor &h_owned, int width)
+torch::Tensor PairMDAccel::fill_ghost_rows(const torch::Tensor &h_owned, int width, int layer)
 {
+#ifdef MD_ACCEL_CUDA_GRAPH
+  if (exchange) {
+    wait_for_ranks_if_timed();
+    torch::Tensor ghosts = exchange->forward(h_owned, width, layer);
+    timer.lap("exchange: device");
+    return h_owned.defined() ? torch::cat({h_owned, ghosts}) : torch::Tensor();
+  }
+#endif
+  (void) layer;
   const int64_t nborder = static_cast<int64_t>(border_atoms.size());
   const int64_t nghost = static_cast<int64_t>(ghost_atoms.size());
   torch::Tensor rows = rows_view(width);
@@ -979,9 +1072,20 @@ torch::Tensor PairMDAccel::fill_ghost_rows(const torch::Tensor &h_owned, int wid
    added and zero ghost rows (g undefined on a rank without atoms)
 ------------------------------------------------------------------------- */
 
-torch::Tensor PairMDAccel::add_ghost_gradients(const torch::Tensor &g, int width)
+torch::Tensor PairMDAccel::add_ghost_gradients(const torch::Tensor &g, int width, int layer)
 {
   const int nlocal = atom->nlocal;
+#ifdef MD_ACCEL_CUDA_GRAPH
+  if (exchange) {
+    const int64_t nghost = static_cast<int64_t>(ghost_atoms.size());
+    wait_for_ranks_if_timed();
+    torch::Tensor sums = exchange->reverse(g.defined() ? g.narrow(0, nlocal, nghost) : torch::Tensor(), width, layer);
+    timer.lap("exchange back: device");
+    if (!g.defined()) return {};
+    return torch::cat({g.narrow(0, 0, nlocal) + sums, torch::zeros({nghost, width}, g.options())});
+  }
+#endif
+  (void) layer;
   const int64_t nborder = static_cast<int64_t>(border_atoms.size());
   const int64_t nghost = static_cast<int64_t>(ghost_atoms.size());
   torch::Tensor rows = rows_view(width);
@@ -1015,8 +1119,26 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
 {
   const int nlocal = atom->nlocal;
   const int L = num_layers;
-  if (L > 1 && (neighbor->ago == 0 || !send_lists_known)) find_border_atoms();
+  if (!exchange_chosen) choose_exchange();
+  const bool on_device = L > 1 && exchange_on_device();
+  if (L > 1 && (neighbor->ago == 0 || !send_lists_known)) {
+    if (on_device)
+      find_owner_ranks();
+    else
+      find_border_atoms();
+  }
   build_receiver_graph(false);
+#ifdef MD_ACCEL_CUDA_GRAPH
+  if (on_device) {
+    std::vector<int> ranks(ghost_atoms.size());
+    std::vector<int64_t> rows(ghost_atoms.size());
+    for (size_t g = 0; g < ghost_atoms.size(); g++) {
+      ranks[g] = owner_rank[ghost_atoms[g]];
+      rows[g] = owner_of[ghost_atoms[g]];
+    }
+    exchange->setup(nlocal, atom->nghost, ranks, rows);
+  }
+#endif
   timer.lap("graph");
   const int64_t nnodes = nlocal + static_cast<int64_t>(ghost_atoms.size());
   const int64_t nedges = static_cast<int64_t>(edge_src.size());
@@ -1061,7 +1183,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
     timer.lap("layers");
     if (k + 1 < L) {
       torch::Tensor owned = active ? h[k + 1].detach().narrow(0, 0, nlocal) : torch::Tensor();
-      x[k + 1] = fill_ghost_rows(owned, static_cast<int>(feature_dims[k + 1]));
+      x[k + 1] = fill_ghost_rows(owned, static_cast<int>(feature_dims[k + 1]), k);
       timer.lap("exchange: to device");
     } else if (active) {
       x[k + 1] = h[k + 1].detach();
@@ -1116,7 +1238,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
     if (active)
       g = grad_x[k].defined() ? grad_x[k] : torch::zeros({nnodes, width}, x[k].options());
     if (k < L) {
-      g = add_ghost_gradients(g, width);
+      g = add_ghost_gradients(g, width, k);
       timer.lap("exchange back: to device");
     }
     if (active) {

@@ -3,6 +3,7 @@
 
    pair_style md_accel [device auto|cpu|cuda] [comm auto|none|layer|shell]
                        [recompute yes|no] [cuda_graph auto|yes|no]
+                       [exchange auto|host|device]
    pair_coeff * * model.mdx El1 [El2 ...]
 
    The model file is a TorchScript archive whose extra file md_accel.json
@@ -16,6 +17,10 @@
    after every layer and their gradients sent back to the owners.
    comm shell: a ghost shell num_layers x cutoff (+ skin) deep, every owned
    and ghost atom a graph node.
+   exchange (comm layer): how ghost rows travel between layers. device:
+   the ranks' GPUs read each other's rows (CUDA IPC; every rank on one
+   host), host: through LAMMPS' communication in host memory; auto: device
+   where it works, else host (the log says which and why).
    recompute yes (comm layer): keep no layer's autograd graph in the forward
    pass, run each layer again in the backward pass (memory of one layer's
    graph instead of all, for about one more forward pass of time).
@@ -40,6 +45,7 @@
 
 #ifdef MD_ACCEL_CUDA_GRAPH
 #include "cuda_graph_step.h"
+#include "device_exchange.h"
 #endif
 
 namespace LAMMPS_NS {
@@ -63,8 +69,9 @@ class PairMDAccel : public Pair {
  protected:
   enum DeviceChoice { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
   enum CommChoice { COMM_AUTO, COMM_NONE, COMM_LAYER, COMM_SHELL };
-  enum CommPhase { PHASE_FIND_BORDER, PHASE_OWNERS, PHASE_ROWS };
+  enum CommPhase { PHASE_FIND_BORDER, PHASE_OWNERS, PHASE_OWNER_RANKS, PHASE_ROWS };
   enum GraphChoice { GRAPH_AUTO, GRAPH_YES, GRAPH_NO };
+  enum ExchangeChoice { EXCHANGE_AUTO, EXCHANGE_HOST, EXCHANGE_DEVICE };
 
   void allocate();
   void load_model(const std::string &filename);
@@ -81,11 +88,14 @@ class PairMDAccel : public Pair {
   void compute_shell(torch::Tensor &node_e, torch::Tensor &grad);
   // comm layer
   void find_border_atoms();
+  void find_owner_ranks();
+  void choose_exchange();
+  bool exchange_on_device() const;
   void compute_layers(torch::Tensor &node_e, torch::Tensor &grad);
   torch::Tensor rows_view(int width);
   torch::Tensor staging_view(int64_t rows, int width);
-  torch::Tensor fill_ghost_rows(const torch::Tensor &h_owned, int width);
-  torch::Tensor add_ghost_gradients(const torch::Tensor &g, int width);
+  torch::Tensor fill_ghost_rows(const torch::Tensor &h_owned, int width, int layer);
+  torch::Tensor add_ghost_gradients(const torch::Tensor &g, int width, int layer);
 
   void tally(const torch::Tensor &node_e, const torch::Tensor &grad);
   void report_sizes();
@@ -96,6 +106,8 @@ class PairMDAccel : public Pair {
   CommChoice comm_choice;
   CommChoice comm_mode;                 // resolved for this run (never COMM_AUTO after init_style)
   GraphChoice graph_choice;
+  ExchangeChoice exchange_choice;
+  bool exchange_chosen;                 // comm layer: choose_exchange() ran for this run
   torch::Device device;
   torch::Dtype dtype;
   torch::jit::Module model;
@@ -122,10 +134,13 @@ class PairMDAccel : public Pair {
   std::vector<int64_t> border_atoms;      // owned atoms in some send list
   std::vector<char> border_mark;
   bool send_lists_known;                  // border_atoms / owner_of found since the last build
-  // comm none: LAMMPS atom index -> the owned atom it is (an image of)
+  // comm none: LAMMPS atom index -> the owned atom it is (an image of); exchange device: the
+  // row on its owner's rank, and that rank
   std::vector<int64_t> owner_of;
+  std::vector<int> owner_rank;
 #ifdef MD_ACCEL_CUDA_GRAPH
   std::unique_ptr<md_accel_lammps::CudaGraphStep> graphed;
+  std::unique_ptr<md_accel_lammps::DeviceExchange> exchange;   // exchange device
 #endif
   torch::Tensor t_ghost_atoms, t_border_cpu, t_border_dev;
   torch::Tensor comm_rows;                // host rows [nall, width] packed / unpacked

@@ -2,7 +2,9 @@
 with md_accel's op library preloaded): comm none replayed from a CUDA graph gives md_accel's CPU
 calculator's energy, forces and virial (float64, the trained MACE copper model of models/mace_cu),
 as does the uncaptured evaluation; in MD (neighbor-list rebuilds, then an expanded box whose edges
-fall below the layout's range) the graphed trajectory follows the uncaptured one, re-capturing only then."""
+fall below the layout's range) the graphed trajectory follows the uncaptured one, re-capturing only then.
+comm layer on several ranks sharing the GPU, its rows exchanged through CUDA IPC (exchange device) and
+through the host: both give the calculator's results."""
 import re
 from pathlib import Path
 
@@ -11,7 +13,8 @@ import pytest
 import torch
 
 from lammps_cases import Case, ase_reference, max_diffs, nve, run_cases, thermo
-from lammps_toy_potentials import cu_ni, write_data
+from lammps_toy_potentials import (SYMBOLS, TYPE_TO_SPECIES, MessagePassingToy, cu_ni, reference, save_mdx,
+                                   slab, write_data)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -74,3 +77,43 @@ def test_md_graph_follows_uncaptured(run_lmp):
     np.testing.assert_allclose(a[:, 1:], b[:, 1:], rtol=0, atol=1e-8)
     drift = np.abs(a[:11, 2] - a[0, 2]).max() / 256
     assert drift < 2e-3, a[:11, 2]                 # eV/atom over 100 fs at 2400 K
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_layer_exchange_between_gpu_ranks(run_lmp, tmp_path, nprocs):
+    """The ranks (here sharing one GPU) read each other's rows from device memory: the calculator's
+    energy, forces and virial, as with the exchange through the host; the owners' sums of the ghosts'
+    gradients run in a fixed order, so two runs give bitwise the same forces."""
+    atoms, types = cu_ni(True, seed=7)
+    atoms.set_chemical_symbols(["Cu"] * len(atoms))
+    data = write_data(tmp_path / "data.lmp", atoms, types)
+    want = ase_reference(MODEL, atoms)
+    cases = [Case("device", data, MODEL, "Cu Cu", "device cuda comm layer exchange device"),
+             Case("again", data, MODEL, "Cu Cu", "device cuda comm layer exchange device"),
+             Case("host", data, MODEL, "Cu Cu", "device cuda comm layer exchange host")]
+    got = run_cases(run_lmp, tmp_path, cases, nprocs)
+    for case in cases:
+        assert got[case.tag]["mode"] == "layer"
+        d = max_diffs(got[case.tag], want)
+        for key, value in d.items():
+            assert value < TOL[key], (case.tag, d)
+    np.testing.assert_array_equal(got["device"]["forces"], got["again"]["forces"])
+    assert got["device"]["min_owned"] > 0
+
+
+@pytest.mark.parametrize("structure", ["triclinic", "slab"])
+def test_layer_exchange_three_layers(run_lmp, tmp_path, structure):
+    """Four ranks on the GPU, a 3-layer toy model (two exchanges each way per step, so both halves of
+    each rank's shared memory), the slab leaving a rank without atoms: the CPU reference's results."""
+    model = save_mdx(MessagePassingToy(["Cu", "Ni"], cutoff=4.5, num_layers=3), tmp_path / "toy.mdx")
+    atoms, types = cu_ni(True, seed=8) if structure == "triclinic" else slab(seed=8)
+    data = write_data(tmp_path / "data.lmp", atoms, types)
+    want = reference(model, atoms, TYPE_TO_SPECIES[types - 1])
+    grid = "* 1 1" if structure == "slab" else "* * *"
+    got = run_cases(run_lmp, tmp_path, [Case("d", data, model, SYMBOLS, "device cuda comm layer exchange device",
+                                             grid)], 4)["d"]
+    assert abs(got["energy"] - want["energy"]) < 1e-9
+    np.testing.assert_allclose(got["forces"], want["forces"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(got["virial"], want["virial"], rtol=1e-9, atol=1e-9)
+    if structure == "slab":
+        assert got["min_owned"] == 0

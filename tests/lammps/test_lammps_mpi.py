@@ -54,6 +54,16 @@ def test_comm_modes_match_reference(run_lmp, tmp_path, nprocs):
         assert got["slab-default"]["min_owned"] == 0   # a rank without atoms takes part
 
 
+def test_exchange_device_needs_cuda(run_lmp, tmp_path):
+    """exchange device asked for where the rows cannot stay on GPUs (the model on the CPU): an error
+    that says why, on every rank (tests/lammps/test_lammps_cuda.py runs it on a GPU)."""
+    atoms, types = cu_ni(False, seed=5)
+    data = write_data(tmp_path / "data.lmp", atoms, types)
+    case = Case("cpu", data, toy(tmp_path), SYMBOLS, "device cpu comm layer exchange device")
+    with pytest.raises(AssertionError, match="exchange device: (the model is not on CUDA|this plugin was built against)"):
+        run_cases(run_lmp, tmp_path, [case], 2)
+
+
 def test_float32_rows(run_lmp, tmp_path):
     """float32 features travel as raw bytes, two per double: an odd width (7) leaves a half-used
     double per row. 4 ranks, comm layer, against the float64 reference."""

@@ -110,6 +110,8 @@ def test_equals_lj_cut(lammps_in_process, tmp_path):
     ("pair_style md_accel cuda_graph always", "Unknown pair_style md_accel cuda_graph always"),
     ("pair_style md_accel device cpu cuda_graph yes", "cuda_graph yes needs the model on CUDA"),
     ("pair_style md_accel comm shell cuda_graph yes", "cuda_graph yes needs comm none"),
+    ("pair_style md_accel exchange fast", "Unknown pair_style md_accel exchange fast"),
+    ("pair_style md_accel exchange device", "exchange device needs comm layer"),
 ])
 def test_input_errors(lammps_in_process, tmp_path, setting, message):
     atoms, types = cu_ni(triclinic=False)
