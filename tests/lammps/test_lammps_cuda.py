@@ -24,19 +24,27 @@ TOL = {"energy": 1e-8, "forces": 1e-9, "virial": 1e-8}
 CAPTURE = re.compile(r"md_accel: CUDA graph capture (\d+): (\d+) atoms, (\d+) edges \(layout: (\d+) to (\d+) edges")
 
 
-def test_graph_matches_calculator(run_lmp, tmp_path):
-    atoms, types = cu_ni(True, seed=6, n=2)
+def copper(tmp_path, seed, n=3):
+    """A rattled triclinic copper cell's data file, and md_accel's CPU calculator's results on it."""
+    atoms, types = cu_ni(True, seed=seed, n=n)
     atoms.set_chemical_symbols(["Cu"] * len(atoms))
-    data = write_data(tmp_path / "data.lmp", atoms, types)
-    want = ase_reference(MODEL, atoms)
-    cases = [Case("graph", data, MODEL, "Cu Cu", "device cuda cuda_graph yes"),
-             Case("eager", data, MODEL, "Cu Cu", "device cuda cuda_graph no"),
-             Case("layer", data, MODEL, "Cu Cu", "device cuda comm layer")]
-    got = run_cases(run_lmp, tmp_path, cases, 1)
+    return write_data(tmp_path / "data.lmp", atoms, types), ase_reference(MODEL, atoms)
+
+
+def assert_match(got, cases, want):
     for case in cases:
         d = max_diffs(got[case.tag], want)
         for key, value in d.items():
             assert value < TOL[key], (case.tag, d)
+
+
+def test_graph_matches_calculator(run_lmp, tmp_path):
+    data, want = copper(tmp_path, seed=6, n=2)
+    cases = [Case("graph", data, MODEL, "Cu Cu", "device cuda cuda_graph yes"),
+             Case("eager", data, MODEL, "Cu Cu", "device cuda cuda_graph no"),
+             Case("layer", data, MODEL, "Cu Cu", "device cuda comm layer")]
+    got = run_cases(run_lmp, tmp_path, cases, 1)
+    assert_match(got, cases, want)
     assert got["graph"]["mode"] == got["eager"]["mode"] == "none"
     assert got["graph"]["captures"] == 1 and not got["graph"]["warnings"], got["graph"]["warnings"]
     assert got["eager"]["captures"] == got["layer"]["captures"] == 0
@@ -84,19 +92,13 @@ def test_layer_exchange_between_gpu_ranks(run_lmp, tmp_path, nprocs):
     """The ranks (here sharing one GPU) read each other's rows from device memory: the calculator's
     energy, forces and virial, as with the exchange through the host; the owners' sums of the ghosts'
     gradients run in a fixed order, so two runs give bitwise the same forces."""
-    atoms, types = cu_ni(True, seed=7)
-    atoms.set_chemical_symbols(["Cu"] * len(atoms))
-    data = write_data(tmp_path / "data.lmp", atoms, types)
-    want = ase_reference(MODEL, atoms)
+    data, want = copper(tmp_path, seed=7)
     cases = [Case("device", data, MODEL, "Cu Cu", "device cuda comm layer exchange device"),
              Case("again", data, MODEL, "Cu Cu", "device cuda comm layer exchange device"),
              Case("host", data, MODEL, "Cu Cu", "device cuda comm layer exchange host")]
     got = run_cases(run_lmp, tmp_path, cases, nprocs)
-    for case in cases:
-        assert got[case.tag]["mode"] == "layer"
-        d = max_diffs(got[case.tag], want)
-        for key, value in d.items():
-            assert value < TOL[key], (case.tag, d)
+    assert all(got[case.tag]["mode"] == "layer" for case in cases)
+    assert_match(got, cases, want)
     np.testing.assert_array_equal(got["device"]["forces"], got["again"]["forces"])
     assert got["device"]["min_owned"] > 0
 
