@@ -72,7 +72,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <numeric>
 #include <filesystem>
 #include <sstream>
 #include <unordered_map>
@@ -137,8 +136,6 @@ int row_doubles(int64_t width, torch::Dtype dtype)
 
 // rows copied per task of the parallel comm-buffer packing (a row is up to a few KB)
 constexpr int64_t kRowsPerTask = 256;
-// receivers per task of the parallel graph build (tens of neighbors each)
-constexpr int64_t kReceiversPerTask = 64;
 
 template <typename T>
 void add_rows(char *rows, size_t row_bytes, int n, const int *list, const double *buf, int stride)
@@ -809,17 +806,21 @@ void PairMDAccel::build_receiver_graph(bool senders_to_owners)
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
   double **x = atom->x;
+  const int *type = atom->type;
   const double cutsq_model = cutoff * cutoff;
 
   std::vector<int> receivers(list->ilist, list->ilist + list->inum);
   if (!std::is_sorted(receivers.begin(), receivers.end()))
     std::sort(receivers.begin(), receivers.end());
-  const int64_t nrecv = static_cast<int64_t>(receivers.size());
 
-  // receiver r's edges (LAMMPS' neighbors within the model cutoff, in list order) go to positions
-  // first[r] ..: counted, then written, receivers in parallel
-  auto for_each_edge = [&](int64_t r, auto &&edge) {
-    const int i = receivers[r];
+  edge_src.clear();
+  edge_dst.clear();
+  edge_vec.clear();
+  node_src.clear();
+  ghost_atoms.clear();
+  node_of.assign(nall, -1);
+  for (int i = 0; i < nlocal; i++) node_of[i] = i;
+  for (const int i : receivers) {
     const int *jlist = list->firstneigh[i];
     const int jnum = list->numneigh[i];
     for (int jj = 0; jj < jnum; jj++) {
@@ -827,52 +828,23 @@ void PairMDAccel::build_receiver_graph(bool senders_to_owners)
       const double dx = x[j][0] - x[i][0];
       const double dy = x[j][1] - x[i][1];
       const double dz = x[j][2] - x[i][2];
-      if (dx * dx + dy * dy + dz * dz < cutsq_model) edge(i, j, dx, dy, dz);
-    }
-  };
-  std::vector<int64_t> first(nrecv + 1, 0);
-  at::parallel_for(0, nrecv, kReceiversPerTask, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; r++) for_each_edge(r, [&](int, int, double, double, double) { first[r + 1]++; });
-  });
-  std::partial_sum(first.begin(), first.end(), first.begin());
-  const int64_t nedges = first[nrecv];
-  edge_src.resize(nedges);
-  edge_dst.resize(nedges);
-  edge_vec.resize(3 * nedges);
-  at::parallel_for(0, nrecv, kReceiversPerTask, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; r++) {
-      int64_t e = first[r];
-      for_each_edge(r, [&](int i, int j, double dx, double dy, double dz) {
-        edge_src[e] = j;
-        edge_dst[e] = i;
-        edge_vec[3 * e] = dx;
-        edge_vec[3 * e + 1] = dy;
-        edge_vec[3 * e + 2] = dz;
-        e++;
-      });
-    }
-  });
-
-  // the senders' graph nodes; ghost senders numbered in the order they first send an edge
-  node_src.resize(nedges);
-  ghost_atoms.clear();
-  node_of.assign(nall, -1);
-  for (int i = 0; i < nlocal; i++) node_of[i] = i;
-  for (int64_t e = 0; e < nedges; e++) {
-    const int64_t j = edge_src[e];
-    if (node_of[j] < 0) {
-      if (senders_to_owners) {
-        node_of[j] = owner_of[j];
-      } else {
-        node_of[j] = nlocal + static_cast<int64_t>(ghost_atoms.size());
-        ghost_atoms.push_back(j);
+      if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
+      if (node_of[j] < 0) {
+        if (senders_to_owners) {
+          node_of[j] = owner_of[j];
+        } else {
+          node_of[j] = nlocal + static_cast<int64_t>(ghost_atoms.size());
+          ghost_atoms.push_back(j);
+        }
       }
+      edge_src.push_back(j);
+      edge_dst.push_back(i);
+      node_src.push_back(node_of[j]);
+      edge_vec.insert(edge_vec.end(), {dx, dy, dz});
     }
-    node_src[e] = node_of[j];
   }
   node_dst = edge_dst;    // owned receivers: node index = atom index
 
-  const int *type = atom->type;
   species.resize(nlocal + ghost_atoms.size());
   for (int i = 0; i < nlocal; i++) species[i] = type2species[type[i]];
   for (size_t g = 0; g < ghost_atoms.size(); g++)
