@@ -58,7 +58,6 @@
 #include "update.h"
 #include "utils.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -133,9 +132,6 @@ int row_doubles(int64_t width, torch::Dtype dtype)
 {
   return static_cast<int>((width * static_cast<int64_t>(c10::elementSize(dtype)) + 7) / 8);
 }
-
-// rows copied per task of the parallel comm-buffer packing (a row is up to a few KB)
-constexpr int64_t kRowsPerTask = 256;
 
 template <typename T>
 void add_rows(char *rows, size_t row_bytes, int n, const int *list, const double *buf, int stride)
@@ -955,11 +951,9 @@ int PairMDAccel::pack_forward_comm(int n, int *list_send, double *buf, int /*pbc
     return 2 * n;
   }
   const char *rows = static_cast<const char *>(comm_rows.data_ptr());
-  at::parallel_for(0, n, kRowsPerTask, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i++)
-      std::memcpy(buf + i * comm_stride, rows + static_cast<size_t>(list_send[i]) * comm_row_bytes,
-                  comm_row_bytes);
-  });
+  for (int i = 0; i < n; i++)
+    std::memcpy(buf + static_cast<int64_t>(i) * comm_stride,
+                rows + static_cast<size_t>(list_send[i]) * comm_row_bytes, comm_row_bytes);
   return n * comm_stride;
 }
 
@@ -978,21 +972,17 @@ void PairMDAccel::unpack_forward_comm(int n, int first, double *buf)
     return;
   }
   char *rows = static_cast<char *>(comm_rows.data_ptr());
-  at::parallel_for(0, n, kRowsPerTask, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i++)
-      std::memcpy(rows + static_cast<size_t>(first + i) * comm_row_bytes, buf + i * comm_stride,
-                  comm_row_bytes);
-  });
+  for (int i = 0; i < n; i++)
+    std::memcpy(rows + static_cast<size_t>(first + i) * comm_row_bytes,
+                buf + static_cast<int64_t>(i) * comm_stride, comm_row_bytes);
 }
 
 int PairMDAccel::pack_reverse_comm(int n, int first, double *buf)
 {
   const char *rows = static_cast<const char *>(comm_rows.data_ptr());
-  at::parallel_for(0, n, kRowsPerTask, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; i++)
-      std::memcpy(buf + i * comm_stride, rows + static_cast<size_t>(first + i) * comm_row_bytes,
-                  comm_row_bytes);
-  });
+  for (int i = 0; i < n; i++)
+    std::memcpy(buf + static_cast<int64_t>(i) * comm_stride,
+                rows + static_cast<size_t>(first + i) * comm_row_bytes, comm_row_bytes);
   return n * comm_stride;
 }
 
