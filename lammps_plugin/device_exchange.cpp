@@ -144,7 +144,8 @@ void DeviceExchange::share()
   }
   int ok = error.empty() ? 1 : 0, all_ok = 0;
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world_);
-  if (!all_ok) throw std::runtime_error(error.empty() ? "another rank could not map this rank's device memory" : error);
+  if (!all_ok)
+    throw std::runtime_error(error.empty() ? "another rank could not map this rank's device memory" : error);
 }
 
 torch::Tensor DeviceExchange::region(int rank, int which, int64_t width) const

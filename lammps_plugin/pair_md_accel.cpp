@@ -43,6 +43,10 @@
    build one forward_comm of width 1 records which owned atoms are sent.
    recompute yes: the forward pass runs the layers without autograd; each
    runs again (from the kept x_k) just before its backward.
+   exchange device (all ranks on one host, CUDA): the ghost rows and their
+   gradients do not pass through LAMMPS' buffers; each GPU reads them from
+   the owners' GPUs (device_exchange.h), the owners sum the gradients of
+   their atoms' ghost copies in a fixed order.
 ------------------------------------------------------------------------- */
 
 #include "pair_md_accel.h"
@@ -157,7 +161,8 @@ torch::Tensor long_tensor(std::vector<int64_t> &v)
 
 PairMDAccel::PairMDAccel(LAMMPS *lmp) :
     Pair(lmp), device_choice(DEVICE_AUTO), comm_choice(COMM_AUTO), comm_mode(COMM_AUTO),
-    graph_choice(GRAPH_AUTO), exchange_choice(EXCHANGE_AUTO), exchange_chosen(false), device(torch::kCPU), dtype(torch::kFloat64), model_loaded(false),
+    graph_choice(GRAPH_AUTO), exchange_choice(EXCHANGE_AUTO), exchange_chosen(false), device(torch::kCPU),
+    dtype(torch::kFloat64), model_loaded(false),
     layered_model(false), report_pending(false), cutoff(0.0), num_layers(0),
     send_lists_known(false),
     comm_phase(PHASE_ROWS), comm_row_bytes(0), comm_stride(0), recompute(false)
@@ -1069,7 +1074,8 @@ torch::Tensor PairMDAccel::add_ghost_gradients(const torch::Tensor &g, int width
   if (exchange) {
     const int64_t nghost = static_cast<int64_t>(ghost_atoms.size());
     wait_for_ranks_if_timed();
-    torch::Tensor sums = exchange->reverse(g.defined() ? g.narrow(0, nlocal, nghost) : torch::Tensor(), width, layer);
+    torch::Tensor ghost_rows = g.defined() ? g.narrow(0, nlocal, nghost) : torch::Tensor();
+    torch::Tensor sums = exchange->reverse(ghost_rows, width, layer);
     timer.lap("exchange back: device");
     if (!g.defined()) return {};
     return torch::cat({g.narrow(0, 0, nlocal) + sums, torch::zeros({nghost, width}, g.options())});
