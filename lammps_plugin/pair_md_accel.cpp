@@ -7,7 +7,7 @@
      W      -= edge_vec_e (x) g_e   (per-atom: half to each end of the edge)
 
    comm none (one rank): the ghost shell is cutoff + skin deep and every
-   ghost is a periodic image of an owned atom (owner_of, found by a width-1
+   ghost is a periodic image of an owned atom (owner_of, found by a width-2
    forward_comm after each neighbor-list build). The graph's nodes are the
    owned atoms; an edge from ghost j to owned i joins owner_of[j] to i with
    the vector x[j] - x[i], as a periodic graph in ASE does, and its force
@@ -418,7 +418,7 @@ void PairMDAccel::init_style()
     // records each ghost's owned atom
     ghostneigh = 0;
     neighbor->add_request(this, NeighConst::REQ_FULL);
-    comm_forward = 1;
+    comm_forward = 2;   // find_owners
     comm_reverse = 0;
     if (comm->me == 0)
       utils::logmesg(lmp, "md_accel: comm none ({}): ghost atoms within cutoff + skin, edges from "
@@ -440,7 +440,7 @@ void PairMDAccel::init_style()
     neighbor->add_request(this, NeighConst::REQ_FULL);
     int width = 0;
     for (int k = 1; k < num_layers; k++) width = std::max(width, static_cast<int>(feature_dims[k]));
-    comm_forward = comm_reverse = std::max(row_doubles(width, dtype), 2);   // 2: find_owner_ranks
+    comm_forward = comm_reverse = std::max(row_doubles(width, dtype), 2);   // 2: find_owners
     if (comm->me == 0)
       utils::logmesg(lmp, "md_accel: comm layer ({}): ghost atoms within cutoff + skin, features "
                      "of up to {} numbers per atom exchanged between layers{}\n", why, width,
@@ -709,10 +709,12 @@ void PairMDAccel::evaluate_graph(int64_t num_owned, torch::Tensor &node_e, torch
 ====================================================================== */
 
 /* ----------------------------------------------------------------------
-   owner_of: every atom's owned atom (itself if owned). On one rank every
-   ghost is a periodic image: one width-1 forward_comm carries the owners'
-   indices (a ghost sent on in a later swap carries its own owner's). The
-   ghosts change only when the neighbor lists are rebuilt (borders()).
+   every atom's owner: the rank (owner_rank) and its row there (owner_of;
+   itself if owned), by one width-2 forward_comm (a ghost sent on in a
+   later swap carries its own owner's). comm none: on one rank every ghost
+   is a periodic image of an owned atom; exchange device: the rows the
+   GPUs read. The ghosts change only when the neighbor lists are rebuilt
+   (borders()).
 ------------------------------------------------------------------------- */
 
 void PairMDAccel::find_owners()
@@ -720,13 +722,22 @@ void PairMDAccel::find_owners()
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
   owner_of.assign(nall, -1);
-  for (int i = 0; i < nlocal; i++) owner_of[i] = i;
+  owner_rank.assign(nall, -1);
+  for (int i = 0; i < nlocal; i++) {
+    owner_of[i] = i;
+    owner_rank[i] = comm->me;
+  }
   comm_phase = PHASE_OWNERS;
-  comm->forward_comm(this, 1);
-  for (int j = nlocal; j < nall; j++)
-    if (owner_of[j] < 0 || owner_of[j] >= nlocal)
+  comm->forward_comm(this, 2);
+  for (int j = nlocal; j < nall; j++) {
+    const bool image = owner_rank[j] == comm->me && owner_of[j] >= 0 && owner_of[j] < nlocal;
+    if (comm_mode == COMM_NONE && !image)
       error->one(FLERR, "pair_style md_accel comm none: ghost atom {} (id {}) is not an image of "
                  "an owned atom", j, atom->tag[j]);
+    if (owner_rank[j] < 0 || owner_rank[j] >= comm->nprocs || owner_of[j] < 0)
+      error->one(FLERR, "pair_style md_accel: ghost atom {} (tag {}) has no owner after the exchange", j,
+                 atom->tag[j]);
+  }
   send_lists_known = true;
 }
 
@@ -874,30 +885,6 @@ void PairMDAccel::find_border_atoms()
 }
 
 /* ----------------------------------------------------------------------
-   exchange device: every ghost's owner rank and its row there (owner_rank,
-   owner_of), by one width-2 forward_comm after each neighbor-list build
-------------------------------------------------------------------------- */
-
-void PairMDAccel::find_owner_ranks()
-{
-  const int nlocal = atom->nlocal;
-  const int nall = nlocal + atom->nghost;
-  owner_of.assign(nall, -1);
-  owner_rank.assign(nall, -1);
-  for (int i = 0; i < nlocal; i++) {
-    owner_of[i] = i;
-    owner_rank[i] = comm->me;
-  }
-  comm_phase = PHASE_OWNER_RANKS;
-  comm->forward_comm(this, 2);
-  for (int j = nlocal; j < nall; j++)
-    if (owner_rank[j] < 0 || owner_rank[j] >= comm->nprocs || owner_of[j] < 0)
-      error->one(FLERR, "pair_style md_accel: ghost atom {} (tag {}) has no owner after the exchange", j,
-                 atom->tag[j]);
-  send_lists_known = true;
-}
-
-/* ----------------------------------------------------------------------
    comm layer, at the first evaluation of a run (collective): the exchange
    on the GPUs where the ranks share a host and can map each other's memory
 ------------------------------------------------------------------------- */
@@ -945,10 +932,6 @@ int PairMDAccel::pack_forward_comm(int n, int *list_send, double *buf, int /*pbc
     return n;
   }
   if (comm_phase == PHASE_OWNERS) {
-    for (int i = 0; i < n; i++) buf[i] = static_cast<double>(owner_of[list_send[i]]);
-    return n;
-  }
-  if (comm_phase == PHASE_OWNER_RANKS) {
     for (int i = 0; i < n; i++) {
       buf[2 * i] = static_cast<double>(owner_rank[list_send[i]]);
       buf[2 * i + 1] = static_cast<double>(owner_of[list_send[i]]);
@@ -966,10 +949,6 @@ void PairMDAccel::unpack_forward_comm(int n, int first, double *buf)
 {
   if (comm_phase == PHASE_FIND_BORDER) return;
   if (comm_phase == PHASE_OWNERS) {
-    for (int i = 0; i < n; i++) owner_of[first + i] = static_cast<int64_t>(buf[i]);
-    return;
-  }
-  if (comm_phase == PHASE_OWNER_RANKS) {
     for (int i = 0; i < n; i++) {
       owner_rank[first + i] = static_cast<int>(buf[2 * i]);
       owner_of[first + i] = static_cast<int64_t>(buf[2 * i + 1]);
@@ -1119,7 +1098,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
   const bool on_device = L > 1 && exchange_on_device();
   if (L > 1 && (neighbor->ago == 0 || !send_lists_known)) {
     if (on_device)
-      find_owner_ranks();
+      find_owners();
     else
       find_border_atoms();
   }

@@ -69,7 +69,7 @@ class PairMDAccel : public Pair {
  protected:
   enum DeviceChoice { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
   enum CommChoice { COMM_AUTO, COMM_NONE, COMM_LAYER, COMM_SHELL };
-  enum CommPhase { PHASE_FIND_BORDER, PHASE_OWNERS, PHASE_OWNER_RANKS, PHASE_ROWS };
+  enum CommPhase { PHASE_FIND_BORDER, PHASE_OWNERS, PHASE_ROWS };
   enum GraphChoice { GRAPH_AUTO, GRAPH_YES, GRAPH_NO };
   enum ExchangeChoice { EXCHANGE_AUTO, EXCHANGE_HOST, EXCHANGE_DEVICE };
 
@@ -88,7 +88,6 @@ class PairMDAccel : public Pair {
   void compute_shell(torch::Tensor &node_e, torch::Tensor &grad);
   // comm layer
   void find_border_atoms();
-  void find_owner_ranks();
   void choose_exchange();
   bool exchange_on_device() const;
   void compute_layers(torch::Tensor &node_e, torch::Tensor &grad);
@@ -134,8 +133,7 @@ class PairMDAccel : public Pair {
   std::vector<int64_t> border_atoms;      // owned atoms in some send list
   std::vector<char> border_mark;
   bool send_lists_known;                  // border_atoms / owner_of found since the last build
-  // comm none: LAMMPS atom index -> the owned atom it is (an image of); exchange device: the
-  // row on its owner's rank, and that rank
+  // comm none, exchange device: LAMMPS atom index -> its owner's rank and its row there (find_owners)
   std::vector<int64_t> owner_of;
   std::vector<int> owner_rank;
 #ifdef MD_ACCEL_CUDA_GRAPH
