@@ -70,7 +70,7 @@ for r in rows:
     ref = one_gpu("weak-layer" if r["case"] == "big-layer" else r["case"])
     if r["status"] == "ok" and ref:
         r["efficiency"] = r["atom_steps_per_s"] / (r["gpus"] * ref["atom_steps_per_s"])
-order = ["weak-none", "weak-layer", "weak-shell", "strong-layer", "big-layer"]
+order = ["weak-none", "weak-layer", "weak-host", "weak-shell", "strong-layer", "big-layer"]
 rows.sort(key=lambda r: (order.index(r["case"]) if r["case"] in order else len(order), r.get("gpus", 0)))
 
 try:  # the machine the runs were on; elsewhere (a table remade from copied logs) $GPU_NAME, $GPU_COUNT

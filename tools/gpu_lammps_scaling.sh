@@ -12,7 +12,8 @@
 #   e.g. tools/gpu_lammps_scaling.sh .lmp .lmp/sevennet-0-f32.mdx "$OUT/scaling"
 # Env:   GPUS="1 2 4" WEAK_CELLS=20 STRONG_CELLS=32 BIG_CELLS=63 WARMUP=3 STEPS=10 RUN_TIMEOUT=240
 #        CASES="weak-layer weak-shell strong-layer": the cases run per GPU count (also weak-none:
-#        comm none on 1 GPU, the one-rank path)
+#        comm none on 1 GPU, the one-rank path; weak-host: comm layer with its exchange through host
+#        memory instead of the default device exchange)
 #        BIG_GPUS: the GPU count of the big case (default: the largest of GPUS run; 0: no big case)
 #        PREPARE_ONLY=1: only build the ops library, the model's kernels and the plugin (a cold
 #        machine spends minutes in nvcc; the runs themselves take about 5 minutes on 4 H200)
@@ -103,6 +104,7 @@ for p in $GPUS; do
     case $c in
       weak-layer) case_block "weak-layer gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm layer" ;;
       weak-none) ((p == 1)) && case_block "weak-none gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm none" ;;
+      weak-host) case_block "weak-host gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm layer exchange host" ;;
       weak-shell) case_block "weak-shell gpus=$p" "$(cells "$p" "$WEAK_CELLS")" "comm shell" ;;
       strong-layer) case_block "strong-layer gpus=$p" "$STRONG_CELLS $STRONG_CELLS $STRONG_CELLS" "comm layer recompute yes" ;;
       *) echo "[scaling] unknown case $c" >&2; exit 2 ;;
