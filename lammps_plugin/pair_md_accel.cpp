@@ -164,7 +164,7 @@ PairMDAccel::PairMDAccel(LAMMPS *lmp) :
     graph_choice(GRAPH_AUTO), exchange_choice(EXCHANGE_AUTO), exchange_chosen(false), device(torch::kCPU),
     dtype(torch::kFloat64), model_loaded(false),
     layered_model(false), report_pending(false), cutoff(0.0), num_layers(0),
-    send_lists_known(false),
+    edge_collector(md_accel_lammps::host_threads()), send_lists_known(false),
     comm_phase(PHASE_ROWS), comm_row_bytes(0), comm_stride(0), recompute(false)
 {
   single_enable = 0;
@@ -507,40 +507,50 @@ void PairMDAccel::tally(const torch::Tensor &node_e, const torch::Tensor &grad)
   double **f = atom->f;
   const double *g = grad.data_ptr<double>();
   const double *e_node = node_e.data_ptr<double>();
+  const int64_t *src = edge_src.data(), *dst = edge_dst.data();
+  const double *vec = edge_vec.data();
 
-  for (int64_t e = 0; e < nedges; e++) {
-    const int j = static_cast<int>(edge_src[e]);
-    const int i = static_cast<int>(edge_dst[e]);
-    const double *ge = g + 3 * e;
-    for (int k = 0; k < 3; k++) {
-      f[j][k] -= ge[k];
-      f[i][k] += ge[k];
+  // one pass over the edges, sorted by receiver: a receiver's force is summed in registers
+  // over its edges (no edge of its own changes it otherwise: no self-edges), in the same
+  // order as one add per edge into f, so the sums are the same bits. f is one block of 3
+  // doubles per atom (LAMMPS' 2-d arrays): f0 + 3 j saves the row pointer's load.
+  double vir[6];
+  std::copy_n(virial, 6, vir);
+  double *f0 = nedges > 0 ? f[0] : nullptr;
+  for (int64_t e0 = 0; e0 < nedges;) {
+    const int64_t i = dst[e0];
+    double fi[3] = {f[i][0], f[i][1], f[i][2]};
+    int64_t e = e0;
+    for (; e < nedges && dst[e] == i; e++) {
+      const int64_t j = src[e];
+      const double *ge = g + 3 * e;
+      double *fj = f0 + 3 * j;
+      for (int k = 0; k < 3; k++) {
+        fj[k] -= ge[k];
+        fi[k] += ge[k];
+      }
+      if (vflag_either) {
+        const double *r = vec + 3 * e;
+        const double v[6] = {-r[0] * ge[0], -r[1] * ge[1], -r[2] * ge[2],
+                             -r[0] * ge[1], -r[0] * ge[2], -r[1] * ge[2]};
+        if (vflag_global)
+          for (int k = 0; k < 6; k++) vir[k] += v[k];
+        if (vflag_atom)
+          for (int k = 0; k < 6; k++) {
+            vatom[i][k] += 0.5 * v[k];
+            vatom[j][k] += 0.5 * v[k];
+          }
+      }
     }
+    for (int k = 0; k < 3; k++) f[i][k] = fi[k];
+    e0 = e;
   }
+  if (vflag_global) std::copy_n(vir, 6, virial);
 
   if (eflag_global)
     for (int i = 0; i < nlocal; i++) eng_vdwl += e_node[i];
   if (eflag_atom)
     for (int i = 0; i < nlocal; i++) eatom[i] += e_node[i];
-
-  if (vflag_either) {
-    for (int64_t e = 0; e < nedges; e++) {
-      const double *r = edge_vec.data() + 3 * e;
-      const double *ge = g + 3 * e;
-      const double v[6] = {-r[0] * ge[0], -r[1] * ge[1], -r[2] * ge[2],
-                           -r[0] * ge[1], -r[0] * ge[2], -r[1] * ge[2]};
-      if (vflag_global)
-        for (int k = 0; k < 6; k++) virial[k] += v[k];
-      if (vflag_atom) {
-        const int j = static_cast<int>(edge_src[e]);
-        const int i = static_cast<int>(edge_dst[e]);
-        for (int k = 0; k < 6; k++) {
-          vatom[i][k] += 0.5 * v[k];
-          vatom[j][k] += 0.5 * v[k];
-        }
-      }
-    }
-  }
 }
 
 /* ----------------------------------------------------------------------
@@ -590,10 +600,26 @@ void PairMDAccel::report_sizes()
   utils::logmesg(lmp,
                  "md_accel: comm {} on {} ranks, per rank (min / average / max): owned atoms "
                  "{:.0f} / {:.0f} / {:.0f}; (average / max): ghost atoms {:.0f} / {:.0f}, graph "
-                 "nodes {:.0f} / {:.0f}, edges {:.0f} / {:.0f}\n",
+                 "nodes {:.0f} / {:.0f}, edges {:.0f} / {:.0f}; graph from the list on {} host "
+                 "thread(s) (OMP_NUM_THREADS)\n",
                  comm_mode == COMM_NONE ? "none" : comm_mode == COMM_LAYER ? "layer" : "shell",
                  comm->nprocs, min_owned, sum[0] / n, max[0],
-                 sum[1] / n, max[1], sum[2] / n, max[2], sum[3] / n, max[3]);
+                 sum[1] / n, max[1], sum[2] / n, max[2], sum[3] / n, max[3], edge_collector.threads());
+}
+
+/* ----------------------------------------------------------------------
+   edges j -> i within the model cutoff, for the given receivers i in their
+   order, j in neighbor-list order: edge_src, edge_dst, edge_vec = x[j] -
+   x[i] (edge_collector.h: on OMP_NUM_THREADS host threads)
+------------------------------------------------------------------------- */
+
+void PairMDAccel::collect_edges(const int *receivers, int count)
+{
+  const md_accel_lammps::NeighborSource source{list->firstneigh, list->numneigh, atom->x, NEIGHMASK};
+  edge_collector.collect(source, receivers, count, cutoff, collected);
+  edge_src.swap(collected.src);    // the previous step's arrays go back for their capacity
+  edge_dst.swap(collected.dst);
+  edge_vec.swap(collected.vec);
 }
 
 /* ======================================================================
@@ -610,28 +636,8 @@ void PairMDAccel::build_shell_graph()
 {
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
-  double **x = atom->x;
-  const double cutsq_model = cutoff * cutoff;
 
-  edge_src.clear();
-  edge_dst.clear();
-  edge_vec.clear();
-  const int ntotal = list->inum + list->gnum;
-  for (int ii = 0; ii < ntotal; ii++) {
-    const int i = list->ilist[ii];
-    const int *jlist = list->firstneigh[i];
-    const int jnum = list->numneigh[i];
-    for (int jj = 0; jj < jnum; jj++) {
-      const int j = jlist[jj] & NEIGHMASK;
-      const double dx = x[j][0] - x[i][0];
-      const double dy = x[j][1] - x[i][1];
-      const double dz = x[j][2] - x[i][2];
-      if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
-      edge_src.push_back(j);
-      edge_dst.push_back(i);
-      edge_vec.insert(edge_vec.end(), {dx, dy, dz});
-    }
-  }
+  collect_edges(list->ilist, list->inum + list->gnum);
 
   reached.assign(nall, 0);
   std::fill(reached.begin(), reached.begin() + nlocal, 1);
@@ -817,43 +823,30 @@ void PairMDAccel::build_receiver_graph(bool senders_to_owners)
 {
   const int nlocal = atom->nlocal;
   const int nall = nlocal + atom->nghost;
-  double **x = atom->x;
   const int *type = atom->type;
-  const double cutsq_model = cutoff * cutoff;
 
   std::vector<int> receivers(list->ilist, list->ilist + list->inum);
   if (!std::is_sorted(receivers.begin(), receivers.end()))
     std::sort(receivers.begin(), receivers.end());
 
-  edge_src.clear();
-  edge_dst.clear();
-  edge_vec.clear();
-  node_src.clear();
+  collect_edges(receivers.data(), static_cast<int>(receivers.size()));
+  const int64_t nedges = static_cast<int64_t>(edge_src.size());
+  node_src.resize(nedges);
   ghost_atoms.clear();
   node_of.assign(nall, -1);
   for (int i = 0; i < nlocal; i++) node_of[i] = i;
-  for (const int i : receivers) {
-    const int *jlist = list->firstneigh[i];
-    const int jnum = list->numneigh[i];
-    for (int jj = 0; jj < jnum; jj++) {
-      const int j = jlist[jj] & NEIGHMASK;
-      const double dx = x[j][0] - x[i][0];
-      const double dy = x[j][1] - x[i][1];
-      const double dz = x[j][2] - x[i][2];
-      if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
-      if (node_of[j] < 0) {
-        if (senders_to_owners) {
-          node_of[j] = owner_of[j];
-        } else {
-          node_of[j] = nlocal + static_cast<int64_t>(ghost_atoms.size());
-          ghost_atoms.push_back(j);
-        }
+  for (int64_t e = 0; e < nedges; e++) {
+    const int64_t j = edge_src[e];
+    int64_t &node = node_of[j];
+    if (node < 0) {
+      if (senders_to_owners) {
+        node = owner_of[j];
+      } else {
+        node = nlocal + static_cast<int64_t>(ghost_atoms.size());
+        ghost_atoms.push_back(j);
       }
-      edge_src.push_back(j);
-      edge_dst.push_back(i);
-      node_src.push_back(node_of[j]);
-      edge_vec.insert(edge_vec.end(), {dx, dy, dz});
     }
+    node_src[e] = node;
   }
   node_dst = edge_dst;    // owned receivers: node index = atom index
 

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "edge_collector.h"
 #include "phase_timer.h"
 
 #ifdef MD_ACCEL_CUDA_GRAPH
@@ -78,6 +79,7 @@ class PairMDAccel : public Pair {
   torch::Device pick_device() const;
 
   void evaluate_graph(int64_t num_owned, torch::Tensor &node_e, torch::Tensor &grad);
+  void collect_edges(const int *receivers, int count);
   void build_receiver_graph(bool senders_to_owners);
   // comm none
   void find_owners();
@@ -124,6 +126,8 @@ class PairMDAccel : public Pair {
   // j = src) and by graph node index; species per graph node
   std::vector<int64_t> edge_src, edge_dst, node_src, node_dst, species;
   std::vector<double> edge_vec;
+  md_accel_lammps::EdgeCollector edge_collector;    // LAMMPS' list -> edge_src/dst/vec
+  md_accel_lammps::EdgeArrays collected;            // its output, swapped with the three
   std::vector<int64_t> node_of;           // LAMMPS atom index -> graph node or -1
   std::vector<char> reached, grown;       // comm shell: atoms within k hops of an owned atom
 

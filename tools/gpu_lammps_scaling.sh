@@ -14,6 +14,8 @@
 #        CASES="weak-layer weak-shell strong-layer": the cases run per GPU count (also weak-none:
 #        comm none on 1 GPU, the one-rank path; weak-host: comm layer with its exchange through host
 #        memory instead of the default device exchange)
+#        THREADS: OMP_NUM_THREADS per rank (default: the cores over the GPUs; the plugin builds each
+#        step's graph on that many host threads)
 #        BIG_GPUS: the GPU count of the big case (default: the largest of GPUS run; 0: no big case)
 #        PREPARE_ONLY=1: only build the ops library, the model's kernels and the plugin (a cold
 #        machine spends minutes in nvcc; the runs themselves take about 5 minutes on 4 H200)
@@ -87,7 +89,7 @@ run_input() {  # run_input TAG P INPUT: one mpirun, GPU memory sampled alongside
   nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 \
     >"$out/gpu_mem_$tag.csv" 2>/dev/null &
   local sampler=$!
-  OMP_NUM_THREADS=$(($(nproc) / ngpu > 0 ? $(nproc) / ngpu : 1)) timeout "$RUN_TIMEOUT" \
+  OMP_NUM_THREADS=${THREADS:-$(($(nproc) / ngpu > 0 ? $(nproc) / ngpu : 1))} timeout "$RUN_TIMEOUT" \
     mpirun -np "$p" lmp -in "$input" -log none -var model "$model" -var warmup "$WARMUP" \
     -var steps "$STEPS" >"$out/log_$tag.txt" 2>&1
   rc=$?

