@@ -9,7 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
+#include <system_error>
 #include <thread>
 
 namespace md_accel_lammps {
@@ -58,13 +58,19 @@ void collect_range(const NeighborSource &list, const int *receivers, int begin, 
   out.vec.resize(3 * n);
 }
 
-// f(t) for t in [0, n): t = 0 on the calling thread, the others on their own
+// f(t) for t in [0, n): t = 0 on the calling thread, the others on their own (on the calling
+// thread too where the system refuses a thread: the same work, later)
 template <typename F>
 void run_threads(int n, F &&f)
 {
   std::vector<std::thread> workers;
   workers.reserve(n > 0 ? n - 1 : 0);
-  for (int t = 1; t < n; t++) workers.emplace_back(f, t);
+  int started = 1;
+  try {
+    for (; started < n; started++) workers.emplace_back(f, started);
+  } catch (const std::system_error &) {
+  }
+  for (int t = started; t < n; t++) f(t);
   f(0);
   for (auto &w : workers) w.join();
 }
