@@ -16,8 +16,9 @@ namespace md_accel_lammps {
 
 namespace {
 
-// below this many receivers per thread the threads' start-up costs more than they save
+// below this many receivers (edges) per thread the threads' start-up costs more than they save
 constexpr int kMinReceiversPerThread = 2048;
+constexpr int64_t kMinEdgesPerThread = 65536;
 
 // receivers[begin, end)'s edges into `out`: sized to the listed pairs (every one may be an
 // edge), written by index, then cut to the edges kept
@@ -103,6 +104,52 @@ void EdgeCollector::collect(const NeighborSource &list, const int *receivers, in
     std::copy(p.src.begin(), p.src.end(), out.src.begin() + first[t]);
     std::copy(p.dst.begin(), p.dst.end(), out.dst.begin() + first[t]);
     std::copy(p.vec.begin(), p.vec.end(), out.vec.begin() + 3 * first[t]);
+  });
+}
+
+void EdgeCollector::sender_nodes(const std::vector<int64_t> &edge_src, int nlocal, int nall,
+                                 const int64_t *owner_of, std::vector<int64_t> &node_src,
+                                 std::vector<int64_t> &ghosts)
+{
+  const int64_t nedges = static_cast<int64_t>(edge_src.size());
+  const int nthreads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads_, nedges / kMinEdgesPerThread)));
+  const int64_t *src = edge_src.data();
+  node_src.resize(nedges);
+  int64_t *nsrc = node_src.data();
+  auto first = [&](int t) { return nedges * t / nthreads; };
+  ghosts.clear();
+  if (owner_of != nullptr) {
+    run_threads(nthreads, [&](int t) {
+      for (int64_t e = first(t); e < first(t + 1); e++) nsrc[e] = src[e] < nlocal ? src[e] : owner_of[src[e]];
+    });
+    return;
+  }
+  const int nghost = nall - nlocal;
+  seen_.resize(nthreads);
+  first_seen_.resize(nthreads);
+  run_threads(nthreads, [&](int t) {
+    std::vector<char> &seen = seen_[t];
+    std::vector<int64_t> &order = first_seen_[t];
+    seen.assign(nghost, 0);
+    order.clear();
+    for (int64_t e = first(t); e < first(t + 1); e++) {
+      const int64_t g = src[e] - nlocal;
+      if (g >= 0 && !seen[g]) {
+        seen[g] = 1;
+        order.push_back(src[e]);
+      }
+    }
+  });
+  node_of_ghost_.assign(nghost, -1);
+  for (int t = 0; t < nthreads; t++)
+    for (const int64_t j : first_seen_[t])
+      if (node_of_ghost_[j - nlocal] < 0) {
+        node_of_ghost_[j - nlocal] = nlocal + static_cast<int64_t>(ghosts.size());
+        ghosts.push_back(j);
+      }
+  const int64_t *ghost_node = node_of_ghost_.data();
+  run_threads(nthreads, [&](int t) {
+    for (int64_t e = first(t); e < first(t + 1); e++) nsrc[e] = src[e] < nlocal ? src[e] : ghost_node[src[e] - nlocal];
   });
 }
 

@@ -38,9 +38,21 @@ class EdgeCollector {
   void collect(const NeighborSource &list, const int *receivers, int count, double cutoff,
                EdgeArrays &out);
 
+  // The graph node of each edge's sender edge_src[e] (node_src), for graphs whose first nlocal nodes are the
+  // owned atoms (atom i = node i). A ghost sender j (j >= nlocal, j < nall) is its owner's node
+  // owner_of[j] where owner_of is given (comm none), else a node of its own, nlocal + k, the
+  // ghosts numbered in the order of their first edge and listed in `ghosts`. The same numbering
+  // on any number of threads: each thread lists the ghosts in its range of edges in order of
+  // first sight, and the lists are merged in range order.
+  void sender_nodes(const std::vector<int64_t> &edge_src, int nlocal, int nall, const int64_t *owner_of,
+                    std::vector<int64_t> &node_src, std::vector<int64_t> &ghosts);
+
  private:
   int threads_;
-  std::vector<EdgeArrays> parts_;    // per thread, kept between steps for their capacity
+  std::vector<EdgeArrays> parts_;                   // per thread, kept between steps for their capacity
+  std::vector<std::vector<char>> seen_;             // sender_nodes: per thread, ghosts seen
+  std::vector<std::vector<int64_t>> first_seen_;    // sender_nodes: per thread, in order of first sight
+  std::vector<int64_t> node_of_ghost_;              // sender_nodes: ghost j -> node (j - nlocal), or -1
 };
 
 // Host threads per MPI rank for the plugin's own loops: OMP_NUM_THREADS (as LAMMPS' OPENMP

@@ -758,6 +758,7 @@ void PairMDAccel::compute_images(torch::Tensor &node_e, torch::Tensor &grad)
 {
   const int nlocal = atom->nlocal;
   if (neighbor->ago == 0 || !send_lists_known) find_owners();
+  timer.lap("graph: owners");
   build_receiver_graph(true);
   if (nlocal == 0 || edge_src.empty() || !use_cuda_graph(static_cast<int64_t>(edge_src.size()))) {
     evaluate_graph(nlocal, node_e, grad);
@@ -830,24 +831,10 @@ void PairMDAccel::build_receiver_graph(bool senders_to_owners)
     std::sort(receivers.begin(), receivers.end());
 
   collect_edges(receivers.data(), static_cast<int>(receivers.size()));
-  const int64_t nedges = static_cast<int64_t>(edge_src.size());
-  node_src.resize(nedges);
-  ghost_atoms.clear();
-  node_of.assign(nall, -1);
-  for (int i = 0; i < nlocal; i++) node_of[i] = i;
-  for (int64_t e = 0; e < nedges; e++) {
-    const int64_t j = edge_src[e];
-    int64_t &node = node_of[j];
-    if (node < 0) {
-      if (senders_to_owners) {
-        node = owner_of[j];
-      } else {
-        node = nlocal + static_cast<int64_t>(ghost_atoms.size());
-        ghost_atoms.push_back(j);
-      }
-    }
-    node_src[e] = node;
-  }
+  timer.lap("graph: edges");
+  edge_collector.sender_nodes(edge_src, nlocal, nall, senders_to_owners ? owner_of.data() : nullptr, node_src,
+                              ghost_atoms);
+  timer.lap("graph: nodes");
   node_dst = edge_dst;    // owned receivers: node index = atom index
 
   species.resize(nlocal + ghost_atoms.size());
@@ -1095,6 +1082,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
     else
       find_border_atoms();
   }
+  timer.lap("graph: owners");
   build_receiver_graph(false);
 #ifdef MD_ACCEL_CUDA_GRAPH
   if (on_device) {
@@ -1107,7 +1095,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
     exchange->setup(nlocal, atom->nghost, ranks, rows);
   }
 #endif
-  timer.lap("graph");
+  timer.lap("graph: species, exchange setup");
   const int64_t nnodes = nlocal + static_cast<int64_t>(ghost_atoms.size());
   const int64_t nedges = static_cast<int64_t>(edge_src.size());
   // a rank without atoms has no graph; it only takes part in the comm calls
