@@ -20,18 +20,18 @@ namespace {
 constexpr int kMinReceiversPerThread = 2048;
 constexpr int64_t kMinEdgesPerThread = 65536;
 
-// receivers[begin, end)'s edges into `out`: sized to the listed pairs (every one may be an
-// edge), written by index, then cut to the edges kept
-void collect_range(const NeighborSource &list, const int *receivers, int begin, int end,
-                   double cutsq, EdgeArrays &out)
+// receivers[begin, end)'s edges into out_src, out_dst, out_vec: sized to the listed pairs (every
+// one may be an edge), written by index, then cut to the edges kept
+void collect_range(const NeighborSource &list, const int *receivers, int begin, int end, double cutsq,
+                   std::vector<int64_t> &out_src, std::vector<int64_t> &out_dst, std::vector<double> &out_vec)
 {
   int64_t bound = 0;
   for (int ii = begin; ii < end; ii++) bound += list.numneigh[receivers[ii]];
-  out.src.resize(bound);
-  out.dst.resize(bound);
-  out.vec.resize(3 * bound);
-  int64_t *src = out.src.data(), *dst = out.dst.data();
-  double *vec = out.vec.data();
+  out_src.resize(bound);
+  out_dst.resize(bound);
+  out_vec.resize(3 * bound);
+  int64_t *src = out_src.data(), *dst = out_dst.data();
+  double *vec = out_vec.data();
   const double *x0 = bound > 0 ? list.x[0] : nullptr;    // LAMMPS' 2-d arrays are one block: x[j] == x0 + 3 j
   int64_t n = 0;
   for (int ii = begin; ii < end; ii++) {
@@ -54,9 +54,9 @@ void collect_range(const NeighborSource &list, const int *receivers, int begin, 
       n++;
     }
   }
-  out.src.resize(n);
-  out.dst.resize(n);
-  out.vec.resize(3 * n);
+  out_src.resize(n);
+  out_dst.resize(n);
+  out_vec.resize(3 * n);
 }
 
 // f(t) for t in [0, n): t = 0 on the calling thread, the others on their own (on the calling
@@ -80,30 +80,31 @@ void run_threads(int n, F &&f)
 
 EdgeCollector::EdgeCollector(int threads) : threads_(std::max(1, threads)) {}
 
-void EdgeCollector::collect(const NeighborSource &list, const int *receivers, int count,
-                            double cutoff, EdgeArrays &out)
+void EdgeCollector::collect(const NeighborSource &list, const int *receivers, int count, double cutoff,
+                            std::vector<int64_t> &src, std::vector<int64_t> &dst, std::vector<double> &vec)
 {
   const double cutsq = cutoff * cutoff;
   const int nthreads = std::max(1, std::min(threads_, count / kMinReceiversPerThread));
   if (nthreads == 1) {
-    collect_range(list, receivers, 0, count, cutsq, out);
+    collect_range(list, receivers, 0, count, cutsq, src, dst, vec);
     return;
   }
   parts_.resize(nthreads);
   run_threads(nthreads, [&](int t) {
+    Part &p = parts_[t];
     collect_range(list, receivers, static_cast<int>(int64_t(count) * t / nthreads),
-                  static_cast<int>(int64_t(count) * (t + 1) / nthreads), cutsq, parts_[t]);
+                  static_cast<int>(int64_t(count) * (t + 1) / nthreads), cutsq, p.src, p.dst, p.vec);
   });
   std::vector<int64_t> first(nthreads + 1, 0);
   for (int t = 0; t < nthreads; t++) first[t + 1] = first[t] + static_cast<int64_t>(parts_[t].src.size());
-  out.src.resize(first[nthreads]);
-  out.dst.resize(first[nthreads]);
-  out.vec.resize(3 * first[nthreads]);
+  src.resize(first[nthreads]);
+  dst.resize(first[nthreads]);
+  vec.resize(3 * first[nthreads]);
   run_threads(nthreads, [&](int t) {
-    const EdgeArrays &p = parts_[t];
-    std::copy(p.src.begin(), p.src.end(), out.src.begin() + first[t]);
-    std::copy(p.dst.begin(), p.dst.end(), out.dst.begin() + first[t]);
-    std::copy(p.vec.begin(), p.vec.end(), out.vec.begin() + 3 * first[t]);
+    const Part &p = parts_[t];
+    std::copy(p.src.begin(), p.src.end(), src.begin() + first[t]);
+    std::copy(p.dst.begin(), p.dst.end(), dst.begin() + first[t]);
+    std::copy(p.vec.begin(), p.vec.end(), vec.begin() + 3 * first[t]);
   });
 }
 

@@ -11,12 +11,6 @@
 
 namespace md_accel_lammps {
 
-// Edges j -> i as three arrays: sender and receiver (LAMMPS atom indices) and x[j] - x[i].
-struct EdgeArrays {
-  std::vector<int64_t> src, dst;
-  std::vector<double> vec;    // 3 per edge
-};
-
 // What collect() reads of LAMMPS (NeighList and Atom fields).
 struct NeighborSource {
   const int *const *firstneigh;
@@ -35,8 +29,9 @@ class EdgeCollector {
   // threads: host_threads() by default
   explicit EdgeCollector(int threads);
   int threads() const { return threads_; }
+  // into src, dst, vec (3 per edge): the caller's arrays, kept between steps for their capacity
   void collect(const NeighborSource &list, const int *receivers, int count, double cutoff,
-               EdgeArrays &out);
+               std::vector<int64_t> &src, std::vector<int64_t> &dst, std::vector<double> &vec);
 
   // The graph node of each edge's sender edge_src[e] (node_src), for graphs whose first nlocal nodes are the
   // owned atoms (atom i = node i). A ghost sender j (j >= nlocal, j < nall) is its owner's node
@@ -49,7 +44,12 @@ class EdgeCollector {
 
  private:
   int threads_;
-  std::vector<EdgeArrays> parts_;                   // per thread, kept between steps for their capacity
+  // per thread: its edges j -> i (LAMMPS atom indices, x[j] - x[i]), kept between steps for their capacity
+  struct Part {
+    std::vector<int64_t> src, dst;
+    std::vector<double> vec;
+  };
+  std::vector<Part> parts_;
   std::vector<std::vector<char>> seen_;             // sender_nodes: per thread, ghosts seen
   std::vector<std::vector<int64_t>> first_seen_;    // sender_nodes: per thread, in order of first sight
   std::vector<int64_t> node_of_ghost_;              // sender_nodes: ghost j -> node (j - nlocal), or -1

@@ -519,7 +519,8 @@ void PairMDAccel::tally(const torch::Tensor &node_e, const torch::Tensor &grad)
   double *f0 = nedges > 0 ? f[0] : nullptr;
   for (int64_t e0 = 0; e0 < nedges;) {
     const int64_t i = dst[e0];
-    double fi[3] = {f[i][0], f[i][1], f[i][2]};
+    double *fi_row = f0 + 3 * i;
+    double fi[3] = {fi_row[0], fi_row[1], fi_row[2]};
     int64_t e = e0;
     for (; e < nedges && dst[e] == i; e++) {
       const int64_t j = src[e];
@@ -542,7 +543,7 @@ void PairMDAccel::tally(const torch::Tensor &node_e, const torch::Tensor &grad)
           }
       }
     }
-    for (int k = 0; k < 3; k++) f[i][k] = fi[k];
+    for (int k = 0; k < 3; k++) fi_row[k] = fi[k];
     e0 = e;
   }
   if (vflag_global) std::copy_n(vir, 6, virial);
@@ -616,10 +617,7 @@ void PairMDAccel::report_sizes()
 void PairMDAccel::collect_edges(const int *receivers, int count)
 {
   const md_accel_lammps::NeighborSource source{list->firstneigh, list->numneigh, atom->x, NEIGHMASK};
-  edge_collector.collect(source, receivers, count, cutoff, collected);
-  edge_src.swap(collected.src);    // the previous step's arrays go back for their capacity
-  edge_dst.swap(collected.dst);
-  edge_vec.swap(collected.vec);
+  edge_collector.collect(source, receivers, count, cutoff, edge_src, edge_dst, edge_vec);
 }
 
 /* ======================================================================

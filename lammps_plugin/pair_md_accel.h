@@ -127,7 +127,6 @@ class PairMDAccel : public Pair {
   std::vector<int64_t> edge_src, edge_dst, node_src, node_dst, species;
   std::vector<double> edge_vec;
   md_accel_lammps::EdgeCollector edge_collector;    // LAMMPS' list -> edge_src/dst/vec
-  md_accel_lammps::EdgeArrays collected;            // its output, swapped with the three
   std::vector<int64_t> node_of;           // LAMMPS atom index -> graph node or -1
   std::vector<char> reached, grown;       // comm shell: atoms within k hops of an owned atom
 
