@@ -70,7 +70,7 @@ void CudaGraphStep::relayout(int64_t num_nodes, int64_t num_edges)
   auto on_device = [this](torch::Dtype t) { return torch::TensorOptions().dtype(t).device(device_); };
   host_index_ = torch::empty({n_cap + 2 * e_cap}, pinned(torch::kInt64));
   host_vec_ = torch::empty({3 * e_cap}, pinned(dtype_));
-  host_out_ = torch::empty({num_nodes + 3 * e_cap}, pinned(torch::kFloat64));
+  host_out_ = torch::empty({num_nodes}, pinned(torch::kFloat64));
   dev_index_ = torch::empty({n_cap + 2 * e_cap}, on_device(torch::kInt64));
   dev_vec_ = torch::empty({3 * e_cap}, on_device(dtype_));
   dev_out_ = torch::empty({num_nodes + 3 * e_cap}, on_device(torch::kFloat64));
@@ -141,7 +141,7 @@ void CudaGraphStep::capture()
 
 void CudaGraphStep::run(const std::vector<int64_t> &species, const std::vector<int64_t> &src,
                         const std::vector<int64_t> &dst, const std::vector<double> &vec,
-                        torch::Tensor &node_e, torch::Tensor &grad)
+                        torch::Tensor &node_e, EdgeGradients &edges)
 {
   const int64_t n = static_cast<int64_t>(species.size()), e = static_cast<int64_t>(src.size());
   c10::cuda::CUDAStreamGuard guard(stream_);
@@ -152,8 +152,11 @@ void CudaGraphStep::run(const std::vector<int64_t> &species, const std::vector<i
   dev_vec_.copy_(host_vec_, true);
   if (fresh) capture();
   graph_->replay();
-  host_out_.narrow(0, 0, n + 3 * e).copy_(dev_out_.narrow(0, 0, n + 3 * e), true);
+  host_out_.copy_(dev_out_.narrow(0, 0, n), true);
   guard.current_stream().synchronize();
-  node_e = host_out_.narrow(0, 0, n);
-  grad = host_out_.narrow(0, n, 3 * e).view({e, 3});
+  node_e = host_out_;
+  const int64_t n_cap = layout_.node_capacity, e_cap = layout_.edge_capacity;
+  edges = EdgeGradients{dev_out_.narrow(0, n, 3 * e).view({e, 3}), dev_index_.narrow(0, n_cap, e),
+                        dev_index_.narrow(0, n_cap + e_cap, e), dev_vec_.narrow(0, 0, 3 * e).view({e, 3}),
+                        true, n};
 }

@@ -13,14 +13,16 @@
    edges; another count re-lays out and captures again.
 
    Per step: the host writes species, edges and vectors into pinned
-   buffers, one asynchronous upload, the replay, one download of node
-   energies and dE/d(edge_vec) (float64), one wait.
+   buffers, one asynchronous upload, the replay, one download of the node
+   energies (float64), one wait; dE/d(edge_vec) stays on the device for
+   the sums per node (node_sums.h).
 ------------------------------------------------------------------------- */
 
 #ifndef LMP_MD_ACCEL_CUDA_GRAPH_STEP_H
 #define LMP_MD_ACCEL_CUDA_GRAPH_STEP_H
 
 #include "graph_layout.h"
+#include "node_sums.h"
 
 #include <torch/script.h>
 
@@ -40,12 +42,13 @@ class CudaGraphStep {
                 double pad_length, int warmup = 2);
   ~CudaGraphStep();
 
-  // Node energies [N] and dE/d(edge_vec) [E, 3] of the graph (species [N], node indices
-  // src / dst [E], vectors [3E]; every node's energy counts), as float64 CPU tensors that stay
-  // valid until the next call. Re-lays out and captures when the counts do not fit.
+  // Node energies [N] (float64, CPU) and dE/d(edge_vec) [E, 3] (float64, on the device, with the
+  // graph's edges) of the graph (species [N], node indices src / dst [E], vectors [3E]; every
+  // node's energy counts); both stay valid until the next call. Re-lays out and captures when
+  // the counts do not fit.
   void run(const std::vector<int64_t> &species, const std::vector<int64_t> &src,
            const std::vector<int64_t> &dst, const std::vector<double> &vec,
-           torch::Tensor &node_e, torch::Tensor &grad);
+           torch::Tensor &node_e, EdgeGradients &edges);
 
   const GraphLayout &layout() const { return layout_; }
   int64_t captures() const { return captures_; }
@@ -67,7 +70,7 @@ class CudaGraphStep {
   int64_t captures_ = 0;
   c10::Stream stream_;    // a pool stream of the device: warm-up, capture and replay
   // [species n_cap | src e_cap | dst e_cap] (int64), [vec 3 e_cap] (model dtype),
-  // [node_e N | grad 3 e_cap] (float64); host ones pinned
+  // [node_e N | grad 3 e_cap] (float64; the host one: node_e only); host ones pinned
   torch::Tensor host_index_, host_vec_, host_out_, dev_index_, dev_vec_, dev_out_;
   std::unique_ptr<at::cuda::CUDAGraph> graph_;
 };

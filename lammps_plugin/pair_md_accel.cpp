@@ -475,78 +475,68 @@ void PairMDAccel::compute(int eflag, int vflag)
 {
   ev_init(eflag, vflag);
 
-  torch::Tensor node_e, grad;
+  torch::Tensor node_e;
+  md_accel_lammps::NodeSums sums;
   // the rank's GPU is the current device (pinned buffers, streams, waits), not GPU 0
   const c10::DeviceGuard on_device(device);
   timer.start();
   try {
+    EdgeGradients edges;
     if (comm_mode == COMM_NONE)
-      compute_images(node_e, grad);
+      compute_images(node_e, edges);
     else if (comm_mode == COMM_LAYER)
-      compute_layers(node_e, grad);
+      compute_layers(node_e, edges);
     else
-      compute_shell(node_e, grad);
+      compute_shell(node_e, edges);
+    if (comm_mode != COMM_LAYER) timer.lap("model");
+    sums = md_accel_lammps::sum_per_node(edges, vflag_either ? edge_vectors_f64(edges.vec) : torch::Tensor(),
+                                         vflag_global, vflag_atom);
   } catch (const std::exception &e) {
     error->one(FLERR, "pair_style md_accel: model evaluation failed: {}", e.what());
   }
-  timer.lap(comm_mode == COMM_LAYER ? "download" : "model");
-  tally(node_e, grad);
+  timer.lap("sums per node, download");
+  tally(node_e, sums);
   timer.lap("tally");
   if (report_pending) report_sizes();
 }
 
 /* ----------------------------------------------------------------------
-   forces, energies and virial from the owned node energies [nlocal] and
-   dE/d(edge_vec) [nedges, 3] (CPU, float64)
+   the step's edge vectors in float64 on the model's device (the virial's
+   factor): the model's own input where it is float64, else uploaded
 ------------------------------------------------------------------------- */
 
-void PairMDAccel::tally(const torch::Tensor &node_e, const torch::Tensor &grad)
+torch::Tensor PairMDAccel::edge_vectors_f64(const torch::Tensor &model_vec) const
+{
+  if (model_vec.defined() && model_vec.scalar_type() == torch::kFloat64) return model_vec.detach();
+  const int64_t nedges = static_cast<int64_t>(edge_vec.size() / 3);
+  return torch::from_blob(const_cast<double *>(edge_vec.data()), {nedges, 3},
+                          torch::TensorOptions().dtype(torch::kFloat64))
+      .to(device);
+}
+
+/* ----------------------------------------------------------------------
+   forces, energies and virial from the owned node energies [nlocal] and
+   the sums per graph node (node_sums.h): one row per node into its atom
+   (graph node n: atom n if owned, else ghost_atoms[n - nlocal]; ghost
+   forces are reverse-communicated by LAMMPS)
+------------------------------------------------------------------------- */
+
+void PairMDAccel::tally(const torch::Tensor &node_e, const md_accel_lammps::NodeSums &sums)
 {
   const int nlocal = atom->nlocal;
-  const int64_t nedges = static_cast<int64_t>(edge_src.size());
   double **f = atom->f;
-  const double *g = grad.data_ptr<double>();
   const double *e_node = node_e.data_ptr<double>();
-  const int64_t *src = edge_src.data(), *dst = edge_dst.data();
-  const double *vec = edge_vec.data();
-
-  // one pass over the edges, sorted by receiver: a receiver's force is summed in registers
-  // over its edges (no edge of its own changes it otherwise: no self-edges), in the same
-  // order as one add per edge into f, so the sums are the same bits. f is one block of 3
-  // doubles per atom (LAMMPS' 2-d arrays): f0 + 3 j saves the row pointer's load.
-  double vir[6];
-  std::copy_n(virial, 6, vir);
-  double *f0 = nedges > 0 ? f[0] : nullptr;
-  for (int64_t e0 = 0; e0 < nedges;) {
-    const int64_t i = dst[e0];
-    double *fi_row = f0 + 3 * i;
-    double fi[3] = {fi_row[0], fi_row[1], fi_row[2]};
-    int64_t e = e0;
-    for (; e < nedges && dst[e] == i; e++) {
-      const int64_t j = src[e];
-      const double *ge = g + 3 * e;
-      double *fj = f0 + 3 * j;
-      for (int k = 0; k < 3; k++) {
-        fj[k] -= ge[k];
-        fi[k] += ge[k];
-      }
-      if (vflag_either) {
-        const double *r = vec + 3 * e;
-        const double v[6] = {-r[0] * ge[0], -r[1] * ge[1], -r[2] * ge[2],
-                             -r[0] * ge[1], -r[0] * ge[2], -r[1] * ge[2]};
-        if (vflag_global)
-          for (int k = 0; k < 6; k++) vir[k] += v[k];
-        if (vflag_atom)
-          for (int k = 0; k < 6; k++) {
-            vatom[i][k] += 0.5 * v[k];
-            vatom[j][k] += 0.5 * v[k];
-          }
-      }
-    }
-    for (int k = 0; k < 3; k++) fi_row[k] = fi[k];
-    e0 = e;
+  const int64_t nodes = sums.rows.size(0), width = sums.rows.size(1);
+  const double *rows = sums.rows.data_ptr<double>();
+  for (int64_t n = 0; n < nodes; n++) {
+    const int64_t a = n < nlocal ? n : ghost_atoms[n - nlocal];
+    const double *row = rows + width * n;
+    for (int k = 0; k < 3; k++) f[a][k] += row[k];
+    if (vflag_atom)
+      for (int k = 0; k < 6; k++) vatom[a][k] += row[3 + k];
   }
-  if (vflag_global) std::copy_n(vir, 6, virial);
+  if (vflag_global)
+    for (int k = 0; k < 6; k++) virial[k] += sums.virial[k];
 
   if (eflag_global)
     for (int i = 0; i < nlocal; i++) eng_vdwl += e_node[i];
@@ -627,7 +617,8 @@ void PairMDAccel::collect_edges(const int *receivers, int count)
 /* ----------------------------------------------------------------------
    edges (within the model cutoff) that can change an owned atom's energy:
    those into atoms at most num_layers-1 hops from an owned atom. Graph
-   nodes: owned atoms (same index) then the ghosts these edges touch.
+   nodes: owned atoms (same index) then the ghosts these edges touch
+   (ghost_atoms, in order of first sight).
 ------------------------------------------------------------------------- */
 
 void PairMDAccel::build_shell_graph()
@@ -661,11 +652,15 @@ void PairMDAccel::build_shell_graph()
   node_of.assign(nall, -1);
   for (int i = 0; i < nlocal; i++) node_of[i] = i;
   int nnodes = nlocal;
+  ghost_atoms.clear();
   node_src.resize(kept);
   node_dst.resize(kept);
   for (size_t e = 0; e < kept; e++) {
     for (int64_t atom_index : {edge_src[e], edge_dst[e]})
-      if (node_of[atom_index] < 0) node_of[atom_index] = nnodes++;
+      if (node_of[atom_index] < 0) {
+        node_of[atom_index] = nnodes++;
+        ghost_atoms.push_back(atom_index);
+      }
     node_src[e] = node_of[edge_src[e]];
     node_dst[e] = node_of[edge_dst[e]];
   }
@@ -675,19 +670,19 @@ void PairMDAccel::build_shell_graph()
     if (node_of[i] >= 0) species[node_of[i]] = type2species[type[i]];
 }
 
-void PairMDAccel::compute_shell(torch::Tensor &node_e, torch::Tensor &grad)
+void PairMDAccel::compute_shell(torch::Tensor &node_e, EdgeGradients &edges)
 {
   build_shell_graph();
-  evaluate_graph(atom->nlocal, node_e, grad);
+  evaluate_graph(atom->nlocal, node_e, edges);
 }
 
 /* ----------------------------------------------------------------------
    node_energies on the graph (species, node_src, node_dst, edge_vec) and
-   the gradient of the first num_owned nodes' energy: node_e [num_owned],
-   grad [nedges, 3] (CPU, float64)
+   the gradient of the first num_owned nodes' energy: node_e [num_owned]
+   (CPU, float64), edges: dE/d(edge_vec) and the graph on the device
 ------------------------------------------------------------------------- */
 
-void PairMDAccel::evaluate_graph(int64_t num_owned, torch::Tensor &node_e, torch::Tensor &grad)
+void PairMDAccel::evaluate_graph(int64_t num_owned, torch::Tensor &node_e, EdgeGradients &edges)
 {
   const int64_t nedges = static_cast<int64_t>(edge_src.size());
 
@@ -701,10 +696,12 @@ void PairMDAccel::evaluate_graph(int64_t num_owned, torch::Tensor &node_e, torch
 
   node_e = model.get_method("node_energies")({t_species, t_vec, t_src, t_dst}).toTensor();
   torch::Tensor energy = node_e.narrow(0, 0, num_owned).sum();
+  torch::Tensor grad;
   if (energy.requires_grad())
     grad = torch::autograd::grad({energy}, {t_vec}, {}, false, false, true)[0];
   if (!grad.defined()) grad = torch::zeros_like(t_vec);
-  grad = grad.to(torch::kCPU, torch::kFloat64).contiguous();
+  edges = EdgeGradients{grad, t_src, t_dst, t_vec.detach(), comm_mode != COMM_SHELL,
+                        static_cast<int64_t>(species.size())};
   node_e = node_e.detach().narrow(0, 0, num_owned).to(torch::kCPU, torch::kFloat64).contiguous();
 }
 
@@ -752,14 +749,14 @@ void PairMDAccel::find_owners()
    the ghost and LAMMPS' reverse comm moves it to the owner)
 ------------------------------------------------------------------------- */
 
-void PairMDAccel::compute_images(torch::Tensor &node_e, torch::Tensor &grad)
+void PairMDAccel::compute_images(torch::Tensor &node_e, EdgeGradients &edges)
 {
   const int nlocal = atom->nlocal;
   if (neighbor->ago == 0 || !send_lists_known) find_owners();
   timer.lap("graph: owners");
   build_receiver_graph(true);
   if (nlocal == 0 || edge_src.empty() || !use_cuda_graph(static_cast<int64_t>(edge_src.size()))) {
-    evaluate_graph(nlocal, node_e, grad);
+    evaluate_graph(nlocal, node_e, edges);
     return;
   }
 #ifdef MD_ACCEL_CUDA_GRAPH
@@ -767,7 +764,7 @@ void PairMDAccel::compute_images(torch::Tensor &node_e, torch::Tensor &grad)
     if (!graphed)
       graphed = std::make_unique<md_accel_lammps::CudaGraphStep>(model, device, dtype, cutoff);
     const int64_t before = graphed->captures();
-    graphed->run(species, node_src, node_dst, edge_vec, node_e, grad);
+    graphed->run(species, node_src, node_dst, edge_vec, node_e, edges);
     if (graphed->captures() != before && comm->me == 0) {
       const auto &l = graphed->layout();
       utils::logmesg(lmp, "md_accel: CUDA graph capture {}: {} atoms, {} edges (layout: {} to {} "
@@ -783,7 +780,7 @@ void PairMDAccel::compute_images(torch::Tensor &node_e, torch::Tensor &grad)
     graph_choice = GRAPH_NO;
     error->warning(FLERR, "pair_style md_accel: CUDA graph capture failed, running uncaptured: {}",
                    utils::split_lines(e.what())[0]);
-    evaluate_graph(nlocal, node_e, grad);
+    evaluate_graph(nlocal, node_e, edges);
   }
 #endif
 }
@@ -1068,7 +1065,7 @@ torch::Tensor PairMDAccel::add_ghost_gradients(const torch::Tensor &g, int width
    one evaluation in comm layer mode (scheme at the top of this file)
 ------------------------------------------------------------------------- */
 
-void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
+void PairMDAccel::compute_layers(torch::Tensor &node_e, EdgeGradients &edges)
 {
   const int nlocal = atom->nlocal;
   const int L = num_layers;
@@ -1206,8 +1203,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
 
   if (!active) {
     node_e = torch::zeros({0}, torch::TensorOptions().dtype(torch::kFloat64));
-    grad = torch::zeros({0, 3}, torch::TensorOptions().dtype(torch::kFloat64));
-    return;
+    return;    // edges: none
   }
   std::vector<torch::Tensor> outs, grad_outs;
   for (size_t i = 0; i < edge_feats.size(); i++)
@@ -1215,8 +1211,9 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, torch::Tensor &grad)
       outs.push_back(edge_feats[i]);
       grad_outs.push_back(grad_edge[i]);
     }
+  torch::Tensor grad;
   if (!outs.empty()) grad = torch::autograd::grad(outs, {t_vec}, grad_outs, false, false, true)[0];
   if (!grad.defined()) grad = torch::zeros_like(t_vec);
+  edges = EdgeGradients{grad, t_src, t_dst, t_vec.detach(), true, nnodes};
   timer.lap("edges back");
-  grad = grad.to(torch::kCPU, torch::kFloat64).contiguous();
 }

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "edge_collector.h"
+#include "node_sums.h"
 #include "phase_timer.h"
 
 #ifdef MD_ACCEL_CUDA_GRAPH
@@ -78,27 +79,29 @@ class PairMDAccel : public Pair {
   void load_model(const std::string &filename);
   torch::Device pick_device() const;
 
-  void evaluate_graph(int64_t num_owned, torch::Tensor &node_e, torch::Tensor &grad);
+  using EdgeGradients = md_accel_lammps::EdgeGradients;
+  void evaluate_graph(int64_t num_owned, torch::Tensor &node_e, EdgeGradients &edges);
   void collect_edges(const int *receivers, int count);
   void build_receiver_graph(bool senders_to_owners);
   // comm none
   void find_owners();
-  void compute_images(torch::Tensor &node_e, torch::Tensor &grad);
+  void compute_images(torch::Tensor &node_e, EdgeGradients &edges);
   bool use_cuda_graph(int64_t num_edges);
   // comm shell
   void build_shell_graph();
-  void compute_shell(torch::Tensor &node_e, torch::Tensor &grad);
+  void compute_shell(torch::Tensor &node_e, EdgeGradients &edges);
   // comm layer
   void find_border_atoms();
   void choose_exchange();
   bool exchange_on_device() const;
-  void compute_layers(torch::Tensor &node_e, torch::Tensor &grad);
+  void compute_layers(torch::Tensor &node_e, EdgeGradients &edges);
   torch::Tensor rows_view(int width);
   torch::Tensor staging_view(int64_t rows, int width);
   torch::Tensor fill_ghost_rows(const torch::Tensor &h_owned, int width, int layer);
   torch::Tensor add_ghost_gradients(const torch::Tensor &g, int width, int layer);
 
-  void tally(const torch::Tensor &node_e, const torch::Tensor &grad);
+  torch::Tensor edge_vectors_f64(const torch::Tensor &model_vec) const;
+  void tally(const torch::Tensor &node_e, const md_accel_lammps::NodeSums &sums);
   void report_sizes();
   void report_timing();
   void wait_for_ranks_if_timed();
@@ -130,8 +133,8 @@ class PairMDAccel : public Pair {
   std::vector<int64_t> node_of;           // LAMMPS atom index -> graph node or -1
   std::vector<char> reached, grown;       // comm shell: atoms within k hops of an owned atom
 
-  // comm layer: graph nodes are the owned atoms (node i = atom i), then
-  // the ghost atoms that send an edge (ghost_atoms[node - nlocal])
+  // graph nodes are the owned atoms (node i = atom i), then ghost atoms
+  // (ghost_atoms[node - nlocal]; comm none: none)
   std::vector<int64_t> ghost_atoms;
   std::vector<int64_t> border_atoms;      // owned atoms in some send list
   std::vector<char> border_mark;

@@ -60,12 +60,13 @@ MODELS = {
 }
 
 
-@pytest.mark.parametrize("style", ["", "comm shell"], ids=["default", "shell"])
 @pytest.mark.parametrize("triclinic", [False, True], ids=["orthogonal", "triclinic"])
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name, style", [(name, style) for name in sorted(MODELS) for style in ("", "comm shell")]
+                         + [("mp2", "comm layer")])
 def test_matches_python_reference(lammps_in_process, tmp_path, name, triclinic, style):
     """The one-rank default (comm none) and comm shell, for a model with the layered interface
-    (mp2) and one without (lj)."""
+    (mp2) and one without (lj), and comm layer on one rank (its ghost senders are graph nodes
+    of their own): energy, forces, virial and the per-atom energies and virials."""
     atoms, types = cu_ni(triclinic)
     model = save_mdx(MODELS[name](), tmp_path / "model.mdx")
     data = write_data(tmp_path / "data.lmp", atoms, types)
