@@ -9,8 +9,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <system_error>
-#include <thread>
 
 namespace md_accel_lammps {
 
@@ -20,23 +18,15 @@ namespace {
 constexpr int kMinReceiversPerThread = 2048;
 constexpr int64_t kMinEdgesPerThread = 65536;
 
-// receivers[begin, end)'s edges into out_src, out_dst, out_vec: sized to the listed pairs (every
-// one may be an edge), written by index, then cut to the edges kept
-void collect_range(const NeighborSource &list, const int *receivers, int begin, int end, double cutsq,
-                   std::vector<int64_t> &out_src, std::vector<int64_t> &out_dst, std::vector<double> &out_vec)
+// Calls keep(i, j, dx, dy, dz) for the edges j -> i of receivers[begin, end), in order.
+template <typename Keep>
+void for_each_edge(const NeighborSource &list, const int *receivers, int begin, int end, double cutsq, Keep &&keep)
 {
-  int64_t bound = 0;
-  for (int ii = begin; ii < end; ii++) bound += list.numneigh[receivers[ii]];
-  out_src.resize(bound);
-  out_dst.resize(bound);
-  out_vec.resize(3 * bound);
-  int64_t *src = out_src.data(), *dst = out_dst.data();
-  double *vec = out_vec.data();
-  const double *x0 = bound > 0 ? list.x[0] : nullptr;    // LAMMPS' 2-d arrays are one block: x[j] == x0 + 3 j
-  int64_t n = 0;
+  if (begin >= end) return;
+  const double *x0 = list.x[0];    // LAMMPS' 2-d arrays are one block: x[j] == x0 + 3 j
   for (int ii = begin; ii < end; ii++) {
     const int i = receivers[ii];
-    const double xi = list.x[i][0], yi = list.x[i][1], zi = list.x[i][2];
+    const double xi = x0[3 * i], yi = x0[3 * i + 1], zi = x0[3 * i + 2];
     const int *jlist = list.firstneigh[i];
     const int jnum = list.numneigh[i];
     for (int jj = 0; jj < jnum; jj++) {
@@ -45,66 +35,45 @@ void collect_range(const NeighborSource &list, const int *receivers, int begin, 
       const double dx = xj[0] - xi;
       const double dy = xj[1] - yi;
       const double dz = xj[2] - zi;
-      if (dx * dx + dy * dy + dz * dz >= cutsq) continue;
-      src[n] = j;
-      dst[n] = i;
-      vec[3 * n] = dx;
-      vec[3 * n + 1] = dy;
-      vec[3 * n + 2] = dz;
-      n++;
+      if (dx * dx + dy * dy + dz * dz < cutsq) keep(i, j, dx, dy, dz);
     }
   }
-  out_src.resize(n);
-  out_dst.resize(n);
-  out_vec.resize(3 * n);
-}
-
-// f(t) for t in [0, n): t = 0 on the calling thread, the others on their own (on the calling
-// thread too where the system refuses a thread: the same work, later)
-template <typename F>
-void run_threads(int n, F &&f)
-{
-  std::vector<std::thread> workers;
-  workers.reserve(n > 0 ? n - 1 : 0);
-  int started = 1;
-  try {
-    for (; started < n; started++) workers.emplace_back(f, started);
-  } catch (const std::system_error &) {
-  }
-  for (int t = started; t < n; t++) f(t);
-  f(0);
-  for (auto &w : workers) w.join();
 }
 
 }    // namespace
 
-EdgeCollector::EdgeCollector(int threads) : threads_(std::max(1, threads)) {}
+EdgeCollector::EdgeCollector(int threads) : pool_(threads) {}
 
 void EdgeCollector::collect(const NeighborSource &list, const int *receivers, int count, double cutoff,
                             std::vector<int64_t> &src, std::vector<int64_t> &dst, std::vector<double> &vec)
 {
   const double cutsq = cutoff * cutoff;
-  const int nthreads = std::max(1, std::min(threads_, count / kMinReceiversPerThread));
-  if (nthreads == 1) {
-    collect_range(list, receivers, 0, count, cutsq, src, dst, vec);
-    return;
-  }
-  parts_.resize(nthreads);
-  run_threads(nthreads, [&](int t) {
-    Part &p = parts_[t];
-    collect_range(list, receivers, static_cast<int>(int64_t(count) * t / nthreads),
-                  static_cast<int>(int64_t(count) * (t + 1) / nthreads), cutsq, p.src, p.dst, p.vec);
+  const int nthreads = std::max(1, std::min(pool_.threads(), count / kMinReceiversPerThread));
+  auto begin = [&](int t) { return static_cast<int>(int64_t(count) * t / nthreads); };
+  // two passes over the pairs: count each range's edges, then write them in place (the positions in
+  // x stay in cache between the passes; the edges themselves are written once)
+  first_.assign(nthreads + 1, 0);
+  pool_.run(nthreads, [&](int t) {
+    int64_t n = 0;
+    for_each_edge(list, receivers, begin(t), begin(t + 1), cutsq, [&](int, int, double, double, double) { n++; });
+    first_[t + 1] = n;
   });
-  std::vector<int64_t> first(nthreads + 1, 0);
-  for (int t = 0; t < nthreads; t++) first[t + 1] = first[t] + static_cast<int64_t>(parts_[t].src.size());
-  src.resize(first[nthreads]);
-  dst.resize(first[nthreads]);
-  vec.resize(3 * first[nthreads]);
-  run_threads(nthreads, [&](int t) {
-    const Part &p = parts_[t];
-    std::copy(p.src.begin(), p.src.end(), src.begin() + first[t]);
-    std::copy(p.dst.begin(), p.dst.end(), dst.begin() + first[t]);
-    std::copy(p.vec.begin(), p.vec.end(), vec.begin() + 3 * first[t]);
+  for (int t = 0; t < nthreads; t++) first_[t + 1] += first_[t];
+  src.resize(first_[nthreads]);
+  dst.resize(first_[nthreads]);
+  vec.resize(3 * first_[nthreads]);
+  pool_.run(nthreads, [&](int t) {
+    int64_t n = first_[t];
+    int64_t *s = src.data(), *d = dst.data();
+    double *v = vec.data();
+    for_each_edge(list, receivers, begin(t), begin(t + 1), cutsq, [&](int i, int j, double dx, double dy, double dz) {
+      s[n] = j;
+      d[n] = i;
+      v[3 * n] = dx;
+      v[3 * n + 1] = dy;
+      v[3 * n + 2] = dz;
+      n++;
+    });
   });
 }
 
@@ -113,14 +82,14 @@ void EdgeCollector::sender_nodes(const std::vector<int64_t> &edge_src, int nloca
                                  std::vector<int64_t> &ghosts)
 {
   const int64_t nedges = static_cast<int64_t>(edge_src.size());
-  const int nthreads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads_, nedges / kMinEdgesPerThread)));
+  const int nthreads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pool_.threads(), nedges / kMinEdgesPerThread)));
   const int64_t *src = edge_src.data();
   node_src.resize(nedges);
   int64_t *nsrc = node_src.data();
   auto first = [&](int t) { return nedges * t / nthreads; };
   ghosts.clear();
   if (owner_of != nullptr) {
-    run_threads(nthreads, [&](int t) {
+    pool_.run(nthreads, [&](int t) {
       for (int64_t e = first(t); e < first(t + 1); e++) nsrc[e] = src[e] < nlocal ? src[e] : owner_of[src[e]];
     });
     return;
@@ -128,7 +97,7 @@ void EdgeCollector::sender_nodes(const std::vector<int64_t> &edge_src, int nloca
   const int nghost = nall - nlocal;
   seen_.resize(nthreads);
   first_seen_.resize(nthreads);
-  run_threads(nthreads, [&](int t) {
+  pool_.run(nthreads, [&](int t) {
     std::vector<char> &seen = seen_[t];
     std::vector<int64_t> &order = first_seen_[t];
     seen.assign(nghost, 0);
@@ -149,7 +118,7 @@ void EdgeCollector::sender_nodes(const std::vector<int64_t> &edge_src, int nloca
         ghosts.push_back(j);
       }
   const int64_t *ghost_node = node_of_ghost_.data();
-  run_threads(nthreads, [&](int t) {
+  pool_.run(nthreads, [&](int t) {
     for (int64_t e = first(t); e < first(t + 1); e++) nsrc[e] = src[e] < nlocal ? src[e] : ghost_node[src[e] - nlocal];
   });
 }

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "worker_pool.h"
+
 namespace md_accel_lammps {
 
 // What collect() reads of LAMMPS (NeighList and Atom fields).
@@ -22,13 +24,13 @@ struct NeighborSource {
 // Collects, for receivers i in the order given, the neighbors j (in list order) closer than the
 // cutoff: the same edges in the same order on any number of threads. The pair loop runs over
 // millions of pairs per step (32,000 copper atoms: ~2.4M listed, ~1.4M kept), so each thread
-// takes a contiguous range of receivers into its own arrays, which are then copied into place in
-// parallel; with one thread it writes the output directly.
+// takes a contiguous range of receivers: it counts the range's edges, then, at the offset the
+// counts give, writes them into the output.
 class EdgeCollector {
  public:
   // threads: host_threads() by default
   explicit EdgeCollector(int threads);
-  int threads() const { return threads_; }
+  int threads() const { return pool_.threads(); }
   // into src, dst, vec (3 per edge): the caller's arrays, kept between steps for their capacity
   void collect(const NeighborSource &list, const int *receivers, int count, double cutoff,
                std::vector<int64_t> &src, std::vector<int64_t> &dst, std::vector<double> &vec);
@@ -43,13 +45,8 @@ class EdgeCollector {
                     std::vector<int64_t> &node_src, std::vector<int64_t> &ghosts);
 
  private:
-  int threads_;
-  // per thread: its edges j -> i (LAMMPS atom indices, x[j] - x[i]), kept between steps for their capacity
-  struct Part {
-    std::vector<int64_t> src, dst;
-    std::vector<double> vec;
-  };
-  std::vector<Part> parts_;
+  WorkerPool pool_;
+  std::vector<int64_t> first_;                      // collect: each thread's first edge (then the total)
   std::vector<std::vector<char>> seen_;             // sender_nodes: per thread, ghosts seen
   std::vector<std::vector<int64_t>> first_seen_;    // sender_nodes: per thread, in order of first sight
   std::vector<int64_t> node_of_ghost_;              // sender_nodes: ghost j -> node (j - nlocal), or -1

@@ -1109,6 +1109,9 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, EdgeGradients &edges)
     t_vec = torch::from_blob(edge_vec.data(), {nedges, 3}, as_double)
                 .to(device, dtype, false, true)
                 .requires_grad_(true);
+  }
+  timer.lap("upload");
+  if (active) {
     graph = model.get_method("receiver_graph")({t_src, t_dst, nnodes});
     edge_feats = model.get_method("edge_features")({t_species, t_vec, t_src, t_dst}).toTensorVector();
     for (const auto &t : edge_feats) {
@@ -1117,7 +1120,7 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, EdgeGradients &edges)
     }
     x[0] = model.get_method("embed")({t_species}).toTensor();
   }
-  timer.lap("upload");
+  timer.lap("receiver graph, edge features, embedding");
 
   // forward: layer k reads x_k, its owned rows are exact; ghost rows from the owners
   auto interaction = [&](int k) {
