@@ -17,6 +17,8 @@
 #        THREADS: OMP_NUM_THREADS per rank (default: the cores over the GPUs; the plugin builds each
 #        step's graph on that many host threads)
 #        BIG_GPUS: the GPU count of the big case (default: the largest of GPUS run; 0: no big case)
+#        PLUGIN_FROM=DIR: run the plugin built from DIR/lammps_plugin (another revision's sources, e.g.
+#        `git archive REV lammps_plugin | tar x -C DIR`) instead of this checkout's: an A/B in one call
 #        PREPARE_ONLY=1: only build the ops library, the model's kernels and the plugin (a cold
 #        machine spends minutes in nvcc; the runs themselves take about 5 minutes on 4 H200)
 # The table covers every log_*.txt in OUTDIR: runs split over several calls of one warm machine (OUTDIR
@@ -56,8 +58,11 @@ PY
 ) || { echo "[scaling] model preparation failed" >&2; exit 1; }
 export MD_ACCEL_OPS_LIBRARY=$ops
 export MD_ACCEL_TP_KERNELS=$(ls "$MD_ACCEL_BUILD_DIR"/tp_specs/*.so 2>/dev/null | paste -sd: -)
-python lammps_plugin/build.py --out .gpu/lammps || exit 1
-export LAMMPS_PLUGIN_PATH=$PWD/.gpu/lammps
+plugin_src=${PLUGIN_FROM:-.}/lammps_plugin plugin_out=${PLUGIN_FROM:+$PLUGIN_FROM/plugin_build}
+plugin_out=$(realpath -m "${plugin_out:-.gpu/lammps}")
+python "$plugin_src/build.py" --out "$plugin_out" || exit 1
+export LAMMPS_PLUGIN_PATH=$plugin_out
+echo "[scaling] plugin from $plugin_src"
 ngpu=$(nvidia-smi -L | wc -l)
 echo "[scaling] $ngpu GPUs; model $model_in; ops $ops; prepared in $((SECONDS - t_start)) s"
 [[ ${PREPARE_ONLY:-0} == 1 ]] && exit 0
