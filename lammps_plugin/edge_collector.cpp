@@ -49,31 +49,41 @@ void EdgeCollector::collect(const NeighborSource &list, const int *receivers, in
 {
   const double cutsq = cutoff * cutoff;
   const int nthreads = std::max(1, std::min(pool_.threads(), count / kMinReceiversPerThread));
-  auto begin = [&](int t) { return static_cast<int>(int64_t(count) * t / nthreads); };
-  // two passes over the pairs: count each range's edges, then write them in place (the positions in
-  // x stay in cache between the passes; the edges themselves are written once)
-  first_.assign(nthreads + 1, 0);
-  pool_.run(nthreads, [&](int t) {
-    int64_t n = 0;
-    for_each_edge(list, receivers, begin(t), begin(t + 1), cutsq, [&](int, int, double, double, double) { n++; });
-    first_[t + 1] = n;
-  });
-  for (int t = 0; t < nthreads; t++) first_[t + 1] += first_[t];
-  src.resize(first_[nthreads]);
-  dst.resize(first_[nthreads]);
-  vec.resize(3 * first_[nthreads]);
-  pool_.run(nthreads, [&](int t) {
-    int64_t n = first_[t];
-    int64_t *s = src.data(), *d = dst.data();
-    double *v = vec.data();
-    for_each_edge(list, receivers, begin(t), begin(t + 1), cutsq, [&](int i, int j, double dx, double dy, double dz) {
-      s[n] = j;
-      d[n] = i;
-      v[3 * n] = dx;
-      v[3 * n + 1] = dy;
-      v[3 * n + 2] = dz;
-      n++;
+  // receivers[begin, end)'s edges appended to (s, d, v), emptied first (their capacity stays: no
+  // allocation and no zero fill once the sizes have settled)
+  auto collect_range = [&](int begin, int end, std::vector<int64_t> &s, std::vector<int64_t> &d,
+                           std::vector<double> &v) {
+    s.clear();
+    d.clear();
+    v.clear();
+    for_each_edge(list, receivers, begin, end, cutsq, [&](int i, int j, double dx, double dy, double dz) {
+      s.push_back(j);
+      d.push_back(i);
+      v.push_back(dx);
+      v.push_back(dy);
+      v.push_back(dz);
     });
+  };
+  if (nthreads == 1) {
+    collect_range(0, count, src, dst, vec);
+    return;
+  }
+  parts_.resize(nthreads);
+  pool_.run(nthreads, [&](int t) {
+    Part &p = parts_[t];
+    collect_range(static_cast<int>(int64_t(count) * t / nthreads), static_cast<int>(int64_t(count) * (t + 1) / nthreads),
+                  p.src, p.dst, p.vec);
+  });
+  std::vector<int64_t> first(nthreads + 1, 0);
+  for (int t = 0; t < nthreads; t++) first[t + 1] = first[t] + static_cast<int64_t>(parts_[t].src.size());
+  src.resize(first[nthreads]);
+  dst.resize(first[nthreads]);
+  vec.resize(3 * first[nthreads]);
+  pool_.run(nthreads, [&](int t) {
+    const Part &p = parts_[t];
+    std::copy(p.src.begin(), p.src.end(), src.begin() + first[t]);
+    std::copy(p.dst.begin(), p.dst.end(), dst.begin() + first[t]);
+    std::copy(p.vec.begin(), p.vec.end(), vec.begin() + 3 * first[t]);
   });
 }
 

@@ -14,11 +14,13 @@ torch::Tensor sum_by_key(const torch::Tensor &values, const torch::Tensor &keys,
 {
   torch::Tensor ordered_keys = keys, ordered = values;
   if (!sorted) {
-    auto [k, perm] = torch::sort(keys, /*stable=*/true, /*dim=*/0, /*descending=*/false);
+    // 32-bit keys: half the radix passes of int64 on CUDA (node indices fit)
+    auto [k, perm] = torch::sort(keys.to(torch::kInt32), /*stable=*/true, /*dim=*/0, /*descending=*/false);
     ordered_keys = k;
     ordered = values.index_select(0, perm);
   }
-  torch::Tensor offsets = torch::searchsorted(ordered_keys, torch::arange(nodes + 1, keys.options()));
+  torch::Tensor offsets =
+      torch::searchsorted(ordered_keys, torch::arange(nodes + 1, ordered_keys.options()), /*out_int32=*/false);
   return at::segment_reduce(ordered, "sum", /*lengths=*/{}, /*indices=*/{}, offsets, /*axis=*/0,
                             /*unsafe=*/true, /*initial=*/0.0);
 }
@@ -31,9 +33,9 @@ NodeSums sum_per_node(const EdgeGradients &edges, const torch::Tensor &vec64, bo
   at::NoGradGuard no_grad;
   NodeSums out;
   const bool virial = global_virial || node_virial;
-  const int64_t terms_per_edge = virial ? 9 : 3;
   const int64_t nodes = edges.nodes;
-  out.rows = torch::zeros({nodes, node_virial ? 9 : 3}, torch::TensorOptions().dtype(torch::kFloat64));
+  const int64_t width = node_virial ? 9 : 3;
+  out.rows = torch::zeros({nodes, width}, torch::TensorOptions().dtype(torch::kFloat64));
   if (!edges.grad.defined() || edges.grad.size(0) == 0 || nodes == 0) return out;
 
   // per edge: g_e, then -edge_vec (x) g_e in Voigt order xx yy zz xy xz yz
@@ -47,25 +49,26 @@ NodeSums sum_per_node(const EdgeGradients &edges, const torch::Tensor &vec64, bo
                                          1)},
                        1);
   }
-  // [nodes, 2 x terms]: the sums over each node's incoming edges, then over its outgoing ones
-  torch::Tensor sums = torch::cat({sum_by_key(terms, edges.dst, edges.dst_sorted, nodes),
-                                   sum_by_key(terms, edges.src, false, nodes)},
-                                  1)
-                           .cpu()
-                           .contiguous();
+  torch::Tensor in = sum_by_key(terms, edges.dst, edges.dst_sorted, nodes);
+  torch::Tensor from = sum_by_key(terms, edges.src, false, nodes);
+  // [nodes, width (+ 6)]: the force (+ at the receiver, - at the sender), the per-node virial (half
+  // of each edge's to each end), then the virial over each node's incoming edges, for the total
+  std::vector<torch::Tensor> columns{in.narrow(1, 0, 3) - from.narrow(1, 0, 3)};
+  if (node_virial) columns.push_back(0.5 * (in.narrow(1, 3, 6) + from.narrow(1, 3, 6)));
+  if (global_virial) columns.push_back(in.narrow(1, 3, 6));
+  torch::Tensor device_rows = torch::cat(columns, 1);
+  torch::Tensor host_rows = torch::empty(device_rows.sizes(), torch::TensorOptions()
+                                                                  .dtype(torch::kFloat64)
+                                                                  .pinned_memory(device_rows.is_cuda()));
+  host_rows.copy_(device_rows);
+  out.rows = host_rows.narrow(1, 0, width);
 
-  // on the host, in node order (a torch reduction's order may depend on its thread count)
-  const double *s = sums.data_ptr<double>();
-  double *rows = out.rows.data_ptr<double>();
-  const int64_t width = out.rows.size(1);
-  for (int64_t n = 0; n < nodes; n++) {
-    const double *in = s + 2 * terms_per_edge * n, *from = in + terms_per_edge;
-    double *row = rows + width * n;
-    for (int k = 0; k < 3; k++) row[k] = in[k] - from[k];
-    if (node_virial)
-      for (int k = 0; k < 6; k++) row[3 + k] = 0.5 * (in[3 + k] + from[3 + k]);
-    if (global_virial)
-      for (int k = 0; k < 6; k++) out.virial[k] += in[3 + k];    // every edge has one receiver
+  // the total on the host, in node order (a torch reduction's order may depend on its thread count)
+  if (global_virial) {
+    const double *s = host_rows.data_ptr<double>() + width;
+    const int64_t stride = host_rows.size(1);
+    for (int64_t n = 0; n < nodes; n++)
+      for (int k = 0; k < 6; k++) out.virial[k] += s[stride * n + k];
   }
   return out;
 }

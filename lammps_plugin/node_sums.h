@@ -33,7 +33,7 @@ struct EdgeGradients {
 
 struct NodeSums {
   // [nodes, 3]: each node's force; [nodes, 9] with the per-node virial (xx yy zz xy xz yz) after it.
-  // float64, CPU.
+  // float64, CPU; rows may be a view of wider rows (read them with stride(0)).
   torch::Tensor rows;
   double virial[6] = {0, 0, 0, 0, 0, 0};    // sum over the edges of -edge_vec (x) g_e
 };

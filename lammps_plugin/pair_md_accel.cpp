@@ -526,11 +526,11 @@ void PairMDAccel::tally(const torch::Tensor &node_e, const md_accel_lammps::Node
   const int nlocal = atom->nlocal;
   double **f = atom->f;
   const double *e_node = node_e.data_ptr<double>();
-  const int64_t nodes = sums.rows.size(0), width = sums.rows.size(1);
+  const int64_t nodes = sums.rows.size(0), stride = sums.rows.stride(0);
   const double *rows = sums.rows.data_ptr<double>();
   for (int64_t n = 0; n < nodes; n++) {
     const int64_t a = n < nlocal ? n : ghost_atoms[n - nlocal];
-    const double *row = rows + width * n;
+    const double *row = rows + stride * n;
     for (int k = 0; k < 3; k++) f[a][k] += row[k];
     if (vflag_atom)
       for (int k = 0; k < 6; k++) vatom[a][k] += row[3 + k];
