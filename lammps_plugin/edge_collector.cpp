@@ -18,15 +18,25 @@ namespace {
 constexpr int kMinReceiversPerThread = 2048;
 constexpr int64_t kMinEdgesPerThread = 65536;
 
-// Calls keep(i, j, dx, dy, dz) for the edges j -> i of receivers[begin, end), in order.
-template <typename Keep>
-void for_each_edge(const NeighborSource &list, const int *receivers, int begin, int end, double cutsq, Keep &&keep)
+// receivers[begin, end)'s edges into out_src, out_dst, out_vec: sized to the listed pairs (every
+// one may be an edge), written by index, then cut to the edges kept. (Session 36 measured both
+// alternatives slower on 16 threads: appending with push_back 2x, counting first and writing in
+// place 1.1-1.4x.)
+void collect_range(const NeighborSource &list, const int *receivers, int begin, int end, double cutsq,
+                   std::vector<int64_t> &out_src, std::vector<int64_t> &out_dst, std::vector<double> &out_vec)
 {
-  if (begin >= end) return;
-  const double *x0 = list.x[0];    // LAMMPS' 2-d arrays are one block: x[j] == x0 + 3 j
+  int64_t bound = 0;
+  for (int ii = begin; ii < end; ii++) bound += list.numneigh[receivers[ii]];
+  out_src.resize(bound);
+  out_dst.resize(bound);
+  out_vec.resize(3 * bound);
+  int64_t *src = out_src.data(), *dst = out_dst.data();
+  double *vec = out_vec.data();
+  const double *x0 = bound > 0 ? list.x[0] : nullptr;    // LAMMPS' 2-d arrays are one block: x[j] == x0 + 3 j
+  int64_t n = 0;
   for (int ii = begin; ii < end; ii++) {
     const int i = receivers[ii];
-    const double xi = x0[3 * i], yi = x0[3 * i + 1], zi = x0[3 * i + 2];
+    const double xi = list.x[i][0], yi = list.x[i][1], zi = list.x[i][2];
     const int *jlist = list.firstneigh[i];
     const int jnum = list.numneigh[i];
     for (int jj = 0; jj < jnum; jj++) {
@@ -35,9 +45,18 @@ void for_each_edge(const NeighborSource &list, const int *receivers, int begin, 
       const double dx = xj[0] - xi;
       const double dy = xj[1] - yi;
       const double dz = xj[2] - zi;
-      if (dx * dx + dy * dy + dz * dz < cutsq) keep(i, j, dx, dy, dz);
+      if (dx * dx + dy * dy + dz * dz >= cutsq) continue;
+      src[n] = j;
+      dst[n] = i;
+      vec[3 * n] = dx;
+      vec[3 * n + 1] = dy;
+      vec[3 * n + 2] = dz;
+      n++;
     }
   }
+  out_src.resize(n);
+  out_dst.resize(n);
+  out_vec.resize(3 * n);
 }
 
 }    // namespace
@@ -49,30 +68,15 @@ void EdgeCollector::collect(const NeighborSource &list, const int *receivers, in
 {
   const double cutsq = cutoff * cutoff;
   const int nthreads = std::max(1, std::min(pool_.threads(), count / kMinReceiversPerThread));
-  // receivers[begin, end)'s edges appended to (s, d, v), emptied first (their capacity stays: no
-  // allocation and no zero fill once the sizes have settled)
-  auto collect_range = [&](int begin, int end, std::vector<int64_t> &s, std::vector<int64_t> &d,
-                           std::vector<double> &v) {
-    s.clear();
-    d.clear();
-    v.clear();
-    for_each_edge(list, receivers, begin, end, cutsq, [&](int i, int j, double dx, double dy, double dz) {
-      s.push_back(j);
-      d.push_back(i);
-      v.push_back(dx);
-      v.push_back(dy);
-      v.push_back(dz);
-    });
-  };
   if (nthreads == 1) {
-    collect_range(0, count, src, dst, vec);
+    collect_range(list, receivers, 0, count, cutsq, src, dst, vec);
     return;
   }
   parts_.resize(nthreads);
   pool_.run(nthreads, [&](int t) {
     Part &p = parts_[t];
-    collect_range(static_cast<int>(int64_t(count) * t / nthreads), static_cast<int>(int64_t(count) * (t + 1) / nthreads),
-                  p.src, p.dst, p.vec);
+    collect_range(list, receivers, static_cast<int>(int64_t(count) * t / nthreads),
+                  static_cast<int>(int64_t(count) * (t + 1) / nthreads), cutsq, p.src, p.dst, p.vec);
   });
   std::vector<int64_t> first(nthreads + 1, 0);
   for (int t = 0; t < nthreads; t++) first[t + 1] = first[t] + static_cast<int64_t>(parts_[t].src.size());

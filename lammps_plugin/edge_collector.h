@@ -25,8 +25,8 @@ struct NeighborSource {
 // cutoff: the same edges in the same order on any number of threads. The pair loop runs over
 // millions of pairs per step (32,000 copper atoms: ~2.4M listed, ~1.4M kept), so each thread
 // takes a contiguous range of receivers into its own arrays, which are then copied into place in
-// parallel; with one thread it writes the output directly. (Counting first and writing in place
-// was slower: session 36, the pair loop twice cost more than the copy.)
+// parallel; with one thread it writes the output directly. The threads stay up between passes
+// (worker_pool.h).
 class EdgeCollector {
  public:
   // threads: host_threads() by default
