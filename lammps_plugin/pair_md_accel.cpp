@@ -5,13 +5,15 @@
    energy of the owned atoms, edge_vec_e = x[src] - x[dst]:
      F[src] -= g_e, F[dst] += g_e   (ghost forces are reverse-communicated)
      W      -= edge_vec_e (x) g_e   (per-atom: half to each end of the edge)
+   summed per graph node on the model's device (node_sums.h), one row per
+   node added on the host into its atom.
 
    comm none (one rank): the ghost shell is cutoff + skin deep and every
    ghost is a periodic image of an owned atom (owner_of, found by a width-2
    forward_comm after each neighbor-list build). The graph's nodes are the
    owned atoms; an edge from ghost j to owned i joins owner_of[j] to i with
    the vector x[j] - x[i], as a periodic graph in ASE does, and its force
-   goes on j (reverse-communicated to the owner). On CUDA the evaluation
+   goes on owner_of[j]'s node. On CUDA the evaluation
    can be replayed from a CUDA graph (cuda_graph_step.h).
 
    comm shell: the ghost shell is num_layers x cutoff (+ skin) deep; the
@@ -745,8 +747,7 @@ void PairMDAccel::find_owners()
 /* ----------------------------------------------------------------------
    comm none: graph nodes are the owned atoms, edges into them from the
    full neighbor list, a ghost sender replaced by its owner (the edge keeps
-   the ghost's vector and its LAMMPS index, so tally() puts the force on
-   the ghost and LAMMPS' reverse comm moves it to the owner)
+   the ghost's vector; its sender's force goes on the owner's node)
 ------------------------------------------------------------------------- */
 
 void PairMDAccel::compute_images(torch::Tensor &node_e, EdgeGradients &edges)
