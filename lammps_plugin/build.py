@@ -31,8 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCES = ("pair_md_accel.cpp", "md_accel_plugin.cpp", "edge_collector.cpp", "node_sums.cpp")
-HEADERS = ("pair_md_accel.h", "phase_timer.h", "edge_collector.h", "node_sums.h")
+SOURCES = ("pair_md_accel.cpp", "md_accel_plugin.cpp", "edge_collector.cpp", "node_sums.cpp",
+           "graph_upload.cpp", "host_threads.cpp")
+HEADERS = ("pair_md_accel.h", "phase_timer.h", "edge_collector.h", "node_sums.h", "graph_upload.h",
+           "host_threads.h")
 CUDA_GRAPH_SOURCES = ("cuda_graph_step.cpp", "device_exchange.cpp")
 CUDA_GRAPH_HEADERS = ("cuda_graph_step.h", "graph_layout.h", "device_exchange.h")
 PLUGIN_NAME = "md_accel_lammps_plugin.so"

@@ -5,12 +5,10 @@
 
 #include "edge_collector.h"
 
-#include <sched.h>
+#include "host_threads.h"
 
 #include <algorithm>
 #include <cstdlib>
-#include <system_error>
-#include <thread>
 
 namespace md_accel_lammps {
 
@@ -57,23 +55,6 @@ void collect_range(const NeighborSource &list, const int *receivers, int begin, 
   out_src.resize(n);
   out_dst.resize(n);
   out_vec.resize(3 * n);
-}
-
-// f(t) for t in [0, n): t = 0 on the calling thread, the others on their own (on the calling
-// thread too where the system refuses a thread: the same work, later)
-template <typename F>
-void run_threads(int n, F &&f)
-{
-  std::vector<std::thread> workers;
-  workers.reserve(n > 0 ? n - 1 : 0);
-  int started = 1;
-  try {
-    for (; started < n; started++) workers.emplace_back(f, started);
-  } catch (const std::system_error &) {
-  }
-  for (int t = started; t < n; t++) f(t);
-  f(0);
-  for (auto &w : workers) w.join();
 }
 
 }    // namespace
@@ -152,19 +133,6 @@ void EdgeCollector::sender_nodes(const std::vector<int64_t> &edge_src, int nloca
   run_threads(nthreads, [&](int t) {
     for (int64_t e = first(t); e < first(t + 1); e++) nsrc[e] = src[e] < nlocal ? src[e] : ghost_node[src[e] - nlocal];
   });
-}
-
-int host_threads()
-{
-  int threads = 1;
-  if (const char *env = std::getenv("OMP_NUM_THREADS")) {
-    char *end = nullptr;
-    const long v = std::strtol(env, &end, 10);    // "16" or "16,4" (nested levels): the first
-    if (end != env && v > 0) threads = static_cast<int>(std::min<long>(v, 1024));
-  }
-  cpu_set_t cpus;
-  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) threads = std::min(threads, std::max(1, CPU_COUNT(&cpus)));
-  return threads;
 }
 
 }    // namespace md_accel_lammps

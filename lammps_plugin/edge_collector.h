@@ -24,11 +24,10 @@ struct NeighborSource {
 // millions of pairs per step (32,000 copper atoms: ~2.4M listed, ~1.4M kept), so each thread
 // takes a contiguous range of receivers into its own arrays, which are then copied into place in
 // parallel; with one thread it writes the output directly. (Session 36, 16 threads, measured
-// slower: worker threads kept up between passes instead of new ones per pass, 1.2-1.6x, and with
-// them counting first then writing in place, or appending with push_back.)
+// slower: counting first then writing in place, and appending with push_back.)
 class EdgeCollector {
  public:
-  // threads: host_threads() by default
+  // threads: host_threads() (host_threads.h) by default
   explicit EdgeCollector(int threads);
   int threads() const { return threads_; }
   // into src, dst, vec (3 per edge): the caller's arrays, kept between steps for their capacity
@@ -56,10 +55,6 @@ class EdgeCollector {
   std::vector<std::vector<int64_t>> first_seen_;    // sender_nodes: per thread, in order of first sight
   std::vector<int64_t> node_of_ghost_;              // sender_nodes: ghost j -> node (j - nlocal), or -1
 };
-
-// Host threads per MPI rank for the plugin's own loops: OMP_NUM_THREADS (as LAMMPS' OPENMP
-// package reads it; 1 when unset or not a number), at most the CPUs this process may run on.
-int host_threads();
 
 }    // namespace md_accel_lammps
 

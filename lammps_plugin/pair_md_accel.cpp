@@ -166,7 +166,8 @@ PairMDAccel::PairMDAccel(LAMMPS *lmp) :
     graph_choice(GRAPH_AUTO), exchange_choice(EXCHANGE_AUTO), exchange_chosen(false), device(torch::kCPU),
     dtype(torch::kFloat64), model_loaded(false),
     layered_model(false), report_pending(false), cutoff(0.0), num_layers(0),
-    edge_collector(md_accel_lammps::host_threads()), send_lists_known(false),
+    edge_collector(md_accel_lammps::host_threads()), graph_upload(md_accel_lammps::host_threads()),
+    send_lists_known(false),
     comm_phase(PHASE_ROWS), comm_row_bytes(0), comm_stride(0), recompute(false)
 {
   single_enable = 0;
@@ -686,15 +687,9 @@ void PairMDAccel::compute_shell(torch::Tensor &node_e, EdgeGradients &edges)
 
 void PairMDAccel::evaluate_graph(int64_t num_owned, torch::Tensor &node_e, EdgeGradients &edges)
 {
-  const int64_t nedges = static_cast<int64_t>(edge_src.size());
-
-  auto as_double = torch::TensorOptions().dtype(torch::kFloat64);
-  torch::Tensor t_species = long_tensor(species).to(device);
-  torch::Tensor t_src = long_tensor(node_src).to(device);
-  torch::Tensor t_dst = long_tensor(node_dst).to(device);
-  torch::Tensor t_vec = torch::from_blob(edge_vec.data(), {nedges, 3}, as_double)
-                            .to(device, dtype, false, true)
-                            .requires_grad_(true);
+  const md_accel_lammps::GraphOnDevice g = graph_upload.upload(species, node_src, node_dst, edge_vec, device, dtype);
+  torch::Tensor t_species = g.species, t_src = g.src, t_dst = g.dst;
+  torch::Tensor t_vec = g.vec.requires_grad_(true);
 
   node_e = model.get_method("node_energies")({t_species, t_vec, t_src, t_dst}).toTensor();
   torch::Tensor energy = node_e.narrow(0, 0, num_owned).sum();
@@ -1093,7 +1088,6 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, EdgeGradients &edges)
 #endif
   timer.lap("graph: species, exchange setup");
   const int64_t nnodes = nlocal + static_cast<int64_t>(ghost_atoms.size());
-  const int64_t nedges = static_cast<int64_t>(edge_src.size());
   // a rank without atoms has no graph; it only takes part in the comm calls
   const bool active = nlocal > 0;
 
@@ -1103,13 +1097,11 @@ void PairMDAccel::compute_layers(torch::Tensor &node_e, EdgeGradients &edges)
   c10::List<torch::Tensor> edge_list;
   std::vector<torch::Tensor> x(L + 1), h(L + 1);
   if (active) {
-    auto as_double = torch::TensorOptions().dtype(torch::kFloat64);
-    t_species = long_tensor(species).to(device);
-    t_src = long_tensor(node_src).to(device);
-    t_dst = long_tensor(node_dst).to(device);
-    t_vec = torch::from_blob(edge_vec.data(), {nedges, 3}, as_double)
-                .to(device, dtype, false, true)
-                .requires_grad_(true);
+    const md_accel_lammps::GraphOnDevice g = graph_upload.upload(species, node_src, node_dst, edge_vec, device, dtype);
+    t_species = g.species;
+    t_src = g.src;
+    t_dst = g.dst;
+    t_vec = g.vec.requires_grad_(true);
   }
   timer.lap("upload");
   if (active) {

@@ -42,6 +42,8 @@
 #include <vector>
 
 #include "edge_collector.h"
+#include "graph_upload.h"
+#include "host_threads.h"
 #include "node_sums.h"
 #include "phase_timer.h"
 
@@ -130,6 +132,7 @@ class PairMDAccel : public Pair {
   std::vector<int64_t> edge_src, edge_dst, node_src, node_dst, species;
   std::vector<double> edge_vec;
   md_accel_lammps::EdgeCollector edge_collector;    // LAMMPS' list -> edge_src/dst/vec
+  md_accel_lammps::GraphUpload graph_upload;        // species, node_src/dst, edge_vec -> the device
   std::vector<int64_t> node_of;           // LAMMPS atom index -> graph node or -1
   std::vector<char> reached, grown;       // comm shell: atoms within k hops of an owned atom
 
