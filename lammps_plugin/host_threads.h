@@ -18,7 +18,7 @@ int host_threads();
 
 // f(t) for t in [0, n): t = 0 on the calling thread, the others on threads of their own, started
 // for this call (on the calling thread too where the system refuses a thread: the same work,
-// later). Session 36 measured workers kept up between calls 1.2-1.6x slower on the edge loop.
+// later). Session 36 measured workers kept up between calls 1.2-1.7x slower on the edge loop.
 template <typename F>
 void run_threads(int n, F &&f)
 {
