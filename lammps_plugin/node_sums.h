@@ -6,7 +6,7 @@
    (per-node virial: half of each edge's term to each of its two nodes).
 
    The host then adds one row per node into LAMMPS' arrays instead of
-   scattering every edge (32,000 copper atoms: 1.4M edges, ~60k nodes),
+   scattering every edge (32,000 copper atoms: 1.34M edges, 32k-45k nodes),
    and only those rows cross to the host. The sums run in a fixed order
    (an edge's terms in edge order within its receiver, then within its
    sender after a stable sort by sender), so they are the same bits run
