@@ -5,8 +5,8 @@
    (float64 on the host, the model's dtype on the device). On CUDA they
    are staged into one pinned host buffer on the host threads (the vectors
    converted on the way) and copied in one transfer into fresh device
-   memory: the copies from pageable vectors it replaces ran at ~6 GB/s
-   (session 36, 32,000 atoms: ~40 MB, 6-10 ms per step). On the CPU the
+   memory: the copies from pageable vectors it replaces took 5.9-8.7 ms
+   per step for ~38 MB (session 36, 32,000 atoms, H200). On the CPU the
    same staging, into fresh memory that is the result.
 ------------------------------------------------------------------------- */
 
