@@ -5,7 +5,7 @@ share (``op_ms``: the pass minus the benchmark's loss).
 
     python benchmarks/kernel_ratios.py RUN/kernels.json [RUN2/kernels.json ...] [--out DIR]
 
-A peer is every implementation that is not md_accel's (``md_accel``, ``md_accel_atomic``) and whose check
+A peer is every implementation that is not md_accel's (``OURS``: ``md_accel`` and its variants) and whose check
 against e3nn did not find it wrong for the stages the pass runs (session 29: OpenEquivariance's deterministic
 backward is wrong on directed graphs, so it is no peer there for the forward + backward or the double backward;
 a check that could not compare leaves the peer in). md_accel's own wrong cells get no ratios. Ratios are the
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from workloads import CHECK_TOLERANCE, PASS_STAGES, byte_floor  # noqa: E402
 
-OURS = ("md_accel", "md_accel_atomic")
+OURS = ("md_accel", "md_accel_atomic", "md_accel_scratch", "md_accel_gwrows")
 PEER_NAMES = {"cueq": "cueq", "oeq_det": "OEq", "oeq_atomic": "OEq atomic", "e3nn": "e3nn"}
 
 
@@ -173,15 +173,20 @@ def summary(records: List[dict], target: float = 1.3) -> str:
     return "\n".join(rows)
 
 
+def ours_in(records: List[dict]) -> List[str]:
+    """The md_accel implementations that ``records`` have, in OURS order."""
+    return [impl for impl in OURS if any(r["impl"] == impl for r in records)]
+
+
 def floor_table(records: List[dict]) -> str:
-    """Markdown: per run, workload and dtype, each pass's floor and the times over it of md_accel
-    (deterministic / atomic, as measured) and of the fastest peer."""
+    """Markdown: per run, workload and dtype, each pass's floor and the times over it of each md_accel
+    implementation measured (``ours_in``) and of the fastest peer."""
     index = {(r["source"], r["impl"], r["workload"], r["dtype"], r["pass"]): r for r in records if "floor_ms" in r}
     rows = ["| source | workload | dtype | fwd | fwd+bwd | dbwd |", "|---|---|---|---|---|---|"]
     for key in dict.fromkeys((r["source"], r["workload"], r["dtype"]) for r in index.values()):
         cells = []
         for kind in ("fwd", "fwd_bwd", "dbwd"):
-            recs = [index.get((key[0], impl) + key[1:] + (kind,)) for impl in OURS]
+            recs = [index.get((key[0], impl) + key[1:] + (kind,)) for impl in ours_in(records)]
             some = next((r for r in recs if r), None)
             if some is None:
                 cells.append("-")
@@ -208,8 +213,8 @@ def main(argv=None) -> None:
     text = (f"Summary (speedups under {args.target}x listed)\n\n" + summary(records, args.target) + "\n\n"
             + table(records, args.target))
     if any("floor_ms" in r for r in records):
-        text += ("\n\nAgainst the byte floor (ms), then time over it: md_accel / md_accel_atomic / the fastest peer\n\n"
-                 + floor_table(records))
+        text += (f"\n\nAgainst the byte floor (ms), then time over it: {' / '.join(ours_in(records))} / the fastest peer"
+                 "\n\n" + floor_table(records))
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

@@ -10,11 +10,14 @@ also reports the implementation's own share ("op"): the pass minus that loss tim
 tensors of the first gradients' shapes (the same work for every implementation). Every implementation
 runs inside try/except: a failure is recorded with its reason and the run goes on. md_accel and oeq_det
 are deterministic (bit-identical results run after run); cueq, oeq_atomic and md_accel_atomic (md_accel with
-``set_deterministic(False)``: atomic adds into grad_x) are not.
+``set_deterministic(False)``: atomic adds into grad_x) are not. md_accel_scratch and md_accel_gwrows are the
+deterministic md_accel with each edge's grad_x row in a scratch buffer or in grad_w (``set_rows_in_grad_w``);
+md_accel alone runs the process's settings (the defaults).
 
     python benchmarks/kernels.py [--workloads mace_mp0_medium,...] [--dtypes float32,float64]
         [--graph cu:4000:6.0 | random:NODES:EDGES | random_sym:NODES:EDGES]
-        [--impls md_accel,md_accel_atomic,e3nn,cueq,oeq_det,oeq_atomic] [--passes fwd,fwd_bwd,dbwd]
+        [--impls md_accel,md_accel_atomic,md_accel_scratch,md_accel_gwrows,e3nn,cueq,oeq_det,oeq_atomic]
+        [--passes fwd,fwd_bwd,dbwd]
         [--repeats 20] [--warmup 3] [--budget SECONDS] [--check-nodes N] [--reference-cache DIR] [--out DIR]
 """
 from __future__ import annotations
@@ -124,28 +127,36 @@ class E3nnImpl(Impl):
 
 
 class MdAccelImpl(Impl):
-    """md_accel's TensorProductConv; ``atomic``: with ``set_deterministic(False)`` (grad_x by atomic adds)."""
+    """md_accel's TensorProductConv with the process's settings (``md_accel``) or with those of a variant
+    (VARIANTS: grad_x by atomic adds, or deterministic with the per-edge rows in scratch or in grad_w)."""
 
-    def __init__(self, wl: Workload, g: GraphT, dtype, device, atomic: bool = False):
+    # name -> (set_deterministic, set_rows_in_grad_w)
+    VARIANTS = {"md_accel_atomic": (False, False), "md_accel_scratch": (True, False), "md_accel_gwrows": (True, True)}
+
+    def __init__(self, wl: Workload, g: GraphT, dtype, device, name: str = "md_accel"):
         from md_accel.ops import TensorProductConv
 
         self.conv = TensorProductConv(wl.irreps_in1, wl.irreps_in2, wl.irreps_out, wl.instructions).to(
             device=device, dtype=dtype)
-        self.g, self.atomic = g, atomic
-        self.name = "md_accel_atomic" if atomic else "md_accel"
+        self.g, self.name = g, name
 
     def run(self, x, y, w):
         return self.conv(x, y, w, self.g.src, self.g.dst, self.g.num_nodes, graph=self.g.md_graph())
 
     @contextlib.contextmanager
     def settings(self) -> Iterator[None]:
-        from md_accel.ops import set_deterministic
+        from md_accel.ops import set_deterministic, set_rows_in_grad_w
 
-        previous = set_deterministic(not self.atomic)
+        if self.name not in self.VARIANTS:
+            yield
+            return
+        deterministic, gw_rows = self.VARIANTS[self.name]
+        previous = set_deterministic(deterministic), set_rows_in_grad_w(gw_rows)
         try:
             yield
         finally:
-            set_deterministic(previous)
+            set_deterministic(previous[0])
+            set_rows_in_grad_w(previous[1])
 
 
 def _cue_group():
@@ -237,8 +248,8 @@ class OeqImpl(Impl):
 def make_impl(name: str, wl: Workload, g: GraphT, dtype, device) -> Impl:
     if name == "e3nn":
         return E3nnImpl(wl, g, dtype, device)
-    if name in ("md_accel", "md_accel_atomic"):
-        return MdAccelImpl(wl, g, dtype, device, atomic=name == "md_accel_atomic")
+    if name == "md_accel" or name in MdAccelImpl.VARIANTS:
+        return MdAccelImpl(wl, g, dtype, device, name)
     if name == "cueq":
         return CueqImpl(wl, g, dtype, device)
     if name in ("oeq_det", "oeq_atomic"):

@@ -48,6 +48,23 @@ std::atomic<bool> g_deterministic{[] {
 
 bool set_deterministic(bool enabled) { return g_deterministic.exchange(enabled); }
 
+// Where the deterministic specialised backward and double backward keep each edge's grad_x row until the
+// per-sender sum: in a scratch buffer of E x in1 elements (off), or in grad_w columns that are written later
+// (on: TPDims::rows_in_gw, no scratch, where the library offers it; md_accel/ops/_rows_plan.py). From
+// MD_ACCEL_ROWS_IN_GRAD_W=1 / 0 or md_accel::set_rows_in_grad_w.
+std::atomic<bool> g_rows_in_gw{[] {
+  const char* env = std::getenv("MD_ACCEL_ROWS_IN_GRAD_W");
+  return env != nullptr && std::strcmp(env, "1") == 0;
+}()};
+
+bool set_rows_in_grad_w(bool enabled) { return g_rows_in_gw.exchange(enabled); }
+
+// Whether a deterministic launch of spec's backward (dbwd: double backward) in x's dtype keeps its rows in grad_w.
+bool rows_in_grad_w(const TPSpec* spec, bool dbwd, const Tensor& x) {
+  const int bit = (x.scalar_type() == at::kDouble ? 2 : 1) << (dbwd ? 2 : 0);
+  return g_rows_in_gw.load() && (spec->rows_in_gw & bit) != 0;
+}
+
 // Host-side facts about one plan, and its device tables. The paths/cg tables are read on the
 // host once per plan (one device->host copy); entries hold strong references to the key tensors
 // so their addresses cannot be reused, and a changed version counter invalidates the entry.
@@ -359,9 +376,9 @@ Tensor tp_conv_fwd_cuda(const Tensor& x_, const Tensor& y_, const Tensor& w_, co
 
 // The specialised backward's (and double backward's) grad_x scratch: each edge's contribution, a row per
 // edge summed per sender by the launcher; with p.dims.atomic_gx grad_x itself, zeroed (the kernels add
-// into it). Undefined for the generic kernels.
+// into it). Undefined for the generic kernels and with p.dims.rows_in_gw (the rows live in grad_w).
 Tensor grad_x_workspace(const Prepared& p, bool spec, const Tensor& gx) {
-  if (!spec) return Tensor();
+  if (!spec || p.dims.rows_in_gw) return Tensor();
   if (p.dims.atomic_gx) return gx.zero_();
   return at::empty({p.graph.num_edges, gx.size(1)}, gx.options());
 }
@@ -381,7 +398,8 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->bwd_f64 != nullptr
                                                                : p.spec->bwd_f32 != nullptr);
   p.dims.atomic_gx = spec && tp_conv_atomic_gx();
-  if (spec && !p.dims.atomic_gx) {  // large graphs: edge chunks, for memory (tp_conv_chunked.h)
+  p.dims.rows_in_gw = spec && !p.dims.atomic_gx && rows_in_grad_w(p.spec, false, x);
+  if (spec && !p.dims.atomic_gx && !p.dims.rows_in_gw) {  // large graphs: edge chunks, for memory (tp_conv_chunked.h)
     const int64_t step = tp_conv_bwd_chunk_edges(p.graph.num_edges, x.size(1), x.element_size());
     if (step < p.graph.num_edges) {
       tp_conv_bwd_edge_chunks(p.spec, g, x, y, w, p.src, p.dst, p.dst_ptr, p.src_perm, p.src_ptr, step, gx, gy,
@@ -396,13 +414,13 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
   if (x.scalar_type() == at::kDouble) {
     const auto t = tensors<double>(x, y, w, g, none, none, none, none, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->bwd_f64(t, p.graph, p.dims, work.data_ptr<double>(), stream));
+      check_launch(p.spec->bwd_f64(t, p.graph, p.dims, mptr<double>(work), stream));
     else
       check_launch(tp_conv_bwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
   } else {
     const auto t = tensors<float>(x, y, w, g, none, none, none, none, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->bwd_f32(t, p.graph, p.dims, work.data_ptr<float>(), stream));
+      check_launch(p.spec->bwd_f32(t, p.graph, p.dims, mptr<float>(work), stream));
     else
       check_launch(tp_conv_bwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
   }
@@ -433,6 +451,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->dbwd_f64 != nullptr
                                                                : p.spec->dbwd_f32 != nullptr);
   p.dims.atomic_gx = spec && tp_conv_atomic_gx();
+  p.dims.rows_in_gw = spec && !p.dims.atomic_gx && rows_in_grad_w(p.spec, true, x);
   const Tensor work = grad_x_workspace(p, spec, gx);
   if (spec)
     p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, true, x),
@@ -440,13 +459,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   if (x.scalar_type() == at::kDouble) {
     const auto t = tensors<double>(x, y, w, g, ggx, ggy, ggw, ggo_out, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->dbwd_f64(t, p.graph, p.dims, work.data_ptr<double>(), stream));
+      check_launch(p.spec->dbwd_f64(t, p.graph, p.dims, mptr<double>(work), stream));
     else
       check_launch(tp_conv_dbwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
   } else {
     const auto t = tensors<float>(x, y, w, g, ggx, ggy, ggw, ggo_out, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->dbwd_f32(t, p.graph, p.dims, work.data_ptr<float>(), stream));
+      check_launch(p.spec->dbwd_f32(t, p.graph, p.dims, mptr<float>(work), stream));
     else
       check_launch(tp_conv_dbwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
   }
@@ -510,6 +529,7 @@ TORCH_LIBRARY_FRAGMENT(md_accel, m) {
   m.def("_tp_conv_load_specialised(str path) -> int", md_accel::load_specialised);
   m.def("_tp_conv_set_specialised(bool enabled) -> bool", md_accel::set_specialised);
   m.def("_tp_conv_set_deterministic(bool enabled) -> bool", md_accel::set_deterministic);
+  m.def("_tp_conv_set_rows_in_grad_w(bool enabled) -> bool", md_accel::set_rows_in_grad_w);
   m.def("_tp_conv_specialised_for(Tensor x, Tensor paths, Tensor cg_ptr, Tensor cg_idx, Tensor cg_val) -> bool",
         [](const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr, const at::Tensor& cg_idx,
            const at::Tensor& cg_val) {

@@ -11,15 +11,15 @@
 namespace md_accel {
 
 // 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm; 8: dbwd's t.out may be null (no g_grad_out);
-// 9: TPDims::atomic_gx
-constexpr int kTPSpecAbiVersion = 9;
+// 9: TPDims::atomic_gx; 10: TPDims::rows_in_gw, TPSpec::rows_in_gw
+constexpr int kTPSpecAbiVersion = 10;
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
                                     cudaStream_t stream);
 // bwd: t.gx, t.gy, t.gw as in tp_conv_bwd_launch; dbwd: t.out (null: g_grad_out not computed), t.gx,
 // t.gy, t.gw as in tp_conv_dbwd_launch. work is scratch of num_edges * d.in1 elements, or with
-// d.atomic_gx t.gx itself (zeroed).
+// d.atomic_gx t.gx itself (zeroed), or with d.rows_in_gw unused (may be null).
 template <typename T>
 using TPSpecBwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
                                     T* work, cudaStream_t stream);
@@ -42,6 +42,8 @@ struct TPSpec {
   // or 1); null where that pass is not generated. The host sizes TPDims::split with it.
   int (*bwd_per_sm)(int f64);
   int (*dbwd_per_sm)(int f64);
+  // Which launches take TPDims::rows_in_gw: bits 1 bwd float32, 2 bwd float64, 4 dbwd float32, 8 dbwd float64.
+  int rows_in_gw;
 };
 
 }  // namespace md_accel

@@ -302,6 +302,63 @@ def test_atomic_grad_x_matches_reference(dtype, tuning):
             assert rel_err(a, b) <= TOL[dtype], ("dbwd", split, what, rel_err(a, b))
 
 
+@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
+    """TPDims::rows_in_gw (no scratch: each edge's grad_x row kept in grad_w columns written later, the passes in
+    runs, the deferred paths' weight gradients last): the backward and the double backward give the same bits
+    as with the scratch rows (the same sums in the same order), and match the references; on one block per
+    receiver and on three, shared weight rows too, every output poisoned first and no work buffer."""
+    plan, lib = plan_and_library(tuning)
+    assert lib.spec.rows_in_gw == 15  # every launch of this plan offers it
+    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 13)
+    ref_bwd = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
+    ref_dbwd = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense, False)
+    xs, ys, ws, gos, ggxs, ggys, ggws = (t.to(dtype).contiguous() for t in (x, y, w, go, ggx, ggy, ggw))
+    e = g.src.numel()
+    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+    nan = float("nan")
+
+    def backward(rows_in_gw: bool, split: int, graph=graph, w=ws):
+        gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full((e, ws.shape[1]), nan, dtype=dtype)
+        work = None if rows_in_gw else torch.full((e, plan.dim_in1), nan, dtype=dtype)
+        lib.bwd(gos, xs, ys, w, graph, gx, gy, gw, work, split=split, rows_in_gw=rows_in_gw)
+        return gx, gy, gw
+
+    def double_backward(rows_in_gw: bool, split: int):
+        gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
+        work = None if rows_in_gw else torch.full((e, plan.dim_in1), nan, dtype=dtype)
+        lib.dbwd(ggxs, ggys, ggws, gos, xs, ys, ws, graph, None, gx, gy, gw, work, split=split, rows_in_gw=rows_in_gw)
+        return gx, gy, gw
+
+    for split in (1, 3):
+        for what, a, b, ref in zip(("grad_x", "grad_y", "grad_w"), backward(True, split), backward(False, split),
+                                   ref_bwd):
+            assert torch.isfinite(a).all() and torch.equal(a, b), ("bwd", split, what)
+            assert rel_err(a, ref) <= TOL[dtype], ("bwd", split, what, rel_err(a, ref))
+        for what, a, b, ref in zip(("grad_x", "grad_y", "grad_w"), double_backward(True, split),
+                                   double_backward(False, split), ref_dbwd[1:]):
+            assert torch.isfinite(a).all() and torch.equal(a, b), ("dbwd", split, what)
+            assert rel_err(a, ref) <= TOL[dtype], ("dbwd", split, what, rel_err(a, ref))
+    # weight rows shared by edges (TPGraph::w_row): grad_w stays per edge, the rows too
+    w_row = torch.randint(0, 17, (e,), generator=torch.Generator().manual_seed(2))
+    w_rows = torch.randn(17, ws.shape[1], generator=torch.Generator().manual_seed(4), dtype=torch.float64).to(dtype)
+    shared = [backward(r, 1, graph + (w_row,), w_rows) for r in (True, False)]
+    for what, a, b in zip(("grad_x", "grad_y", "grad_w"), *shared):
+        assert torch.isfinite(a).all() and torch.equal(a, b), ("shared rows", what)
+
+
+def test_rows_in_grad_w_refused_with_accumulate_or_atomic():
+    """The launch that rows in grad_w cannot serve says so instead of writing anything wrong."""
+    plan, lib = plan_and_library()
+    n, g, (x, y, w, go, *_), _ = second_order_problem(plan, 3)
+    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+    gx, gy, gw = torch.zeros_like(x), torch.zeros_like(y), torch.zeros_like(w)
+    for kw in ({"accumulate": True}, {"atomic_gx": True}):
+        with pytest.raises(AssertionError, match="not with accumulate or atomic_gx"):
+            lib.bwd(go, x, y, w, graph, gx, gy, gw, None, rows_in_gw=True, **kw)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_receiver_split_is_bitwise_neutral(dtype):
     """TPDims::split (each receiver's edges cut into that many contiguous parts, one block each, in

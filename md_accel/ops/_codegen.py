@@ -49,7 +49,9 @@ import textwrap
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-GEN_VERSION = 20  # bump when the generated code changes: names the cache entries
+from ._rows_plan import RowsPlan, rows_in_grad_w
+
+GEN_VERSION = 23  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -76,6 +78,7 @@ DBWD_G_BUDGET = (48, 24)
 # NequIP l = 3 float32 forward 19 % slower (session 30, H200: 1.114 vs 0.937 ms), no change on MACE medium (29).
 MIN_WARPS64 = 12
 GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one barrier
+W_SLOTS = 4           # edge slots of the deferred paths' weight-gradient kernel per slot of part 1 (_rows_source)
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
 MAX_THREADS = 1024
@@ -324,21 +327,18 @@ def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_con
 
 
 def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = None,
-                      cg: Callable[[int], str] = _cg_const) -> str:
+                      cg: Callable[[int], str] = _cg_const, w_only: bool = False) -> str:
     """Path p's per-edge partial contractions with the receiver's grad_out (registers gk_k):
     py_j = sum_ik cg g_k x_i and px_i = sum_jk cg g_k y_j, and for the double backward (hk: the
     ggx registers, z: ggy) py_j with ggx, qy_j with x, px_i with ggy, qx_i with y. ``cg(q)``: the
-    expression of CG value q."""
+    expression of CG value q. ``w_only``: px (and qx) alone, what the weight gradient needs."""
     out = []
     for (q, i, j, k) in p.nz:
         c = p.in2_off + j
-        if hk is None:
-            out.append(f"{I}{{ const T cg = {cg(q)} * {gk}_{k}; py{j} = fma(cg, {xk}_{i}, py{j}); "
-                       f"px{i} = fma(cg, y{c}, px{i}); }}\n")
-        else:
-            out.append(f"{I}{{ const T cg = {cg(q)} * {gk}_{k}; py{j} = fma(cg, {hk}_{i}, py{j}); "
-                       f"qy{j} = fma(cg, {xk}_{i}, qy{j}); px{i} = fma(cg, z{c}, px{i}); "
-                       f"qx{i} = fma(cg, y{c}, qx{i}); }}\n")
+        py = "" if w_only else (f"py{j} = fma(cg, {xk}_{i}, py{j}); " if hk is None else
+                                f"py{j} = fma(cg, {hk}_{i}, py{j}); qy{j} = fma(cg, {xk}_{i}, qy{j}); ")
+        px = f"px{i} = fma(cg, y{c}, px{i}); " if hk is None else f"px{i} = fma(cg, z{c}, px{i}); qx{i} = fma(cg, y{c}, qx{i}); "
+        out.append(f"{I}{{ const T cg = {cg(q)} * {gk}_{k}; {py}{px}}}\n")
     return "".join(out)
 
 
@@ -572,7 +572,7 @@ __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T
 
 def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Path]]:
     """Backward passes: the paths of one in1 block per pass (x, grad_x and w of the block are then
-    touched by one pass only); a block whose grad_out components exceed ``budget`` per channel is
+    touched by one pass only), the passes of the blocks with the most elements per row first; a block whose grad_out components exceed ``budget`` per channel is
     split over its output blocks into near-equal parts (its grad_x rows are then accumulated).
     ``merge`` (0: off): consecutive whole blocks of one multiplicity share a pass while their grad_out
     components fit ``merge`` (one y load and one grad_y reduction per edge for all of them)."""
@@ -597,15 +597,20 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
             else:
                 groups.append(gp)
                 whole.append(len(parts) == 1)
-    return groups
+    # widest rows first (stable: a split block's passes stay together): the rows of early passes can then live
+    # in the weight columns of later ones (_rows_plan)
+    return sorted(groups, key=lambda g: -sum(k[1] * k[2] for k in {p.in1_key for p in g}))
 
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
-               prefetch: Optional[str] = None, prefetch_xy: bool = False) -> Tuple[str, str]:
-    """Device code of one backward pass, and its constant tables. Thread (slot, u): channel u of
-    the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul rounded up to a warp).
-    ``prefetch``: None, or the compile-time condition (on T) under which the next edge's weights
-    are prefetched; ``prefetch_xy``: the next edge's y and x lines too (PF_PART1_XY)."""
+               prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
+               w_only: bool = False) -> Tuple[str, str]:
+    """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
+    Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
+    rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
+    edge's weights are prefetched; ``prefetch_xy``: the next edge's y and x lines too (PF_PART1_XY).
+    ``rows``: where the grad_x rows go with d.rows_in_gw (deferred paths' weight gradients are then not
+    written); ``w_only``: the weight gradients alone (the deferred paths' kernel)."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -626,7 +631,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         slots = ", ".join(str(slot.get(c, -1)) for c in range(max(y_cols) + 1))
         tables = f"__constant__ int kSlotOf{G}[{max(y_cols) + 1}] = {{{slots}}};\n"
     I = "  "
-    s = [f"{I}{{  // pass {gi}: paths " + ", ".join(str(p.idx) for p in group)
+    label = "deferred paths' weights, pass" if w_only else "pass"
+    s = [f"{I}if (pass_lo <= {gi} && {gi} < pass_hi) {{  // {label} {gi}: paths " + ", ".join(str(p.idx) for p in group)
          + f"; {M} channels x {S} edge slot(s)\n"]
     I1 = I + "  "
     s.append(f"{I1}const int slot = threadIdx.x / {M}, u = threadIdx.x % {M};\n")
@@ -656,8 +662,9 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
                                             dbwd)
         tables += pf_tables
         s.append(code)
-    s.append(f"{I2}T gy[{V}];  // this channel's grad_y partials, slot = used y column\n")
-    s.append(f"{I2}#pragma unroll\n{I2}for (int v = 0; v < {V}; ++v) gy[v] = T(0);\n")
+    if not w_only:
+        s.append(f"{I2}T gy[{V}];  // this channel's grad_y partials, slot = used y column\n")
+        s.append(f"{I2}#pragma unroll\n{I2}for (int v = 0; v < {V}; ++v) gy[v] = T(0);\n")
     s.append(f"{I2}if (act) {{\n")
     I3 = I2 + "  "
     s.append(f"{I3}const T* yr = y + e * d.in2;\n")
@@ -673,10 +680,12 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I4}per_iteration({', '.join(gregs)});  // cg * g products stay in the loop\n")
     s.append(f"{I4}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
-    s.append(f"{I4}const T* wr = w + w_index(w_row, e) * d.w;\n")
+    if not w_only:
+        s.append(f"{I4}const T* wr = w + w_index(w_row, e) * d.w;\n")
     if dbwd:
         s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
-        s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
+        if not w_only:
+            s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
     in1_keys = list(dict.fromkeys(p.in1_key for p in group))
     for key in in1_keys:
         xk, hk, gxk = _bname('x', key), _bname('h', key), _bname('gx', key)
@@ -684,7 +693,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
             s.append(f"{I4}const T {xk}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
             if dbwd:
                 s.append(f"{I4}const T {hk}_{i} = __ldg(hr + {key[0]} + u * {key[2]} + {i});\n")
-        s.append(f"{I4}T " + ", ".join(f"{gxk}_{i} = T(0)" for i in range(key[2])) + ";\n")
+        if not w_only:
+            s.append(f"{I4}T " + ", ".join(f"{gxk}_{i} = T(0)" for i in range(key[2])) + ";\n")
     w_keys = []
     for p in group:
         if p.w_key not in w_keys:
@@ -694,20 +704,26 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     for p in group:
         s.append(f"{I4}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I4 + "  "
-        s.append(f"{I5}const T wp = __ldg(wr + {p.w_off} + u * {p.w_stride});\n")
-        if dbwd:
-            s.append(f"{I5}const T vp = __ldg(vr + {p.w_off} + u * {p.w_stride});\n")
+        if not w_only:
+            s.append(f"{I5}const T wp = __ldg(wr + {p.w_off} + u * {p.w_stride});\n")
+            if dbwd:
+                s.append(f"{I5}const T vp = __ldg(vr + {p.w_off} + u * {p.w_stride});\n")
         js = sorted({j for (_, _, j, _) in p.nz})
         iset = sorted({i for (_, i, _, _) in p.nz})
-        s.append(f"{I5}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
+        if not w_only:
+            s.append(f"{I5}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
         s.append(f"{I5}T " + ", ".join(f"px{i} = T(0)" for i in iset) + ";\n")
         if dbwd:
-            s.append(f"{I5}T " + ", ".join(f"qy{j} = T(0)" for j in js) + ";\n")
+            if not w_only:
+                s.append(f"{I5}T " + ", ".join(f"qy{j} = T(0)" for j in js) + ";\n")
             s.append(f"{I5}T " + ", ".join(f"qx{i} = T(0)" for i in iset) + ";\n")
         gk = _bname('g', p.out_key)
         xk, hk, gxk = _bname('x', p.in1_key), _bname('h', p.in1_key), _bname('gx', p.in1_key)
-        s.append(_bwd_contractions(p, I5, xk, gk, hk if dbwd else None))
+        s.append(_bwd_contractions(p, I5, xk, gk, hk if dbwd else None, w_only=w_only))
         s.append(f"{I5}const T sw = {_bwd_weight_grad(p, xk, hk if dbwd else None)};\n")
+        if w_only:
+            s.append(f"{I5}sw{p.w_off} += sw;\n{I4}}}\n")
+            continue
         for j in js:
             v = slot[p.in2_off + j]
             if dbwd:
@@ -721,27 +737,40 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
                 s.append(f"{I5}{gxk}_{i} = fma(wp, px{i}, {gxk}_{i});\n")
         s.append(f"{I5}sw{p.w_off} += sw;\n")
         s.append(f"{I4}}}\n")
+    deferred = {p.w_key for p in rows.deferred} if rows is not None and not w_only else set()
     for wk in w_keys:
         op = "=" if first.setdefault(("w", wk), gi) == gi else "+="
-        s.append(f"{I4}gw[e * d.w + {wk[0]} + u * {wk[2]}] {op} sw{wk[0]};\n")
-    # grad_x: the edge's row of work (summed per sender later), or with d.atomic_gx straight into the
-    # sender's row of grad_x (work = grad_x then, zeroed by the host)
+        guard = "if (!d.rows_in_gw) " if wk in deferred else ""
+        s.append(f"{I4}{guard}gw[e * d.w + {wk[0]} + u * {wk[2]}] {op} sw{wk[0]};\n")
+    if w_only:
+        s.append(f"{I3}}}\n{I2}}}\n{I1}}}\n{I}}}\n")
+        return "".join(s), tables
+    # grad_x: the edge's row of work (summed per sender later), with d.rows_in_gw the same row in free columns
+    # of grad_w (rows), or with d.atomic_gx straight into the sender's row of grad_x (work = grad_x then,
+    # zeroed by the host)
     s.append(f"{I4}if (d.atomic_gx) {{\n")
     for key in in1_keys:
         for i in range(key[2]):
             s.append(f"{I4}  atomicAdd(work + sidx * d.in1 + {key[0]} + u * {key[2]} + {i}, "
                      f"{_bname('gx', key)}_{i});\n")
+    ops = {key: "=" if first.setdefault(("in1", key), gi) == gi else "+=" for key in in1_keys}
+    if rows is not None:
+        s.append(f"{I4}}} else if (d.rows_in_gw) {{\n")
+        for key in in1_keys:
+            for i in range(key[2]):
+                base, stride = rows.slots[key, i]
+                s.append(f"{I4}  gw[e * d.w + {base} + u * {stride}] {ops[key]} {_bname('gx', key)}_{i};\n")
     s.append(f"{I4}}} else {{\n")
     for key in in1_keys:
-        op = "=" if first.setdefault(("in1", key), gi) == gi else "+="
         for i in range(key[2]):
-            s.append(f"{I4}  work[e * d.in1 + {key[0]} + u * {key[2]} + {i}] {op} {_bname('gx', key)}_{i};\n")
+            s.append(f"{I4}  work[e * d.in1 + {key[0]} + u * {key[2]} + {i}] {ops[key]} {_bname('gx', key)}_{i};\n")
     s.append(f"{I4}}}\n")
     s.append(f"{I3}}}\n")
     if gi == 0:
+        rows_cond = " && !d.rows_in_gw" if rows is not None else ""
         s.append(f"""{I3}for (int q = u; q < d.w; q += {M})
 {I3}  if (!w_covered(q)) gw[e * d.w + q] = T(0);
-{I3}if (!d.atomic_gx)
+{I3}if (!d.atomic_gx{rows_cond})
 {I3}  for (int q = u; q < d.in1; q += {M})
 {I3}    if (!in1_covered(q)) work[e * d.in1 + q] = T(0);
 """)
@@ -799,45 +828,18 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
     return "kPrefetch" if tune.prefetch & (PF_BWD32 | PF_BWD64) else None
 
 
-def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: bool, tag: str,
-             tune: Tuning) -> Optional[str]:
-    """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
-    edge grad_w, grad_y and the edge's grad_x contribution (work row e, summed by sender later; with
-    d.atomic_gx added into grad_x at once).
-    ``budget``, ``merge``: as _bwd_groups."""
-    groups = _bwd_groups(live, budget, merge)
-    for g in groups:
-        if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
-            return None
-    first: dict = {}
-    bodies, tables = [], []
-    for gi, g in enumerate(groups):
-        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
-                          bool(tune.prefetch & PF_PART1_XY))
-        bodies.append(b)
-        tables.append(t)
-    vmax = 1
-    for g in groups:
-        n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
-        while vmax < n:
-            vmax *= 2
+def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str) -> str:
+    """A per-edge kernel of the backward family around ``body`` (its passes): block n = receiver n, or with
+    kParts each block takes receiver parts on a persistent grid."""
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
-    name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
-    multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
-    red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
-    body = "".join(bodies)
-    return "".join(tables) + f"""
-// {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: {len(groups)} pass(es) over a receiver's edges. kParts: the
-// parts n * d.split .. + d.split - 1 = receiver n, each a contiguous part of its edges, on a persistent grid
-// (each block takes the parts blockIdx.x, + gridDim.x, ..: edge chunks have edges at a range of receivers, a
-// grid of every part would be mostly empty blocks); else block n = receiver n (d.split = 1), straight-line
-// code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
-{'template <typename T, bool kParts>' if dbwd else 'template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first'}
-__global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
+    tmpl = ("template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first"
+            if prefetch_param else "template <typename T, bool kParts>")
+    return f"""{tmpl}
+__global__ void {bounds} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
-    const int64_t* __restrict__ w_row, int64_t num_parts, TPDims d) {{
+    const int64_t* __restrict__ w_row, int64_t num_parts, TPDims d, int pass_lo, int pass_hi) {{
 {red}  if constexpr (kParts) {{
     for (int64_t b = blockIdx.x; b < num_parts; b += gridDim.x) {{  // uniform over the block
       const int64_t n = b / d.split, part = b % d.split;
@@ -856,18 +858,139 @@ __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T
 """
 
 
+def _rows_source(rows: Optional[RowsPlan], live: List[_Path], dbwd: bool, tag: str, budget: int, threads: int,
+                 tune: Tuning) -> str:
+    """With a plan: the deferred paths' weight-gradient kernel, the per-sender sums of each run's rows and the
+    host function that launches them in turn (rows_in_gw_<tag>); without: that function, refusing."""
+    fn = f"rows_in_gw_{tag}"
+    sig = (f"template <typename T, bool kParts, typename K>\n"
+           f"const char* {fn}(K kernel, unsigned grid, int64_t parts, const TPTensors<T>& t, const TPGraph& g,\n"
+           f"    const TPDims& d, cudaStream_t stream) {{\n")
+    if rows is None:
+        return (f"// No plan keeps these kernels' grad_x rows in grad_w (weight blocks shared by paths).\n{sig}"
+                f"  return \"grad_x rows in grad_w: not available for this plan\";\n}}\n")
+    src = [f"// grad_x rows in grad_w (TPDims::rows_in_gw, md_accel/ops/_rows_plan.py), kernels {tag}: runs "
+           + ", ".join(f"passes [{a}, {b})" for a, b in rows.launches)
+           + "; deferred paths " + (", ".join(str(p.idx) for p in rows.deferred) or "none") + ".\n"]
+    # per run: its rows' elements in grad_w column order (coalesced reads), with their in1 columns; in1 columns
+    # that no path reads are zeroed by the first run's sum (grad_w column -1)
+    covered = {p.in1_off + q for p in live for q in range(p.mul * p.d1)}
+    ext = max(p.in1_off + p.mul * p.d1 for p in live)
+    runs = []
+    for r in range(len(rows.launches)):
+        elems = sorted((base + u * stride, key[0] + u * key[2] + i)
+                       for (key, i), (base, stride) in rows.slots.items() if rows.launch_of[key] == r
+                       for u in range(key[1]))
+        if r == 0:
+            elems += [(-1, c) for c in range(ext) if c not in covered]
+        runs.append(elems)
+    width = max(len(e) for e in runs)
+    pad = lambda vals: "{" + ", ".join(str(v) for v in vals + [0] * (width - len(vals))) + "}"
+    src.append(f"__constant__ int kSlotPos_{tag}[{len(runs)}][{width}] = {{{', '.join(pad([p for p, _ in e]) for e in runs)}}};\n")
+    src.append(f"__constant__ int kSlotCol_{tag}[{len(runs)}][{width}] = {{{', '.join(pad([c for _, c in e]) for e in runs)}}};\n")
+    src.append(f"""// grad_x[n, col] = sum of the rows' grad_w columns pos over the edges sent by n, in src_perm order (as
+// gx_sum_kernel); pos -1: zero. Rows in d.in1 columns beyond the plan's blocks (wider x) are zeroed too.
+template <typename T, int R>
+__global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ gw, int w, int in1, int count,
+    int zero_from, const int64_t* __restrict__ src_perm, const int64_t* __restrict__ src_ptr, T* __restrict__ gx) {{
+  const int64_t n = blockIdx.x;
+  const int64_t t0 = src_ptr[n], t1 = src_ptr[n + 1];
+  for (int c = threadIdx.x; c < count; c += blockDim.x) {{
+    const int pos = kSlotPos_{tag}[R][c];
+    T s = T(0);
+    if (pos >= 0) {{
+#pragma unroll 4
+      for (int64_t t = t0; t < t1; ++t) s += gw[__ldg(src_perm + t) * w + pos];
+    }}
+    gx[n * in1 + kSlotCol_{tag}[R][c]] = s;
+  }}
+  for (int c = zero_from + threadIdx.x; c < in1; c += blockDim.x) gx[n * in1 + c] = T(0);
+}}
+""")
+    wname = f"{'dbwd' if dbwd else 'bwd'}w_kernel_{tag}"
+    # little work per edge: W_SLOTS times the edge slots of part 1, so that a block has more edges in flight
+    wthreads = min(MAX_THREADS, W_SLOTS * threads)
+    if rows.deferred:
+        first: dict = {}
+        body = "".join(_bwd_group(gi, g, wthreads, first, dbwd, tag + "w", w_only=True)[0]
+                       for gi, g in enumerate(_bwd_groups(rows.deferred, budget, 0)))
+        src.append(f"// The deferred paths' weight gradients, once their columns' rows are summed ({wthreads} threads).\n")
+        src.append(_kernel_source(wname, body, dbwd, False, "", f"__launch_bounds__({wthreads})"))
+    args = ("t.x, t.y, t.w, " + ("t.ggx, t.ggy, t.ggw, " if dbwd else "")
+            + "t.g, t.gy, t.gw, static_cast<T*>(nullptr), g.src, g.dst_ptr, g.w_row, parts, d")
+    src.append(sig)
+    src.append('  if (d.accumulate || d.atomic_gx) return "grad_x rows in grad_w: not with accumulate or atomic_gx";\n')
+    src.append("  if (g.num_nodes > 0x7fffffffLL) return \"too many nodes\";\n")
+    for r, (a, b) in enumerate(rows.launches):
+        src.append(f"  kernel<<<grid, kThreads, 0, stream>>>({args}, {a}, {b});\n")
+        src.append("  if (const char* err = last_error()) return err;\n")
+        src.append(f"  gx_slot_sum_{tag}<T, {r}><<<unsigned(g.num_nodes), 256, 0, stream>>>(t.gw, d.w, d.in1, "
+                   f"{len(runs[r])}, {ext if r == 0 else 'd.in1'}, g.src_perm, g.src_ptr, t.gx);\n")
+        src.append("  if (const char* err = last_error()) return err;\n")
+    if rows.deferred:
+        src.append(f"  {wname}<T, kParts><<<grid, {wthreads}, 0, stream>>>({args}, 0, kAllPasses);\n")
+    src.append("  return last_error();\n}\n")
+    return "".join(src)
+
+
+def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: bool, tag: str,
+             tune: Tuning) -> Optional[Tuple[str, bool]]:
+    """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
+    edge grad_w, grad_y and the edge's grad_x contribution (work row e, summed by sender later; with
+    d.rows_in_gw in free grad_w columns, _rows_plan; with d.atomic_gx added into grad_x at once), and
+    what d.rows_in_gw launches. (source, whether rows in grad_w are available).
+    ``budget``, ``merge``: as _bwd_groups."""
+    groups = _bwd_groups(live, budget, merge)
+    for g in groups:
+        if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
+            return None
+    rows = rows_in_grad_w(groups, live)
+    first: dict = {}
+    bodies, tables = [], []
+    for gi, g in enumerate(groups):
+        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
+                          bool(tune.prefetch & PF_PART1_XY), rows)
+        bodies.append(b)
+        tables.append(t)
+    vmax = 1
+    for g in groups:
+        n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
+        while vmax < n:
+            vmax *= 2
+    name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
+    multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
+    red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
+    head = f"""
+// {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: {len(groups)} pass(es) over a receiver's edges, those in
+// [pass_lo, pass_hi) in this launch. kParts: the
+// parts n * d.split .. + d.split - 1 = receiver n, each a contiguous part of its edges, on a persistent grid
+// (each block takes the parts blockIdx.x, + gridDim.x, ..: edge chunks have edges at a range of receivers, a
+// grid of every part would be mostly empty blocks); else block n = receiver n (d.split = 1), straight-line
+// code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
+"""
+    src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red, _bounds(tune, threads))
+    return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None
+
+
 _PRELUDE = r"""
 // Generated by md_accel/ops/_codegen.py (GEN_VERSION {gen}) from a lowered tp_conv plan; do not edit.
 // Structure key {key}: {num_paths} paths, {nnz} CG non-zeros, {threads} threads per block.
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include "tp_spec_abi.h"
 
 namespace md_accel {{
 namespace {{
 
 constexpr int kThreads = {threads};
+constexpr int kAllPasses = 1 << 30;  // pass_hi of a launch that runs every pass of a per-edge kernel
+
+const char* last_error() {{
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}}
 constexpr int kNnz = {nnz};
 constexpr int32_t kPaths[] = {{{paths}}};
 constexpr int32_t kCgPtr[] = {{{cg_ptr}}};
@@ -977,11 +1100,6 @@ __device__ __forceinline__ void prefetch_l1(const T* p) {
 """
 
 _LAUNCHERS = r"""
-const char* last_error() {{
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
-}}
-
 template <typename T>
 const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {{
   if (g.num_nodes == 0) return nullptr;
@@ -992,7 +1110,7 @@ const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
 {bwd_launch}
 const TPSpec kSpec = {{kTPSpecAbiVersion, {num_paths}, kNnz, kPaths, kCgPtr, kCgIdx, kCgVal,
                       fwd_launch<float>, fwd_launch<double>, {bwd_f32}, {bwd_f64}, {dbwd_f32}, {dbwd_f64},
-                      {bwd_per_sm}, {dbwd_per_sm}}};
+                      {bwd_per_sm}, {dbwd_per_sm}, {rows_in_gw}}};
 
 }}  // namespace
 }}  // namespace md_accel
@@ -1059,19 +1177,30 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
   const int64_t parts = g.num_nodes * d.split;
   const bool split = d.split > 1;  // else one block per receiver (kParts false)
   const unsigned grid = split ? parts_grid(parts, bwd_per_sm(sizeof(T) == 8)) : unsigned(g.num_nodes);
-  const auto run = [&](auto kernel) {
-    kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work, g.src, g.dst_ptr, g.w_row, parts, d);
+  // d.rows_in_gw: the kernel in runs of passes, each run's rows summed before the next (rows_in_gw_BS / BD)
+  const auto run = [&](auto kernel, auto parts_tag) -> const char* {
+    if (d.rows_in_gw) {
+      if constexpr (sizeof(T) == 4)
+        return rows_in_gw_BS<T, decltype(parts_tag)::value>(kernel, grid, parts, t, g, d, stream);
+      else
+        return rows_in_gw_BD<T, decltype(parts_tag)::value>(kernel, grid, parts, t, g, d, stream);
+    }
+    kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work, g.src, g.dst_ptr, g.w_row, parts, d,
+                                          0, kAllPasses);
+    if (const char* err = last_error()) return err;
+    if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
+    gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate,
+                                                                t.gx);
+    return last_error();
   };
+  using Parts = std::true_type;
+  using NoParts = std::false_type;
   if constexpr (sizeof(T) == 4)
-    split ? run(bwd_kernel_BS<T, PF32, true>) : run(bwd_kernel_BS<T, PF32, false>);
+    return split ? run(bwd_kernel_BS<T, PF32, true>, Parts{}) : run(bwd_kernel_BS<T, PF32, false>, NoParts{});
   else if (PF64 && bwd64_prefetch())
-    split ? run(bwd_kernel_BD<T, true, true>) : run(bwd_kernel_BD<T, true, false>);
+    return split ? run(bwd_kernel_BD<T, true, true>, Parts{}) : run(bwd_kernel_BD<T, true, false>, NoParts{});
   else
-    split ? run(bwd_kernel_BD<T, false, true>) : run(bwd_kernel_BD<T, false, false>);
-  if (const char* err = last_error()) return err;
-  if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
-  gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
-  return last_error();
+    return split ? run(bwd_kernel_BD<T, false, true>, Parts{}) : run(bwd_kernel_BD<T, false, false>, NoParts{});
 }
 
 // Double backward: t.out = g_grad_out (forward with substituted arguments; not computed when t.out is
@@ -1095,36 +1224,46 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
                                                                     g.src, g.dst_ptr, g.w_row, d);
     if (const char* err = last_error()) return err;
   }
-  const auto run = [&](auto kernel) {
+  const auto run = [&](auto kernel, auto parts_tag) -> const char* {
+    if (d.rows_in_gw) {
+      if constexpr (sizeof(T) == 4)
+        return rows_in_gw_DS<T, decltype(parts_tag)::value>(kernel, grid, parts, t, g, d, stream);
+      else
+        return rows_in_gw_DD<T, decltype(parts_tag)::value>(kernel, grid, parts, t, g, d, stream);
+    }
     kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g, t.gy, t.gw, work, g.src, g.dst_ptr,
-                                          g.w_row, parts, d);
+                                          g.w_row, parts, d, 0, kAllPasses);
+    if (const char* err = last_error()) return err;
+    if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
+    gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate,
+                                                                t.gx);
+    return last_error();
   };
+  using Parts = std::true_type;
+  using NoParts = std::false_type;
   if constexpr (sizeof(T) == 4)
-    split ? run(dbwd_kernel_DS<T, true>) : run(dbwd_kernel_DS<T, false>);
+    return split ? run(dbwd_kernel_DS<T, true>, Parts{}) : run(dbwd_kernel_DS<T, false>, NoParts{});
   else
-    split ? run(dbwd_kernel_DD<T, true>) : run(dbwd_kernel_DD<T, false>);
-  if (const char* err = last_error()) return err;
-  if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
-  gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
-  return last_error();
+    return split ? run(dbwd_kernel_DD<T, true>, Parts{}) : run(dbwd_kernel_DD<T, false>, NoParts{});
 }
 """
 
 
-def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> Optional[Tuple[str, str, str]]:
-    """(source, f32 kernel tag, f64 kernel tag); one kernel when both budgets give the same passes."""
+def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> Optional[Tuple[str, str, str, int]]:
+    """(source, f32 kernel tag, f64 kernel tag, rows-in-grad_w bits: 1 float32, 2 float64); one kernel when both
+    budgets give the same passes."""
     b32, b64 = (tune.dbwd_g32, tune.dbwd_g64) if dbwd else (tune.bwd_g32, tune.bwd_g64)
     m32, m64 = (b32, min(b64, tune.merge_g64)) if tune.merge_in1 else (0, 0)
     pre = "d" if dbwd else "b"
-    src32 = _gen_bwd(live, threads, b32, m32, dbwd, pre + "s", tune)
-    if src32 is None:
+    gen32 = _gen_bwd(live, threads, b32, m32, dbwd, pre + "s", tune)
+    if gen32 is None:
         return None
     if _bwd_groups(live, b32, m32) == _bwd_groups(live, b64, m64):
-        return src32, pre + "s", pre + "s"
-    src64 = _gen_bwd(live, threads, b64, m64, dbwd, pre + "d", tune)
-    if src64 is None:
+        return gen32[0], pre + "s", pre + "s", 3 if gen32[1] else 0
+    gen64 = _gen_bwd(live, threads, b64, m64, dbwd, pre + "d", tune)
+    if gen64 is None:
         return None
-    return src32 + src64, pre + "s", pre + "d"
+    return gen32[0] + gen64[0], pre + "s", pre + "d", int(gen32[1]) | 2 * int(gen64[1])
 
 
 def _bounds(tune: Tuning, threads: int) -> str:
@@ -1159,12 +1298,14 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         src += bwd[0]
         launch = _BWD_LAUNCH.replace("bwd_kernel_BS", f"bwd_kernel_{bwd[1]}").replace(
             "bwd_kernel_BD", f"bwd_kernel_{bwd[2]}").replace(
+            "rows_in_gw_BS", f"rows_in_gw_{bwd[1]}").replace("rows_in_gw_BD", f"rows_in_gw_{bwd[2]}").replace(
             "PF32", "true" if tune.prefetch & PF_BWD32 else "false").replace(
             "PF64", "true" if tune.prefetch & PF_BWD64 else "false")
         if dbwd is not None:
             src += _gen_fwd(live, dbwd=True, threads=threads, tune=tune) + dbwd[0]
             launch = launch.replace("dbwd_kernel_DS", f"dbwd_kernel_{dbwd[1]}").replace(
-                "dbwd_kernel_DD", f"dbwd_kernel_{dbwd[2]}")
+                "dbwd_kernel_DD", f"dbwd_kernel_{dbwd[2]}").replace(
+                "rows_in_gw_DS", f"rows_in_gw_{dbwd[1]}").replace("rows_in_gw_DD", f"rows_in_gw_{dbwd[2]}")
         else:
             launch = launch[:launch.index("// Double backward")]
     src += _LAUNCHERS.format(
@@ -1174,7 +1315,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         dbwd_f32="dbwd_launch<float>" if dbwd is not None else "nullptr",
         dbwd_f64="dbwd_launch<double>" if dbwd is not None else "nullptr",
         bwd_per_sm="bwd_per_sm" if bwd is not None else "nullptr",
-        dbwd_per_sm="dbwd_per_sm" if dbwd is not None else "nullptr")
+        dbwd_per_sm="dbwd_per_sm" if dbwd is not None else "nullptr",
+        rows_in_gw=(bwd[3] if bwd is not None else 0) | 4 * (dbwd[3] if dbwd is not None else 0))
     return src
 
 

@@ -144,6 +144,17 @@ def set_deterministic(enabled: bool) -> bool:
     return bool(torch.ops.md_accel._tp_conv_set_deterministic(enabled))
 
 
+def set_rows_in_grad_w(enabled: bool) -> bool:
+    """Where the deterministic backward and double backward keep each edge's grad_x contribution until the
+    per-sender sum: in grad_w columns that are written later (True: no E x in1 scratch, the per-edge kernel
+    launched once per run of passes; ``md_accel/ops/_rows_plan.py``) or in a scratch buffer (False).
+    Process-wide, also from ``MD_ACCEL_ROWS_IN_GRAD_W=1``; returns the previous setting. Without the CUDA
+    library there is nothing to set: False."""
+    if not load():
+        return False
+    return bool(torch.ops.md_accel._tp_conv_set_rows_in_grad_w(enabled))
+
+
 _loaded_specs: list = []
 
 

@@ -336,6 +336,58 @@ def test_atomic_grad_x(name, dtype, specs, monkeypatch):
             assert torch.equal(a, b), (op, k)
 
 
+@pytest.mark.parametrize("split", [None, "3"], ids=["split_auto", "split3"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", [n for n, bwd in MUST_SPECIALISE.items() if bwd])
+def test_rows_in_grad_w(name, dtype, split, specs, monkeypatch):
+    """set_rows_in_grad_w(True): the deterministic backward and double backward keep each edge's grad_x row in
+    grad_w columns written later (no E x in1 scratch): the same bits as with the scratch rows, the references'
+    results, a peak lower by the rows (E x in1) up to one row of slack per node, bitwise the same run after run;
+    receivers cut into parts too (MD_ACCEL_BWD_SPLIT)."""
+    from md_accel.ops import set_deterministic, set_rows_in_grad_w
+
+    if split is not None:
+        monkeypatch.setenv("MD_ACCEL_BWD_SPLIT", split)
+    monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)  # the scratch backward unchunked
+    plan, pl, g, n, (x, y, w, gout), gen = hub_problem(name, dtype, 17)
+    ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
+    ga = graph_args(g)
+    e = g.src.numel()
+    rows = e * plan.dim_in1 * x.element_size()
+
+    def run(op):
+        poison((n, plan.dim_out), (n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), dtype=dtype)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        if op == "bwd":
+            out = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
+        else:
+            out = OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, x, y, w, *ga, *pl, True)
+        torch.cuda.synchronize()
+        return out, torch.cuda.max_memory_allocated() - base
+
+    previous = _cuda.set_specialised(True), set_deterministic(True), set_rows_in_grad_w(False)
+    try:
+        assert OPS._tp_conv_specialised_for(x, *pl)
+        scratch = {op: run(op) for op in ("bwd", "dbwd")}
+        set_rows_in_grad_w(True)
+        in_gw = {op: run(op) for op in ("bwd", "dbwd")}
+        again = {op: run(op)[0] for op in ("bwd", "dbwd")}
+    finally:
+        _cuda.set_specialised(previous[0])
+        set_deterministic(previous[1])
+        set_rows_in_grad_w(previous[2])
+    want = {"bwd": ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan),
+            "dbwd": ref_call(tp_conv_dbwd_ref, (ggx, ggy, ggw, gout, x, y, w), g, plan)}
+    for op in ("bwd", "dbwd"):
+        assert in_gw[op][1] <= scratch[op][1] - rows + n * plan.dim_in1 * x.element_size(), \
+            (op, in_gw[op][1], scratch[op][1], rows)
+        for k, (a, b, c, ref) in enumerate(zip(in_gw[op][0], scratch[op][0], again[op], want[op])):
+            assert torch.equal(a, b) and torch.equal(a, c), (op, k)
+            assert rel_err(a, ref) <= TOL[dtype], (op, k, rel_err(a, ref))
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet_l3i5_like", "mace_mp_medium"])
 def test_graph_shapes(name, dtype, kernels):
