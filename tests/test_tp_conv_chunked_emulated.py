@@ -348,6 +348,32 @@ def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
         assert torch.isfinite(a).all() and torch.equal(a, b), ("shared rows", what)
 
 
+@pytest.mark.parametrize("num_edges", [0, 1])
+def test_rows_in_grad_w_on_edgeless_and_single_edge_graphs(num_edges):
+    """Rows in grad_w where there are nodes but no edge (every launch still well-formed: grad_x zero) or one edge:
+    the references' results, every output poisoned first."""
+    plan, lib = plan_and_library()
+    gen = torch.Generator().manual_seed(21)
+    n = 4
+    g = build_graph(torch.tensor([2] * num_edges), torch.tensor([1] * num_edges), n)
+    x, go, ggx = (torch.randn(n, d, generator=gen, dtype=torch.float64) for d in (plan.dim_in1, plan.dim_out,
+                                                                                 plan.dim_in1))
+    y, ggy = (torch.randn(num_edges, plan.dim_in2, generator=gen, dtype=torch.float64) for _ in range(2))
+    w, ggw = (torch.randn(num_edges, plan.weight_numel, generator=gen, dtype=torch.float64) for _ in range(2))
+    dense = [c.double() for c in plan.dense]
+    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+    nan = float("nan")
+    got = [torch.full_like(t, nan) for t in (x, y, w)]
+    lib.bwd(go, x, y, w, graph, *got, None, rows_in_gw=True)
+    for a, b in zip(got, tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)):
+        assert rel_err(a, b) <= TOL[torch.float64] if b.numel() else a.numel() == 0
+    got = [torch.full_like(t, nan) for t in (x, y, w)]
+    lib.dbwd(ggx, ggy, ggw, go, x, y, w, graph, None, *got, None, rows_in_gw=True)
+    want = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense, False)[1:]
+    for a, b in zip(got, want):
+        assert rel_err(a, b) <= TOL[torch.float64] if b.numel() else a.numel() == 0
+
+
 def test_rows_in_grad_w_refused_with_accumulate_or_atomic():
     """The launch that rows in grad_w cannot serve says so instead of writing anything wrong."""
     plan, lib = plan_and_library()

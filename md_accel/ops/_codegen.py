@@ -1169,6 +1169,15 @@ int bwd_per_sm(int f64) {
   return f64 ? r64 : r32;
 }
 
+// After a per-edge kernel that wrote the workspace rows (or, with d.atomic_gx, added into grad_x): the per-sender sum.
+template <typename T>
+const char* sum_work_rows(const T* work, const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {
+  if (const char* err = last_error()) return err;
+  if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
+  gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
+  return last_error();
+}
+
 template <typename T>
 const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, T* work, cudaStream_t stream) {
   if (g.num_nodes == 0) return nullptr;
@@ -1187,11 +1196,7 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
     }
     kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work, g.src, g.dst_ptr, g.w_row, parts, d,
                                           0, kAllPasses);
-    if (const char* err = last_error()) return err;
-    if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
-    gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate,
-                                                                t.gx);
-    return last_error();
+    return sum_work_rows(work, t, g, d, stream);
   };
   using Parts = std::true_type;
   using NoParts = std::false_type;
@@ -1233,11 +1238,7 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
     }
     kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g, t.gy, t.gw, work, g.src, g.dst_ptr,
                                           g.w_row, parts, d, 0, kAllPasses);
-    if (const char* err = last_error()) return err;
-    if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
-    gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate,
-                                                                t.gx);
-    return last_error();
+    return sum_work_rows(work, t, g, d, stream);
   };
   using Parts = std::true_type;
   using NoParts = std::false_type;

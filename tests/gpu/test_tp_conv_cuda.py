@@ -246,6 +246,33 @@ def hub_problem(name: str, dtype, seed: int):
     return plan, pl, g, n, (x, y, w, gout), gen
 
 
+def second_order_runner(name: str, dtype, seed: int):
+    """(plan, plan tensors, x, nodes, the references of the backward and double backward, the bytes of the per-edge
+    rows, run):
+    ``run(op)`` calls the specialised-or-not op ("bwd" or "dbwd", with g_grad_out) on config ``name``'s hub
+    problem, outputs poisoned first, and returns (outputs, peak bytes above what was allocated before)."""
+    plan, pl, g, n, (x, y, w, gout), gen = hub_problem(name, dtype, seed)
+    ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
+    ga = graph_args(g)
+    e = g.src.numel()
+
+    def run(op):
+        poison((n, plan.dim_out), (n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), dtype=dtype)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        if op == "bwd":
+            out = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
+        else:
+            out = OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, x, y, w, *ga, *pl, True)
+        torch.cuda.synchronize()
+        return out, torch.cuda.max_memory_allocated() - base
+
+    want = {"bwd": ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan),
+            "dbwd": ref_call(tp_conv_dbwd_ref, (ggx, ggy, ggw, gout, x, y, w), g, plan)}
+    return plan, pl, x, n, want, e * plan.dim_in1 * x.element_size(), run
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet0_like", "mace_mp_medium"])
 def test_backward_in_edge_chunks(name, dtype, specs, monkeypatch):
@@ -292,24 +319,7 @@ def test_atomic_grad_x(name, dtype, specs, monkeypatch):
     (E x in1); torch.use_deterministic_algorithms(True) overrides it (bitwise the deterministic results)."""
     from md_accel.ops import set_deterministic
 
-    plan, pl, g, n, (x, y, w, gout), gen = hub_problem(name, dtype, 13)
-    ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
-    ga = graph_args(g)
-    e = g.src.numel()
-    rows = e * plan.dim_in1 * x.element_size()
-
-    def run(op):
-        poison((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), dtype=dtype)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        if op == "bwd":
-            out = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
-        else:
-            out = OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, x, y, w, *ga, *pl, True)
-        torch.cuda.synchronize()
-        return out, torch.cuda.max_memory_allocated() - base
-
+    plan, pl, x, n, want, rows, run = second_order_runner(name, dtype, 13)
     monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)  # the deterministic backward unchunked
     spec_prev, det_prev = _cuda.set_specialised(True), set_deterministic(True)
     torch_det = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
@@ -326,8 +336,6 @@ def test_atomic_grad_x(name, dtype, specs, monkeypatch):
     finally:
         _cuda.set_specialised(spec_prev)
         set_deterministic(det_prev)
-    want = {"bwd": ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan),
-            "dbwd": ref_call(tp_conv_dbwd_ref, (ggx, ggy, ggw, gout, x, y, w), g, plan)}
     for op in ("bwd", "dbwd"):
         assert atomic[op][1] <= det[op][1] - rows, (op, atomic[op][1], det[op][1], rows)
         for k, (a, b) in enumerate(zip(atomic[op][0], want[op])):
@@ -349,24 +357,7 @@ def test_rows_in_grad_w(name, dtype, split, specs, monkeypatch):
     if split is not None:
         monkeypatch.setenv("MD_ACCEL_BWD_SPLIT", split)
     monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)  # the scratch backward unchunked
-    plan, pl, g, n, (x, y, w, gout), gen = hub_problem(name, dtype, 17)
-    ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
-    ga = graph_args(g)
-    e = g.src.numel()
-    rows = e * plan.dim_in1 * x.element_size()
-
-    def run(op):
-        poison((n, plan.dim_out), (n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), dtype=dtype)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        if op == "bwd":
-            out = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)
-        else:
-            out = OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, x, y, w, *ga, *pl, True)
-        torch.cuda.synchronize()
-        return out, torch.cuda.max_memory_allocated() - base
-
+    plan, pl, x, n, want, rows, run = second_order_runner(name, dtype, 17)
     previous = _cuda.set_specialised(True), set_deterministic(True), set_rows_in_grad_w(False)
     try:
         assert OPS._tp_conv_specialised_for(x, *pl)
@@ -378,8 +369,6 @@ def test_rows_in_grad_w(name, dtype, split, specs, monkeypatch):
         _cuda.set_specialised(previous[0])
         set_deterministic(previous[1])
         set_rows_in_grad_w(previous[2])
-    want = {"bwd": ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan),
-            "dbwd": ref_call(tp_conv_dbwd_ref, (ggx, ggy, ggw, gout, x, y, w), g, plan)}
     for op in ("bwd", "dbwd"):
         assert in_gw[op][1] <= scratch[op][1] - rows + n * plan.dim_in1 * x.element_size(), \
             (op, in_gw[op][1], scratch[op][1], rows)
