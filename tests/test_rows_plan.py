@@ -65,3 +65,22 @@ def test_shared_weight_blocks_get_no_plan():
     twin = _codegen._Path(99, (live[0].in1_off, live[0].mul, live[0].l1, live[0].in2_off, live[0].l2,
                                live[0].out_off, live[0].l3, live[0].w_off, live[0].w_stride), live[0].nz)
     assert rows_in_grad_w([[*live, twin]], [*live, twin]) is None
+
+
+def test_generated_constant_memory_fits_wide_plans():
+    """The generated library's __constant__ data stays under the GPU's 64 KiB (ptxas refuses more: the kernels
+    would not build): a wide plan, whose rows-in-grad_w tables alone would take ~80 KiB there, keeps them in
+    global memory."""
+    import re
+
+    plan = TPProblem.all_uvu("256x0e+256x1o+256x2e", "1x0e+1x1o+1x2e", 2).lower()
+    src = _codegen.generate(_codegen.plan_structure(plan))
+    assert "rows_in_gw_" in src and "kSlotPos_" in src
+    size = {"int": 4, "float": 4, "double": 8}
+    total = 0
+    for typ, dims in re.findall(r"__constant__\s+(?:const\s+)?(\w+)\s+\w+((?:\[\d+\])+)", src):
+        count = 1
+        for d in re.findall(r"\d+", dims):
+            count *= int(d)
+        total += size[typ] * count
+    assert total < 64 * 1024, total

@@ -51,7 +51,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 23  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 26  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -78,7 +78,7 @@ DBWD_G_BUDGET = (48, 24)
 # NequIP l = 3 float32 forward 19 % slower (session 30, H200: 1.114 vs 0.937 ms), no change on MACE medium (29).
 MIN_WARPS64 = 12
 GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one barrier
-W_SLOTS = 4           # edge slots of the deferred paths' weight-gradient kernel per slot of part 1 (_rows_source)
+W_SLOTS = 4           # the deferred paths' weight-gradient kernel: threads per block over part 1's (_rows_source)
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
 MAX_THREADS = 1024
@@ -871,7 +871,7 @@ def _rows_source(rows: Optional[RowsPlan], live: List[_Path], dbwd: bool, tag: s
                 f"  return \"grad_x rows in grad_w: not available for this plan\";\n}}\n")
     src = [f"// grad_x rows in grad_w (TPDims::rows_in_gw, md_accel/ops/_rows_plan.py), kernels {tag}: runs "
            + ", ".join(f"passes [{a}, {b})" for a, b in rows.launches)
-           + "; deferred paths " + (", ".join(str(p.idx) for p in rows.deferred) or "none") + ".\n"]
+           + "; deferred paths " + ", ".join(str(p.idx) for p in rows.deferred) + ".\n"]
     # per run: its rows' elements in grad_w column order (coalesced reads), with their in1 columns; in1 columns
     # that no path reads are zeroed by the first run's sum (grad_w column -1)
     covered = {p.in1_off + q for p in live for q in range(p.mul * p.d1)}
@@ -886,8 +886,9 @@ def _rows_source(rows: Optional[RowsPlan], live: List[_Path], dbwd: bool, tag: s
         runs.append(elems)
     width = max(len(e) for e in runs)
     pad = lambda vals: "{" + ", ".join(str(v) for v in vals + [0] * (width - len(vals))) + "}"
-    src.append(f"__constant__ int kSlotPos_{tag}[{len(runs)}][{width}] = {{{', '.join(pad([p for p, _ in e]) for e in runs)}}};\n")
-    src.append(f"__constant__ int kSlotCol_{tag}[{len(runs)}][{width}] = {{{', '.join(pad([c for _, c in e]) for e in runs)}}};\n")
+    # global memory, not __constant__: wide plans' tables outgrow its 64 KB, and each thread reads its own entry
+    src.append(f"__device__ const int kSlotPos_{tag}[{len(runs)}][{width}] = {{{', '.join(pad([p for p, _ in e]) for e in runs)}}};\n")
+    src.append(f"__device__ const int kSlotCol_{tag}[{len(runs)}][{width}] = {{{', '.join(pad([c for _, c in e]) for e in runs)}}};\n")
     src.append(f"""// grad_x[n, col] = sum of the rows' grad_w columns pos over the edges sent by n, in src_perm order (as
 // gx_sum_kernel); pos -1: zero. Rows in d.in1 columns beyond the plan's blocks (wider x) are zeroed too.
 template <typename T, int R>
@@ -896,39 +897,37 @@ __global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ g
   const int64_t n = blockIdx.x;
   const int64_t t0 = src_ptr[n], t1 = src_ptr[n + 1];
   for (int c = threadIdx.x; c < count; c += blockDim.x) {{
-    const int pos = kSlotPos_{tag}[R][c];
+    const int pos = __ldg(&kSlotPos_{tag}[R][c]);
     T s = T(0);
     if (pos >= 0) {{
 #pragma unroll 4
       for (int64_t t = t0; t < t1; ++t) s += gw[__ldg(src_perm + t) * w + pos];
     }}
-    gx[n * in1 + kSlotCol_{tag}[R][c]] = s;
+    gx[n * in1 + __ldg(&kSlotCol_{tag}[R][c])] = s;
   }}
   for (int c = zero_from + threadIdx.x; c < in1; c += blockDim.x) gx[n * in1 + c] = T(0);
 }}
 """)
+    # the deferred paths' weight gradients (a plan always has some: the last run has no later paths); little work
+    # per edge, so W_SLOTS times part 1's threads per block, each block with that many more edges in flight
     wname = f"{'dbwd' if dbwd else 'bwd'}w_kernel_{tag}"
-    # little work per edge: W_SLOTS times the edge slots of part 1, so that a block has more edges in flight
     wthreads = min(MAX_THREADS, W_SLOTS * threads)
-    if rows.deferred:
-        first: dict = {}
-        body = "".join(_bwd_group(gi, g, wthreads, first, dbwd, tag + "w", w_only=True)[0]
-                       for gi, g in enumerate(_bwd_groups(rows.deferred, budget, 0)))
-        src.append(f"// The deferred paths' weight gradients, once their columns' rows are summed ({wthreads} threads).\n")
-        src.append(_kernel_source(wname, body, dbwd, False, "", f"__launch_bounds__({wthreads})"))
+    first: dict = {}
+    body = "".join(_bwd_group(gi, g, wthreads, first, dbwd, tag + "w", w_only=True)[0]
+                   for gi, g in enumerate(_bwd_groups(rows.deferred, budget, 0)))
+    src.append(f"// The deferred paths' weight gradients, once their columns' rows are summed ({wthreads} threads).\n")
+    src.append(_kernel_source(wname, body, dbwd, False, "", f"__launch_bounds__({wthreads})"))
     args = ("t.x, t.y, t.w, " + ("t.ggx, t.ggy, t.ggw, " if dbwd else "")
             + "t.g, t.gy, t.gw, static_cast<T*>(nullptr), g.src, g.dst_ptr, g.w_row, parts, d")
     src.append(sig)
     src.append('  if (d.accumulate || d.atomic_gx) return "grad_x rows in grad_w: not with accumulate or atomic_gx";\n')
-    src.append("  if (g.num_nodes > 0x7fffffffLL) return \"too many nodes\";\n")
     for r, (a, b) in enumerate(rows.launches):
         src.append(f"  kernel<<<grid, kThreads, 0, stream>>>({args}, {a}, {b});\n")
         src.append("  if (const char* err = last_error()) return err;\n")
         src.append(f"  gx_slot_sum_{tag}<T, {r}><<<unsigned(g.num_nodes), 256, 0, stream>>>(t.gw, d.w, d.in1, "
                    f"{len(runs[r])}, {ext if r == 0 else 'd.in1'}, g.src_perm, g.src_ptr, t.gx);\n")
         src.append("  if (const char* err = last_error()) return err;\n")
-    if rows.deferred:
-        src.append(f"  {wname}<T, kParts><<<grid, {wthreads}, 0, stream>>>({args}, 0, kAllPasses);\n")
+    src.append(f"  {wname}<T, kParts><<<grid, {wthreads}, 0, stream>>>({args}, 0, kAllPasses);\n")
     src.append("  return last_error();\n}\n")
     return "".join(src)
 
@@ -1186,7 +1185,7 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
   const int64_t parts = g.num_nodes * d.split;
   const bool split = d.split > 1;  // else one block per receiver (kParts false)
   const unsigned grid = split ? parts_grid(parts, bwd_per_sm(sizeof(T) == 8)) : unsigned(g.num_nodes);
-  // d.rows_in_gw: the kernel in runs of passes, each run's rows summed before the next (rows_in_gw_BS / BD)
+  // d.rows_in_gw: the kernel in runs of passes, each run's rows summed before the next (rows_in_gw_<tag>)
   const auto run = [&](auto kernel, auto parts_tag) -> const char* {
     if (d.rows_in_gw) {
       if constexpr (sizeof(T) == 4)

@@ -20,9 +20,12 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 Key = Tuple[int, int, int]  # (offset, mul, width) of an in1 block
 
-# One extra run of the backward costs about what recomputing this fraction of the CG non-zeros costs (a guess
-# weighed by the measurements of session 37: docs/benchmarks.md).
+# One extra run of the backward costs about what recomputing this fraction of the CG non-zeros costs (a guess;
+# docs/performance_notes.md, plan written in session 37).
 RECOMPUTE_PER_LAUNCH = 0.1
+# Every way of cutting the passes into runs is tried up to this many places to cut (2^n plans); beyond it only
+# one run per in1 block and a single run (plans with that many blocks are rare: the models have 1-5).
+MAX_EXHAUSTIVE_CUTS = 10
 
 
 class RowsPlan(NamedTuple):
@@ -91,8 +94,8 @@ def _plan_for_cuts(groups: Sequence[list], blocks: List[List[Key]], ends: Sequen
 def rows_in_grad_w(groups: Sequence[list], live: Sequence) -> Optional[RowsPlan]:
     """The plan for the backward passes ``groups`` (lists of ``_codegen._Path``), or None where rows cannot
     live in grad_w (weight blocks shared by paths, or too few weight columns). Over every way of cutting the
-    passes into runs (between in1 blocks), the plan of least estimated cost: runs, plus the deferred paths'
-    CG non-zeros as a fraction of all (RECOMPUTE_PER_LAUNCH of them cost about one run)."""
+    passes into runs (between in1 blocks; MAX_EXHAUSTIVE_CUTS), the plan of least estimated cost: runs, plus the
+    deferred paths' CG non-zeros as a fraction of all (RECOMPUTE_PER_LAUNCH of them cost about one run)."""
     w_keys = [p.w_key for p in live]
     if len(set(w_keys)) != len(w_keys):
         return None
@@ -101,7 +104,8 @@ def rows_in_grad_w(groups: Sequence[list], live: Sequence) -> Optional[RowsPlan]
     blocks = [list(dict.fromkeys(p.in1_key for p in g)) for g in groups]
     cuts = _cuts(blocks)[:-1]  # the last pass always ends a run
     best, best_cost = None, None
-    for mask in range(1 << len(cuts)):
+    every = (1 << len(cuts)) - 1
+    for mask in range(every + 1) if len(cuts) <= MAX_EXHAUSTIVE_CUTS else (0, every):
         ends = [c for n, c in enumerate(cuts) if mask >> n & 1] + [len(groups)]
         plan = _plan_for_cuts(groups, blocks, ends, cheap)
         if plan is None:
