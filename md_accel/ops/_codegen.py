@@ -337,7 +337,8 @@ def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = No
         c = p.in2_off + j
         py = "" if w_only else (f"py{j} = fma(cg, {xk}_{i}, py{j}); " if hk is None else
                                 f"py{j} = fma(cg, {hk}_{i}, py{j}); qy{j} = fma(cg, {xk}_{i}, qy{j}); ")
-        px = f"px{i} = fma(cg, y{c}, px{i}); " if hk is None else f"px{i} = fma(cg, z{c}, px{i}); qx{i} = fma(cg, y{c}, qx{i}); "
+        px = (f"px{i} = fma(cg, y{c}, px{i}); " if hk is None else
+              f"px{i} = fma(cg, z{c}, px{i}); qx{i} = fma(cg, y{c}, qx{i}); ")
         out.append(f"{I}{{ const T cg = {cg(q)} * {gk}_{k}; {py}{px}}}\n")
     return "".join(out)
 
@@ -572,7 +573,8 @@ __global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T
 
 def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Path]]:
     """Backward passes: the paths of one in1 block per pass (x, grad_x and w of the block are then
-    touched by one pass only), the passes of the blocks with the most elements per row first; a block whose grad_out components exceed ``budget`` per channel is
+    touched by one pass only), the passes of the blocks with the most elements per row first; a block
+    whose grad_out components exceed ``budget`` per channel is
     split over its output blocks into near-equal parts (its grad_x rows are then accumulated).
     ``merge`` (0: off): consecutive whole blocks of one multiplicity share a pass while their grad_out
     components fit ``merge`` (one y load and one grad_y reduction per edge for all of them)."""
@@ -885,10 +887,14 @@ def _rows_source(rows: Optional[RowsPlan], live: List[_Path], dbwd: bool, tag: s
             elems += [(-1, c) for c in range(ext) if c not in covered]
         runs.append(elems)
     width = max(len(e) for e in runs)
-    pad = lambda vals: "{" + ", ".join(str(v) for v in vals + [0] * (width - len(vals))) + "}"
-    # global memory, not __constant__: wide plans' tables outgrow its 64 KB, and each thread reads its own entry
-    src.append(f"__device__ const int kSlotPos_{tag}[{len(runs)}][{width}] = {{{', '.join(pad([p for p, _ in e]) for e in runs)}}};\n")
-    src.append(f"__device__ const int kSlotCol_{tag}[{len(runs)}][{width}] = {{{', '.join(pad([c for _, c in e]) for e in runs)}}};\n")
+
+    def table(name: str, field: int) -> str:
+        """One int per run element (``field`` 0: grad_w column, 1: in1 column), runs padded to one width. Global
+        memory, not __constant__: wide plans' tables outgrow its 64 KB, and each thread reads its own entry."""
+        rows_text = ("{" + ", ".join(str(v[field]) for v in e) + ", 0" * (width - len(e)) + "}" for e in runs)
+        return f"__device__ const int {name}_{tag}[{len(runs)}][{width}] = {{{', '.join(rows_text)}}};\n"
+
+    src.append(table("kSlotPos", 0) + table("kSlotCol", 1))
     src.append(f"""// grad_x[n, col] = sum of the rows' grad_w columns pos over the edges sent by n, in src_perm order (as
 // gx_sum_kernel); pos -1: zero. Rows in d.in1 columns beyond the plan's blocks (wider x) are zeroed too.
 template <typename T, int R>
