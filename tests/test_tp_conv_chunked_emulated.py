@@ -34,8 +34,7 @@ _LIB = {}
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, and neither prefetch nor merged passes
 TUNINGS = {"default": _codegen.Tuning(),
-           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4,
-                                                 dbwd_g32=4, dbwd_g64=4),
+           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0)}
 
 
@@ -307,14 +306,14 @@ def test_atomic_grad_x_matches_reference(dtype, tuning):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
     """TPDims::rows_in_gw (no scratch: each edge's grad_x row kept in grad_w columns written later, the passes in
-    runs, the deferred paths' weight gradients last): the backward and the double backward (g_grad_out too) give
-    the same bits as with the scratch rows (the same sums in the same order), and match the references; on one block per
+    runs, the deferred paths' weight gradients last): the backward and the double backward give the same bits
+    as with the scratch rows (the same sums in the same order), and match the references; on one block per
     receiver and on three, shared weight rows too, every output poisoned first and no work buffer."""
     plan, lib = plan_and_library(tuning)
     assert lib.spec.rows_in_gw == 15  # every launch of this plan offers it
     n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 13)
     ref_bwd = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
-    ref_dbwd = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
+    ref_dbwd = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense, False)
     xs, ys, ws, gos, ggxs, ggys, ggws = (t.to(dtype).contiguous() for t in (x, y, w, go, ggx, ggy, ggw))
     e = g.src.numel()
     graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
@@ -327,18 +326,18 @@ def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
         return gx, gy, gw
 
     def double_backward(rows_in_gw: bool, split: int):
-        ggo, gx, gy, gw = (torch.full_like(t, nan) for t in (gos, xs, ys, ws))
+        gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
         work = None if rows_in_gw else torch.full((e, plan.dim_in1), nan, dtype=dtype)
-        lib.dbwd(ggxs, ggys, ggws, gos, xs, ys, ws, graph, ggo, gx, gy, gw, work, split=split, rows_in_gw=rows_in_gw)
-        return ggo, gx, gy, gw
+        lib.dbwd(ggxs, ggys, ggws, gos, xs, ys, ws, graph, None, gx, gy, gw, work, split=split, rows_in_gw=rows_in_gw)
+        return gx, gy, gw
 
     for split in (1, 3):
         for what, a, b, ref in zip(("grad_x", "grad_y", "grad_w"), backward(True, split), backward(False, split),
                                    ref_bwd):
             assert torch.isfinite(a).all() and torch.equal(a, b), ("bwd", split, what)
             assert rel_err(a, ref) <= TOL[dtype], ("bwd", split, what, rel_err(a, ref))
-        for what, a, b, ref in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), double_backward(True, split),
-                                   double_backward(False, split), ref_dbwd):
+        for what, a, b, ref in zip(("grad_x", "grad_y", "grad_w"), double_backward(True, split),
+                                   double_backward(False, split), ref_dbwd[1:]):
             assert torch.isfinite(a).all() and torch.equal(a, b), ("dbwd", split, what)
             assert rel_err(a, ref) <= TOL[dtype], ("dbwd", split, what, rel_err(a, ref))
     # weight rows shared by edges (TPGraph::w_row): grad_w stays per edge, the rows too
@@ -428,11 +427,7 @@ def test_receiver_split_is_bitwise_neutral(dtype):
                 assert torch.isfinite(a).all() and torch.equal(a, b), (what, split, step)
     one = double_backward(1)
     for split in (3, 64):
-        many = double_backward(split)
-        # g_grad_out: summed by the per-edge kernel's passes with one block per receiver, by dfwd_kernel with parts
-        # (other sums, the same values to rounding)
-        assert rel_err(many[0], one[0].double()) <= TOL[dtype], ("g_grad_out", split)
-        for what, a, b in zip(("grad_x", "grad_y", "grad_w"), many[1:], one[1:]):
+        for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), double_backward(split), one):
             assert torch.isfinite(a).all() and torch.equal(a, b), (what, split)
     with pytest.raises(AssertionError, match="split must be positive"):
         backward(-1, 1000)
@@ -442,48 +437,6 @@ def wide_plan_and_library(tune: _codegen.Tuning):
     """A plan with blocks of 64, 32 and 8 channels (kernels of 64 threads: the 32-channel passes run two edge
     slots, four with two channels per thread; the 8-channel block keeps one channel per thread)."""
     return _library("wide", lambda: TPProblem.all_uvu("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e", 2), tune)
-
-
-# the wide plan's double backward in passes of a few grad_out components (several passes per output block), with
-# g_grad_out summed by those passes (the default) and by its own kernel
-FUSE_TUNINGS = {"fused": _codegen.Tuning(dbwd_g32=6, dbwd_g64=6),
-                "separate": _codegen.Tuning(dbwd_g32=6, dbwd_g64=6, dbwd_fuse=0)}
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_double_backward_sums_g_grad_out_in_its_passes(dtype):
-    """Tuning.dbwd_fuse (the default): with one block per receiver the double backward's per-edge kernel also sums
-    g_grad_out, each pass its paths' messages (the edge slots' sums added in slot order), receivers without edges
-    zeroed. On the wide plan (passes of one and of two edge slots), several passes per output block: the
-    reference's g_grad_out, and grad_x, grad_y, grad_w bitwise those of the separate g_grad_out kernel
-    (dbwd_fuse=0); with the rows in grad_w (passes in runs) the same bits again; receivers split into parts
-    (dfwd_kernel then) the reference's g_grad_out; every output poisoned first."""
-    plan, fused = wide_plan_and_library(FUSE_TUNINGS["fused"])
-    _, separate = wide_plan_and_library(FUSE_TUNINGS["separate"])
-    assert fused.spec.rows_in_gw & (8 if dtype == torch.float64 else 4)
-    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 23)
-    ref = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
-    args = [t.to(dtype).contiguous() for t in (ggx, ggy, ggw, go, x, y, w)]
-    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
-    nan = float("nan")
-
-    def run(lib, split=1, rows_in_gw=False):
-        outs = [torch.full_like(t, nan) for t in (args[3], args[4], args[5], args[6])]
-        work = None if rows_in_gw else torch.full((g.src.numel(), plan.dim_in1), nan, dtype=dtype)
-        lib.dbwd(*args, graph, *outs, work, split=split, rows_in_gw=rows_in_gw)
-        return outs
-
-    got, apart = run(fused), run(separate)
-    assert (got[0][24:] == 0).all()  # nodes 24.. receive no edge
-    for what, a, b, want in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), got, apart, ref):
-        assert rel_err(a, want) <= TOL[dtype], (what, rel_err(a, want))
-        assert what == "g_grad_out" or torch.equal(a, b), what
-    for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), run(fused, rows_in_gw=True), got):
-        assert torch.isfinite(a).all() and torch.equal(a, b), ("rows in grad_w", what)
-    parts = run(fused, split=3)
-    assert rel_err(parts[0], ref[0]) <= TOL[dtype]
-    for what, a, b in zip(("grad_x", "grad_y", "grad_w"), parts[1:], got[1:]):
-        assert torch.isfinite(a).all() and torch.equal(a, b), ("split", what)
 
 
 CPL_TUNINGS = {"cpl2": _codegen.Tuning(fwd_cpl=2),

@@ -117,11 +117,11 @@ class Tuning(NamedTuple):
     dbwd_g64: int = DBWD_G_BUDGET[1]
     min_warps32: int = 0
     min_warps64: int = MIN_WARPS64
+    part1_min_warps32: int = 0  # min_warps32 of the (double) backward's per-edge kernels alone (0: min_warps32)
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks the caches for its next edge's data first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
-    dbwd_fuse: int = 1  # 1: g_grad_out summed in the double backward's part 1 (one block per receiver); 0: dfwd_kernel
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -145,8 +145,6 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_ALL} (PF_* in {__name__})")
     if values.get("fwd_cpl", 1) not in (1, 2):
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
-    if values.get("dbwd_fuse", 1) not in (0, 1):
-        raise ValueError(f"{TUNING_ENV}: dbwd_fuse is 0 or 1")
     return Tuning(**values)
 
 
@@ -329,37 +327,18 @@ def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_con
     return expr
 
 
-def _message_sums(p: _Path, I: str, acc: str, xk: str, wp: str, second: Optional[Tuple[str, str]] = None) -> str:
-    """Path p's message for one channel added to the accumulators ``acc``_k: wp * TP(x, y), or with ``second`` =
-    (hk, vp) the double backward's g_grad_out message wp * TP(ggx, y) + wp * TP(x, ggy) + vp * TP(x, y) (hk: the
-    ggx registers, z: ggy, vp: gg_w's weight)."""
-    out = []
-    for k in sorted({k for (_, _, _, k) in p.nz}):
-        eg = _fwd_component(p, k, xk)  # the message with (x, y)
-        if second is None:
-            out.append(f"{I}{acc}_{k} = fma({wp}, {eg}, {acc}_{k});\n")
-            continue
-        hk, vp = second
-        ew = "T(0)"  # the messages with (ggx, y) and (x, ggy)
-        for (q, i, j, kk) in p.nz:
-            if kk == k:
-                c = p.in2_off + j
-                ew = f"fma({_cg_const(q)}, fma(y{c}, {hk}_{i}, z{c} * {xk}_{i}), {ew})"
-        out.append(f"{I}{acc}_{k} = fma({wp}, {ew}, fma({vp}, {eg}, {acc}_{k}));\n")
-    return "".join(out)
-
-
 def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = None,
                       cg: Callable[[int], str] = _cg_const, w_only: bool = False) -> str:
     """Path p's per-edge partial contractions with the receiver's grad_out (registers gk_k):
     py_j = sum_ik cg g_k x_i and px_i = sum_jk cg g_k y_j, and for the double backward (hk: the
-    ggx registers, z: ggy) py_j with ggx, qy_j with x, px_i with ggy, qx_i with y. ``cg(q)``: the
-    expression of CG value q. ``w_only``: px (and qx) alone, what the weight gradient needs."""
+    ggx registers, z: ggy) py_j with a_i = wp ggx_i + vp x_i (registers a<i>: the path's whole grad_y),
+    px_i with ggy, qx_i with y. ``cg(q)``: the expression of CG value q. ``w_only``: px (and qx) alone,
+    what the weight gradient needs."""
     out = []
     for (q, i, j, k) in p.nz:
         c = p.in2_off + j
         py = "" if w_only else (f"py{j} = fma(cg, {xk}_{i}, py{j}); " if hk is None else
-                                f"py{j} = fma(cg, {hk}_{i}, py{j}); qy{j} = fma(cg, {xk}_{i}, qy{j}); ")
+                                f"py{j} = fma(cg, a{i}, py{j}); ")
         px = (f"px{i} = fma(cg, y{c}, px{i}); " if hk is None else
               f"px{i} = fma(cg, z{c}, px{i}); qx{i} = fma(cg, y{c}, qx{i}); ")
         out.append(f"{I}{{ const T cg = {cg(q)} * {gk}_{k}; {py}{px}}}\n")
@@ -514,10 +493,26 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
             s.append(f"{I5}const T wp{cs} = __ldg(wr + {p.w_off} + {ch} * {p.w_stride});\n")
             if dbwd:
                 s.append(f"{I5}const T vp{cs} = __ldg(vr + {p.w_off} + {ch} * {p.w_stride});\n")
+        ks = sorted({k for (_, _, _, k) in p.nz})
         for cs, _ in copies:
             xk, hk = _bname('x', p.in1_key) + cs, _bname('h', p.in1_key) + cs
-            s.append(_message_sums(p, I5, _bname('acc', p.out_key) + cs, xk, f"wp{cs}",
-                                   (hk, f"vp{cs}") if dbwd else None))
+            acc = _bname('acc', p.out_key) + cs
+            if dbwd:
+                # wp TP(ggx, y) + wp TP(x, ggy) + vp TP(x, y) = sum cg (y_j a_i + z_j b_i), a = wp ggx + vp x, b = wp x:
+                # three operations per non-zero (five with the three products apart)
+                for i in sorted({i for (_, i, _, _) in p.nz}):
+                    s.append(f"{I5}const T a{cs}_{i} = fma(wp{cs}, {hk}_{i}, vp{cs} * {xk}_{i}), "
+                             f"b{cs}_{i} = wp{cs} * {xk}_{i};\n")
+            for k in ks:
+                if not dbwd:
+                    s.append(f"{I5}{acc}_{k} = fma(wp{cs}, {_fwd_component(p, k, xk)}, {acc}_{k});\n")
+                    continue
+                ew = f"{acc}_{k}"
+                for (q, i, j, kk) in p.nz:
+                    if kk == k:
+                        c = p.in2_off + j
+                        ew = f"fma({_cg_const(q)}, fma(y{c}, a{cs}_{i}, z{c} * b{cs}_{i}), {ew})"
+                s.append(f"{I5}{acc}_{k} = {ew};\n")
         s.append(f"{I3}}}\n")
     s.append(f"{I2}}}\n")
     if S > 1:
@@ -618,15 +613,13 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
-               w_only: bool = False, dfwd: bool = False) -> Tuple[str, str]:
+               w_only: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
     edge's weights are prefetched; ``prefetch_xy``: the next edge's y and x lines too (PF_PART1_XY).
     ``rows``: where the grad_x rows go with d.rows_in_gw (deferred paths' weight gradients are then not
-    written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``dfwd`` (double backward, one
-    block per receiver): the pass also sums its paths' g_grad_out messages (the dfwd kernel's work, from the rows
-    this pass reads anyway) and adds them to the receiver's row ``orow`` at its end, slot after slot."""
+    written); ``w_only``: the weight gradients alone (the deferred paths' kernel)."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -660,10 +653,6 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     for key in out_keys:
         for k in range(key[2]):
             s.append(f"{I1}T {_bname('g', key)}_{k} = chan ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
-    if dfwd:
-        for key in out_keys:
-            s.append(f"{I1}T " + ", ".join(f"{_bname('acc', key)}_{k} = T(0)" for k in range(key[2]))
-                     + ";  // g_grad_out of this pass's paths\n")
     if WPS == 1:
         s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}) {{\n")
     else:
@@ -730,26 +719,25 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
                 s.append(f"{I5}const T vp = __ldg(vr + {p.w_off} + u * {p.w_stride});\n")
         js = sorted({j for (_, _, j, _) in p.nz})
         iset = sorted({i for (_, i, _, _) in p.nz})
+        gk = _bname('g', p.out_key)
+        xk, hk, gxk = _bname('x', p.in1_key), _bname('h', p.in1_key), _bname('gx', p.in1_key)
         if not w_only:
             s.append(f"{I5}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
         s.append(f"{I5}T " + ", ".join(f"px{i} = T(0)" for i in iset) + ";\n")
         if dbwd:
-            if not w_only:
-                s.append(f"{I5}T " + ", ".join(f"qy{j} = T(0)" for j in js) + ";\n")
+            if not w_only:  # grad_y's two terms (wp with ggx, vp with x) as one: one fma per non-zero less
+                s.append(f"{I5}const T " + ", ".join(f"a{i} = fma(wp, {hk}_{i}, vp * {xk}_{i})" for i in iset)
+                         + ";\n")
             s.append(f"{I5}T " + ", ".join(f"qx{i} = T(0)" for i in iset) + ";\n")
-        gk = _bname('g', p.out_key)
-        xk, hk, gxk = _bname('x', p.in1_key), _bname('h', p.in1_key), _bname('gx', p.in1_key)
         s.append(_bwd_contractions(p, I5, xk, gk, hk if dbwd else None, w_only=w_only))
         s.append(f"{I5}const T sw = {_bwd_weight_grad(p, xk, hk if dbwd else None)};\n")
-        if dfwd:
-            s.append(_message_sums(p, I5, _bname('acc', p.out_key), xk, "wp", (hk, "vp")))
         if w_only:
             s.append(f"{I5}sw{p.w_off} += sw;\n{I4}}}\n")
             continue
         for j in js:
             v = slot[p.in2_off + j]
             if dbwd:
-                s.append(f"{I5}gy[{v}] = fma(wp, py{j}, fma(vp, qy{j}, gy[{v}]));\n")
+                s.append(f"{I5}gy[{v}] += py{j};\n")
             else:
                 s.append(f"{I5}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
         for i in iset:
@@ -837,33 +825,9 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I2}  __syncthreads();  // s_red is refilled by the next chunk\n")
         s.append(f"{I2}}}\n")
     s.append(f"{I1}}}\n")
-    if dfwd:
-        s.append(_dfwd_row_update(out_keys, first, gi, S, I1))
     s.append(f"{I1}__syncthreads();  // the next pass may read-modify-write what this one wrote\n")
     s.append(f"{I}}}\n")
     return "".join(s), tables
-
-
-def _dfwd_row_update(out_keys, first: dict, gi: int, S: int, I: str) -> str:
-    """A fused pass's end: the edge slots' g_grad_out sums added to the receiver's row in slot order (a barrier
-    between slots), after the earlier passes' (fixed order: the same bits however the passes are launched). The
-    first pass to reach an output block writes it (d.accumulate: adds to what the row held)."""
-    s = []
-    for key in out_keys:
-        fresh = first.setdefault(("out", key), gi) == gi
-        for k in range(key[2]):
-            o, a = f"orow[{key[0]} + u * {key[2]} + {k}]", f"{_bname('acc', key)}_{k}"
-            if fresh:
-                cond = "d.accumulate" if S == 1 else "d.accumulate || r > 0"
-                s.append(f"{I}  {o} = {cond} ? {o} + {a} : {a};\n")
-            else:
-                s.append(f"{I}  {o} += {a};\n")
-    body = "".join(s)
-    if S == 1:
-        return f"{I}if (chan) {{  // g_grad_out\n{body}{I}}}\n"
-    return (f"{I}for (int r = 0; r < {S}; ++r) {{  // g_grad_out: the slots' sums in slot order\n"
-            f"{I}  if (slot == r && chan) {{\n{textwrap.indent(body, '  ')}{I}  }}\n"
-            f"{I}  __syncthreads();\n{I}}}\n")
 
 
 def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
@@ -874,22 +838,11 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
     return "kPrefetch" if tune.prefetch & (PF_BWD32 | PF_BWD64) else None
 
 
-def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str,
-                   dfwd_body: Optional[str] = None) -> str:
+def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str) -> str:
     """A per-edge kernel of the backward family around ``body`` (its passes): block n = receiver n, or with
-    kParts each block takes receiver parts on a persistent grid. ``dfwd_body`` (double backward): the passes of
-    block n = receiver n that also sum g_grad_out into row n of ``ggo`` (_bwd_group's dfwd; never null there)."""
-    extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, T* __restrict__ ggo, "
+    kParts each block takes receiver parts on a persistent grid."""
+    extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
-    if dfwd_body is None:
-        straight = "  if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)\n" + body
-    else:
-        straight = """  T* orow = ggo + n * d.out;
-  if (pass_lo == 0 && !d.accumulate)  // rows without edges, and the columns no path writes
-    for (int q = threadIdx.x; q < d.out; q += kThreads)
-      if (e_begin == e_end || !out_covered(q)) orow[q] = T(0);
-  if (e_begin == e_end) return;
-""" + dfwd_body
     tmpl = ("template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first"
             if prefetch_param else "template <typename T, bool kParts>")
     return f"""{tmpl}
@@ -908,8 +861,9 @@ __global__ void {bounds} {name}(const T* __restrict__ x, const T* __restrict__ y
   }} else {{
     const int64_t n = blockIdx.x;
     const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
+    if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
     const T* grow = g + n * d.out;
-{textwrap.indent(straight, "  ")}  }}
+{textwrap.indent(body, "  ")}  }}
 }}
 """
 
@@ -977,7 +931,7 @@ __global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ g
                    for gi, g in enumerate(_bwd_groups(rows.deferred, budget, 0)))
     src.append(f"// The deferred paths' weight gradients, once their columns' rows are summed ({wthreads} threads).\n")
     src.append(_kernel_source(wname, body, dbwd, False, "", f"__launch_bounds__({wthreads})"))
-    args = ("t.x, t.y, t.w, " + ("t.ggx, t.ggy, t.ggw, t.out, " if dbwd else "")
+    args = ("t.x, t.y, t.w, " + ("t.ggx, t.ggy, t.ggw, " if dbwd else "")
             + "t.g, t.gy, t.gw, static_cast<T*>(nullptr), g.src, g.dst_ptr, g.w_row, parts, d")
     src.append(sig)
     src.append('  if (d.accumulate || d.atomic_gx) return "grad_x rows in grad_w: not with accumulate or atomic_gx";\n')
@@ -1004,17 +958,13 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
         if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
             return None
     rows = rows_in_grad_w(groups, live)
-    fuse = dbwd and bool(tune.dbwd_fuse)
     first: dict = {}
-    first_fused: dict = {}
-    bodies, fused, tables = [], [], []
+    bodies, tables = [], []
     for gi, g in enumerate(groups):
-        args = (threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd), bool(tune.prefetch & PF_PART1_XY), rows)
-        b, t = _bwd_group(gi, g, *args)
+        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
+                          bool(tune.prefetch & PF_PART1_XY), rows)
         bodies.append(b)
         tables.append(t)
-        if fuse:  # the same pass (and tables) with g_grad_out, for block n = receiver n
-            fused.append(_bwd_group(gi, g, threads, first_fused, *args[2:], dfwd=True)[0])
     vmax = 1
     for g in groups:
         n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
@@ -1031,8 +981,8 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
 // grid of every part would be mostly empty blocks); else block n = receiver n (d.split = 1), straight-line
 // code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
 """
-    src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red, _bounds(tune, threads),
-                                                  "".join(fused) if fuse else None)
+    src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red,
+                                                  _bounds(tune, threads, part1=True))
     return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None
 
 
@@ -1273,13 +1223,8 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
 }
 
 // Double backward: t.out = g_grad_out (forward with substituted arguments; not computed when t.out is
-// null) and g_x, g_y, g_w as a backward with substituted arguments (g_x through the work rows and the
-// per-sender sum). With kDbwdFusesDfwd the per-edge kernel's straight-line form (block n = receiver n) sums
-// g_grad_out too, from the rows it reads anyway; receiver parts (kParts) cannot (a receiver's edges in several
-// blocks), so with parts, or no g_grad_out, the parts kernel runs (d.split parts per receiver, 1 included) and
-// dfwd_kernel sums g_grad_out.
-constexpr bool kDbwdFusesDfwd = KDFWD;
-
+// null), then g_x, g_y, g_w as a backward with substituted arguments (g_x through the work rows and the
+// per-sender sum).
 int dbwd_per_sm(int f64) {
   static const int r32 = resident(dbwd_kernel_DS<float, true>), r64 = resident(dbwd_kernel_DD<double, true>);
   return f64 ? r64 : r32;
@@ -1291,10 +1236,9 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
   if (d.split < 1) return "split must be positive";
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
   const int64_t parts = g.num_nodes * d.split;
-  // else one block per receiver (kParts false)
-  const bool split = d.split > 1 || (kDbwdFusesDfwd && t.out == nullptr);
+  const bool split = d.split > 1;  // else one block per receiver (kParts false)
   const unsigned grid = split ? parts_grid(parts, dbwd_per_sm(sizeof(T) == 8)) : unsigned(g.num_nodes);
-  if (t.out != nullptr && (split || !kDbwdFusesDfwd)) {  // g_grad_out asked for, not summed by the per-edge kernel
+  if (t.out != nullptr) {  // g_grad_out asked for
     dfwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.out,
                                                                     g.src, g.dst_ptr, g.w_row, d);
     if (const char* err = last_error()) return err;
@@ -1306,8 +1250,8 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
       else
         return rows_in_gw_DD<T, decltype(parts_tag)::value>(kernel, grid, parts, t, g, d, stream);
     }
-    kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.out, t.g, t.gy, t.gw, work, g.src,
-                                          g.dst_ptr, g.w_row, parts, d, 0, kAllPasses);
+    kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g, t.gy, t.gw, work, g.src, g.dst_ptr,
+                                          g.w_row, parts, d, 0, kAllPasses);
     return sum_work_rows(work, t, g, d, stream);
   };
   using Parts = std::true_type;
@@ -1337,12 +1281,14 @@ def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> 
     return gen32[0] + gen64[0], pre + "s", pre + "d", int(gen32[1]) | 2 * int(gen64[1])
 
 
-def _bounds(tune: Tuning, threads: int) -> str:
+def _bounds(tune: Tuning, threads: int, part1: bool = False) -> str:
     """The kernels' __launch_bounds__: block size, and with min_warps a minimum of resident blocks per
-    dtype (0: none, as without the second argument)."""
-    if not (tune.min_warps32 or tune.min_warps64):
+    dtype (0: none, as without the second argument); ``part1``: the per-edge kernels of the backward and double
+    backward, whose float32 minimum is part1_min_warps32 where set."""
+    w32 = tune.part1_min_warps32 if part1 and tune.part1_min_warps32 else tune.min_warps32
+    if not (w32 or tune.min_warps64):
         return "__launch_bounds__(kThreads)"
-    b32, b64 = (max(1, w * 32 // threads) if w else 0 for w in (tune.min_warps32, tune.min_warps64))
+    b32, b64 = (max(1, w * 32 // threads) if w else 0 for w in (w32, tune.min_warps64))
     return f"__launch_bounds__(kThreads, sizeof(T) == 4 ? {b32} : {b64})"
 
 
@@ -1376,8 +1322,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
             src += _gen_fwd(live, dbwd=True, threads=threads, tune=tune) + dbwd[0]
             launch = launch.replace("dbwd_kernel_DS", f"dbwd_kernel_{dbwd[1]}").replace(
                 "dbwd_kernel_DD", f"dbwd_kernel_{dbwd[2]}").replace(
-                "rows_in_gw_DS", f"rows_in_gw_{dbwd[1]}").replace("rows_in_gw_DD", f"rows_in_gw_{dbwd[2]}").replace(
-                "KDFWD", "true" if tune.dbwd_fuse else "false")
+                "rows_in_gw_DS", f"rows_in_gw_{dbwd[1]}").replace("rows_in_gw_DD", f"rows_in_gw_{dbwd[2]}")
         else:
             launch = launch[:launch.index("// Double backward")]
     src += _LAUNCHERS.format(

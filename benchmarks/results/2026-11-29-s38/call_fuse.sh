@@ -3,7 +3,8 @@
 # csrc): g_grad_out summed in the double backward's part 1 (Tuning.dbwd_fuse). TESTS=1: the GPU tests first
 # (tests/gpu/test_tp_conv_cuda.py). SWEEP=1: md_accel alone per MD_ACCEL_TP_TUNING variant (tools/tuning_sweep.sh),
 # double backward, all six workloads: dbwd_fuse=0 (session 37's kernels), the default, smaller double-backward
-# budgets. KERNELS=1: benchmarks/kernels.py on session 30's symmetric random graph, md_accel's three grad_x modes
+# budgets. AB=1: md_accel alone, double backward, session 37's code (.gpu/base: its md_accel and benchmarks, GEN 26
+# kernels prebuilt beside this code's) and this code, in turn, twice. KERNELS=1: benchmarks/kernels.py on session 30's symmetric random graph, md_accel's three grad_x modes
 # and cuEquivariance, forward + backward and the double backward.
 # Carry: .gpu/gpu_prebuilt.tar.xz .gpu/refcache .peers/full/wheels
 set -u
@@ -22,6 +23,18 @@ if [[ ${SWEEP:-0} == 1 ]]; then
   SWEEP_RUN_S=${SWEEP_RUN_S:-110} bash tools/tuning_sweep.sh $((LIMIT - SECONDS)) \
     "${VARIANTS:-dbwd_fuse=0 default dbwd_g32=32,dbwd_g64=16}" --graph random_sym:4000:312000 --passes dbwd \
     --repeats 10 --workloads "$WORKLOADS"
+fi
+if [[ ${AB:-0} == 1 ]]; then
+  root=$PWD
+  for v in base new base new; do
+    dir=$root; [[ $v == base ]] && dir=$root/.gpu/base
+    (cd $dir && PYTHONPATH=$dir:/tmp/site:$root/.gpu/site timeout 100 python benchmarks/kernels.py --impls md_accel \
+      --graph random_sym:4000:312000 --passes dbwd --repeats 10 --workloads "$WORKLOADS" \
+      --reference-cache "$root/.gpu/refcache" --out "$R/ab_$v.$SECONDS" > "$R/ab_$v.$SECONDS.log" 2>&1)
+    echo "== $v (rc=$?, ${SECONDS}s)"
+    awk '/^\[kernels\] [a-z_0-9]+ float/ {c=$2" "$3} / md_accel +(fwd|fwd_bwd|dbwd) / {printf "%s %s %s | ", c, $2, $3} END {print ""}' \
+      "$(ls -t $R/ab_$v.*.log | head -1)"
+  done
 fi
 if [[ ${KERNELS:-0} == 1 ]]; then
   timeout $((LIMIT - SECONDS)) python benchmarks/kernels.py --graph random_sym:4000:312000 --workloads "$WORKLOADS" \
