@@ -7,6 +7,7 @@ grad_w, for chunk sizes that cut a receiver's edges; untouched rows stay untouch
 tests/gpu/test_tp_conv_fused_cuda.py::test_chunked_materialised."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -473,6 +474,17 @@ def test_forward_with_two_channels_per_thread(dtype, tuning):
     out_default = torch.full_like(out, float("nan"))
     default_lib.fwd(xs, ys, ws, chunk_graph(g, 0, e), out_default, accumulate=False)
     assert rel_err(out, out_default.double()) <= TOL[dtype]
+
+
+def test_double_backward_register_cap_is_its_own():
+    """Tuning.dbwd_min_warps32: the float32 minimum of resident warps asked of the compiler (__launch_bounds__) in the
+    double backward's per-edge kernel, and in no other kernel."""
+    plan, _ = plan_and_library()
+    src = _codegen.generate(_codegen.plan_structure(plan), _codegen.Tuning(dbwd_min_warps32=12))
+    per_kernel = {name: int(b32) for b32, name in
+                  re.findall(r"__launch_bounds__\(kThreads, sizeof\(T\) == 4 \? (\d+) : \d+\) (\w+)\(", src)}
+    assert per_kernel and {k for k, v in per_kernel.items() if v} == {k for k in per_kernel if k.startswith("dbwd_kernel")}
+    assert set(per_kernel.values()) == {0, 12 * 32 // 32}  # kernels of 32 threads: twelve blocks
 
 
 def test_tuning_names_and_checks(monkeypatch):

@@ -117,7 +117,7 @@ class Tuning(NamedTuple):
     dbwd_g64: int = DBWD_G_BUDGET[1]
     min_warps32: int = 0
     min_warps64: int = MIN_WARPS64
-    part1_min_warps32: int = 0  # min_warps32 of the (double) backward's per-edge kernels alone (0: min_warps32)
+    dbwd_min_warps32: int = 0  # min_warps32 of the double backward's per-edge kernel alone (opt-in: session 38)
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks the caches for its next edge's data first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
@@ -982,7 +982,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
 // code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
 """
     src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red,
-                                                  _bounds(tune, threads, part1=True))
+                                                  _bounds(tune, threads, dbwd_part1=dbwd))
     return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None
 
 
@@ -1281,11 +1281,11 @@ def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> 
     return gen32[0] + gen64[0], pre + "s", pre + "d", int(gen32[1]) | 2 * int(gen64[1])
 
 
-def _bounds(tune: Tuning, threads: int, part1: bool = False) -> str:
+def _bounds(tune: Tuning, threads: int, dbwd_part1: bool = False) -> str:
     """The kernels' __launch_bounds__: block size, and with min_warps a minimum of resident blocks per
-    dtype (0: none, as without the second argument); ``part1``: the per-edge kernels of the backward and double
-    backward, whose float32 minimum is part1_min_warps32 where set."""
-    w32 = tune.part1_min_warps32 if part1 and tune.part1_min_warps32 else tune.min_warps32
+    dtype (0: none, as without the second argument); ``dbwd_part1``: the double backward's per-edge kernel, whose
+    float32 minimum is dbwd_min_warps32 where set."""
+    w32 = tune.dbwd_min_warps32 if dbwd_part1 and tune.dbwd_min_warps32 else tune.min_warps32
     if not (w32 or tune.min_warps64):
         return "__launch_bounds__(kThreads)"
     b32, b64 = (max(1, w * 32 // threads) if w else 0 for w in (w32, tune.min_warps64))
