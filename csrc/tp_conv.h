@@ -56,10 +56,10 @@ struct TPDims {
   // per-edge rows, no per-sender sum): E x in1 less memory, results not bit-reproducible (sum order). 0 =
   // deterministic (the default, tp_conv_cuda.cpp: md_accel::set_deterministic).
   int atomic_gx = 0;
-  // Specialised backward and double backward only, deterministic (atomic_gx 0) and not accumulate: 1 = each
-  // edge's grad_x row is kept in grad_w columns that are written later (md_accel/ops/_rows_plan.py): the
-  // per-edge kernel runs in runs of passes, each run's rows summed per sender before the next; no scratch
-  // (work is unused). Only where the library offers it (TPSpec::rows_in_gw).
+  // Specialised backward and double backward only, deterministic (atomic_gx 0): 1 = each edge's grad_x row is
+  // kept in grad_w columns that are written later (md_accel/ops/_rows_plan.py): the per-edge kernel runs in runs
+  // of passes, each run's rows summed per sender (added with accumulate) before the next; no scratch (work is
+  // unused). Only where the library offers it (TPSpec::rows_in_gw).
   int rows_in_gw = 0;
 };
 

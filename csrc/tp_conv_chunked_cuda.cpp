@@ -356,6 +356,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gh = at::empty_like(h);
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : no_W;
   const bool atomic = tp_conv_atomic_gx();  // no per-chunk grad_x rows, no per-sender orders
+  const bool rows_in_gw = tp_conv_chunk_rows_in_gw(spec, x, atomic);  // the rows in gw_c: no work_c
   const BwdChunks chunks(src, dst, dst_ptr, src_perm, src_ptr, step, !atomic);
   size_t i = 0;
   for (int64_t e0 = 0; e0 < E; e0 += step, ++i) {
@@ -365,7 +366,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_chunked_bwd(CT g, CT x, CT y,
     Tensor w_c = kept_chunk(use, i, Ec, W.size(1));
     if (!w_c.defined()) w_c = linear(h_c, W);  // recomputed: the forward did not keep it
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
-    const Tensor work_c = atomic ? Tensor() : at::empty({Ec, x.size(1)}, x.options());
+    const Tensor work_c = atomic || rows_in_gw ? Tensor() : at::empty({Ec, x.size(1)}, x.options());
     tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w_c, g, graph, E, g.size(1), e0 > 0, gx,
                          gy.narrow(0, e0, Ec), gw_c, work_c, atomic);
     gh.narrow(0, e0, Ec).copy_(linear(gw_c, Wt));
@@ -416,6 +417,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
   Tensor gW = need_W ? at::zeros({W.size(0), W.size(1)}, W.options()) : at::empty({0, W.size(1)}, W.options());
   if (E == 0) gx.zero_();
   const bool atomic = tp_conv_atomic_gx();  // no per-chunk grad_x rows, no per-sender orders
+  const bool rows_in_gw = tp_conv_chunk_rows_in_gw(spec, x, atomic);  // the rows in gw_c: no work_c
   std::optional<BwdChunks> chunks;  // none for one chunk: the whole graph as it is
   if (step < E) chunks.emplace(src, dst, dst_ptr, src_perm, src_ptr, step, !atomic);
   for (int64_t e0 = 0; e0 < E; e0 += step) {
@@ -425,7 +427,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_pair_bwd(CT g, CT x, CT y, CT
                                      src_perm.data_ptr<int64_t>(), src_ptr.data_ptr<int64_t>(), N, E};
     graph.w_row = w_row.data_ptr<int64_t>() + e0;
     const Tensor gw_c = at::empty({Ec, W.size(1)}, x.options());
-    const Tensor work_c = atomic ? Tensor() : at::empty({Ec, x.size(1)}, x.options());
+    const Tensor work_c = atomic || rows_in_gw ? Tensor() : at::empty({Ec, x.size(1)}, x.options());
     tp_conv_chunk_launch(spec, true, x, y.narrow(0, e0, Ec), w, g, graph, E, g.size(1), e0 > 0, gx,
                          gy.narrow(0, e0, Ec), gw_c, work_c, atomic);
     Tensor gh_c = gh_e.narrow(0, e0, Ec);

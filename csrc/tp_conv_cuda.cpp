@@ -494,13 +494,17 @@ void chunk_launch(TPSpecFwdFn<T> fwd, TPSpecBwdFn<T> bwd, bool backward, const T
                   const Tensor& gy_c, const Tensor& gw_c, const Tensor& work_c) {
   const Tensor none;
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  if (backward)  // with d.atomic_gx the kernels add into grad_x itself
+  if (backward)  // with d.atomic_gx the kernels add into grad_x itself; with d.rows_in_gw no work rows
     check_launch(bwd(tensors<T>(x, y_c, w_c, g, none, none, none, none, out_or_gx, gy_c, gw_c), chunk, d,
-                     (d.atomic_gx ? out_or_gx : work_c).data_ptr<T>(), stream));
+                     d.rows_in_gw ? nullptr : (d.atomic_gx ? out_or_gx : work_c).data_ptr<T>(), stream));
   else
     check_launch(fwd(tensors<T>(x, y_c, w_c, none, none, none, none, out_or_gx, none, none, none), chunk, d, stream));
 }
 }  // namespace
+
+bool tp_conv_chunk_rows_in_gw(const TPSpec* spec, const Tensor& x, bool atomic_gx) {
+  return !atomic_gx && rows_in_grad_w(spec, false, x);
+}
 
 void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const Tensor& x, const Tensor& y_c, const Tensor& w_c,
                           const Tensor& g, const TPGraph& chunk, int64_t graph_edges, int64_t dim_out,
@@ -510,6 +514,7 @@ void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const Tensor& x, co
   if (backward) {
     d.split = receiver_split(chunk.num_nodes, chunk.num_edges, graph_edges, per_sm(spec, false, x), x.device().index());
     d.atomic_gx = atomic_gx ? 1 : 0;
+    d.rows_in_gw = tp_conv_chunk_rows_in_gw(spec, x, atomic_gx) ? 1 : 0;
     if (atomic_gx && !accumulate) out_or_gx.zero_();  // the first chunk's kernels add into it
   }
   if (x.scalar_type() == at::kDouble)

@@ -375,15 +375,41 @@ def test_rows_in_grad_w_on_edgeless_and_single_edge_graphs(num_edges):
         assert rel_err(a, b) <= TOL[torch.float64] if b.numel() else a.numel() == 0
 
 
-def test_rows_in_grad_w_refused_with_accumulate_or_atomic():
+@pytest.mark.parametrize("step", [13, 40])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_rows_in_grad_w_in_edge_chunks(step, dtype):
+    """Edge chunks (tp_conv_chunk_launch: TPDims::accumulate after the first chunk, each chunk's grad_w slice) with
+    the rows in grad_w: the scratch rows' bits chunk for chunk, the reference's values; nodes without edges in a
+    chunk keep their grad_x rows, every output poisoned first and no work buffer."""
+    plan, lib = plan_and_library("unused_in1")  # an in1 block no path reads: its columns zeroed by the first chunk
+    n, g, (x, y, w, go, *_), dense = second_order_problem(plan, 17)
+    ref = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
+    xs, ys, ws, gos = (t.to(dtype).contiguous() for t in (x, y, w, go))
+    e = g.src.numel()
+    nan = float("nan")
+
+    def chunked(rows_in_gw: bool):
+        gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
+        for e0 in range(0, e, step):
+            e1 = min(e, e0 + step)
+            work = None if rows_in_gw else torch.full((e1 - e0, plan.dim_in1), nan, dtype=dtype)
+            lib.bwd(gos, xs, ys[e0:e1], ws[e0:e1], chunk_graph(g, e0, e1), gx, gy[e0:e1], gw[e0:e1], work,
+                    accumulate=e0 > 0, split=2, rows_in_gw=rows_in_gw)
+        return gx, gy, gw
+
+    for what, a, b, r in zip(("grad_x", "grad_y", "grad_w"), chunked(True), chunked(False), ref):
+        assert torch.isfinite(a).all() and torch.equal(a, b), what
+        assert rel_err(a, r) <= TOL[dtype], (what, rel_err(a, r))
+
+
+def test_rows_in_grad_w_refused_with_atomic():
     """The launch that rows in grad_w cannot serve says so instead of writing anything wrong."""
     plan, lib = plan_and_library()
     n, g, (x, y, w, go, *_), _ = second_order_problem(plan, 3)
     graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
     gx, gy, gw = torch.zeros_like(x), torch.zeros_like(y), torch.zeros_like(w)
-    for kw in ({"accumulate": True}, {"atomic_gx": True}):
-        with pytest.raises(AssertionError, match="not with accumulate or atomic_gx"):
-            lib.bwd(go, x, y, w, graph, gx, gy, gw, None, rows_in_gw=True, **kw)
+    with pytest.raises(AssertionError, match="not with atomic_gx"):
+        lib.bwd(go, x, y, w, graph, gx, gy, gw, None, rows_in_gw=True, atomic_gx=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])

@@ -51,7 +51,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 27  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 28  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -904,12 +904,15 @@ def _rows_source(rows: Optional[RowsPlan], live: List[_Path], dbwd: bool, tag: s
 
     src.append(table("kSlotPos", 0) + table("kSlotCol", 1))
     src.append(f"""// grad_x[n, col] = sum of the rows' grad_w columns pos over the edges sent by n, in src_perm order (as
-// gx_sum_kernel); pos -1: zero. Rows in d.in1 columns beyond the plan's blocks (wider x) are zeroed too.
+// gx_sum_kernel); pos -1: zero. Rows in d.in1 columns beyond the plan's blocks (wider x) are zeroed too. With
+// accumulate (edge chunks after the first) the sums are added to grad_x[n] where n sent edges, nothing else written.
 template <typename T, int R>
 __global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ gw, int w, int in1, int count,
-    int zero_from, const int64_t* __restrict__ src_perm, const int64_t* __restrict__ src_ptr, T* __restrict__ gx) {{
+    int zero_from, int accumulate, const int64_t* __restrict__ src_perm, const int64_t* __restrict__ src_ptr,
+    T* __restrict__ gx) {{
   const int64_t n = blockIdx.x;
   const int64_t t0 = src_ptr[n], t1 = src_ptr[n + 1];
+  if (accumulate && t0 == t1) return;
   for (int c = threadIdx.x; c < count; c += blockDim.x) {{
     const int pos = __ldg(&kSlotPos_{tag}[R][c]);
     T s = T(0);
@@ -917,9 +920,11 @@ __global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ g
 #pragma unroll 4
       for (int64_t t = t0; t < t1; ++t) s += gw[__ldg(src_perm + t) * w + pos];
     }}
-    gx[n * in1 + __ldg(&kSlotCol_{tag}[R][c])] = s;
+    const int64_t i = n * in1 + __ldg(&kSlotCol_{tag}[R][c]);
+    gx[i] = accumulate ? gx[i] + s : s;
   }}
-  for (int c = zero_from + threadIdx.x; c < in1; c += blockDim.x) gx[n * in1 + c] = T(0);
+  if (!accumulate)
+    for (int c = zero_from + threadIdx.x; c < in1; c += blockDim.x) gx[n * in1 + c] = T(0);
 }}
 """)
     # the deferred paths' weight gradients (a plan always has some: the last run has no later paths); little work
@@ -934,12 +939,12 @@ __global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ g
     args = ("t.x, t.y, t.w, " + ("t.ggx, t.ggy, t.ggw, " if dbwd else "")
             + "t.g, t.gy, t.gw, static_cast<T*>(nullptr), g.src, g.dst_ptr, g.w_row, parts, d")
     src.append(sig)
-    src.append('  if (d.accumulate || d.atomic_gx) return "grad_x rows in grad_w: not with accumulate or atomic_gx";\n')
+    src.append('  if (d.atomic_gx) return "grad_x rows in grad_w: not with atomic_gx";\n')
     for r, (a, b) in enumerate(rows.launches):
         src.append(f"  kernel<<<grid, kThreads, 0, stream>>>({args}, {a}, {b});\n")
         src.append("  if (const char* err = last_error()) return err;\n")
         src.append(f"  gx_slot_sum_{tag}<T, {r}><<<unsigned(g.num_nodes), 256, 0, stream>>>(t.gw, d.w, d.in1, "
-                   f"{len(runs[r])}, {ext if r == 0 else 'd.in1'}, g.src_perm, g.src_ptr, t.gx);\n")
+                   f"{len(runs[r])}, {ext if r == 0 else 'd.in1'}, d.accumulate, g.src_perm, g.src_ptr, t.gx);\n")
         src.append("  if (const char* err = last_error()) return err;\n")
     src.append(f"  {wname}<T, kParts><<<grid, {wthreads}, 0, stream>>>({args}, 0, kAllPasses);\n")
     src.append("  return last_error();\n}\n")

@@ -235,6 +235,35 @@ def test_chunked_materialised(name, dtype, monkeypatch):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", ["mace_mp0_medium", "sevennet_0", "nequip_l3_h32"])  # plans offering the rows
+def test_chunked_rows_in_grad_w(name, dtype, monkeypatch):
+    """The edge chunks' backward with each chunk's grad_x rows in its grad_w slice (set_rows_in_grad_w, session
+    39): bitwise the backward with per-chunk scratch rows, on a graph cut into about 7 chunks."""
+    from md_accel.ops import set_deterministic, set_rows_in_grad_w
+
+    problem, hidden = CONFIGS[name]
+    plan = problem().lower()
+    gen = torch.Generator().manual_seed(23)
+    g = random_graph(300, 4000, gen, hub=3, hub_degree=900)
+    elem = 8 if dtype == torch.float64 else 4
+    monkeypatch.setenv("MD_ACCEL_WEIGHT_CHUNK_MIB", str(g.src.numel() / 7 * plan.weight_numel * elem / 2**20))
+    pl = plan_args(plan, dtype)
+    x, y, h, W, go = inputs(plan, hidden, g, 300, dtype, gen)
+    previous = _cuda.set_fused(False), set_deterministic(True), set_rows_in_grad_w(False)
+    try:
+        results = []
+        for rows in (False, True):
+            set_rows_in_grad_w(rows)
+            results.append(OPS.tp_conv_fused_bwd(go, x, y, h, W, *graph_args(g), *pl, True))
+    finally:
+        _cuda.set_fused(previous[0])
+        set_deterministic(previous[1])
+        set_rows_in_grad_w(previous[2])
+    for what, a, b in zip(("grad_x", "grad_y", "grad_h", "grad_W"), *results):
+        assert torch.isfinite(a).all() and torch.equal(a, b), what
+
+
 def _leaves(x, y, h, W, train_W):
     """x, y, h (and W where train_W) as autograd leaves; an MD step's W is frozen."""
     return [t.detach().requires_grad_() for t in (x, y, h)] + [W.detach().requires_grad_(train_W)]
