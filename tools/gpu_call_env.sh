@@ -7,6 +7,13 @@ export R=$OUT/r
 mkdir -p "$R"
 source tools/gpu_cache.sh >/dev/null
 echo "lib: ${MD_ACCEL_OPS_LIBRARY:-none (JIT build)}"
+# Without a prebuilt op library every benchmark run would first compile it (~150 s, inside its time limit): stop,
+# unless ALLOW_JIT=1. A staged machine (tools/gpu_stage.sh) has one; a fresh one needs .gpu/gpu_lib.tar.xz carried,
+# built from this very csrc/ (the stage call returns it).
+if [[ -z ${MD_ACCEL_OPS_LIBRARY:-} && ${ALLOW_JIT:-0} != 1 ]]; then
+  echo "no op library for this csrc/ and torch: carry .gpu/gpu_lib.tar.xz or stage first (ALLOW_JIT=1 to build)" >&2
+  exit 3
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 wheels=${WHEELS:-.peers/k/wheels}
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheels"/ase-*.whl "$wheels"/vesin-*.whl

@@ -16,8 +16,8 @@ cd "$(dirname "$0")/.."
 [[ -d .peers/full ]] || bash ../shared/tools/gpu-peers.sh .peers/full --keep ""
 [[ -d .peers/models ]] || bash tools/gpu_model_peers.sh .peers/full .peers/models
 [[ -d .gpu/sn_ckpt ]] || .venv/bin/python tools/strip_sevenn_checkpoints.py .gpu/sn_ckpt
-if [[ ! -f .gpu/gpu_prebuilt.tar.xz ]]; then  # each run packs every library built so far
+if [[ ! -f .gpu/gpu_prebuilt.tar.xz ]]; then  # the second run packs both runs' libraries (and any older ones)
   .venv/bin/python tools/prebuild_gpu_kernels.py sevenn tp-tests
-  .venv-mace/bin/python tools/prebuild_gpu_kernels.py mace
+  .venv-mace/bin/python tools/prebuild_gpu_kernels.py mace --pack all
 fi
 du -sh .peers/full .peers/models .gpu/sn_ckpt .gpu/gpu_prebuilt.tar.xz

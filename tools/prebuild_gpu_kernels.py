@@ -6,9 +6,13 @@ correlation-3 symmetric contractions) take minutes of nvcc each, device time bet
     .venv/bin/python tools/prebuild_gpu_kernels.py sevenn tp-tests      # sevenn needed
     .venv/bin/python tools/prebuild_gpu_kernels.py tp-gpu-tests mace-cu # tests/gpu's tp_conv configs
     .venv/bin/python tools/prebuild_gpu_kernels.py fused-tests          # GPU_FUSED=1's fused-radial kernels
+    .venv/bin/python tools/prebuild_gpu_kernels.py tp-tests --tuning default --tuning dbwd_min_warps32=12
 
-Builds into .gpu/build (tp_specs/, sc_specs/) and packs them into .gpu/gpu_prebuilt.tar.xz, which
-tools/gpu_check.sh unpacks (carry ".gpu/gpu_prebuilt.tar.xz").
+Builds into .gpu/build (tp_specs/, sc_specs/) and packs the libraries of this invocation (not the others
+.gpu/build holds; ``--pack all``: every library there) into .gpu/gpu_prebuilt.tar.xz, which tools/gpu_check.sh
+and tools/gpu_call_env.sh unpack (carry ".gpu/gpu_prebuilt.tar.xz"). ``--tuning`` (repeatable; "default": none) builds the tensor-product
+kernels once per MD_ACCEL_TP_TUNING variant (a tuning sweep's variants, tools/tuning_sweep.sh); without it,
+the environment's.
 """
 import argparse
 import importlib.util
@@ -23,6 +27,7 @@ BUILD = os.path.join(REPO, ".gpu", "build")
 os.environ.setdefault("MD_ACCEL_BUILD_DIR", BUILD)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
+from md_accel.ops import _codegen  # noqa: E402
 from md_accel.ops.prebuild import prebuild  # noqa: E402
 
 
@@ -101,22 +106,25 @@ def tp_gpu_tests():
                               p.path_normalization) for p in problems]
 
 
-def build_fused_tests(arch: str, workers: int) -> None:
+def build_fused_tests(arch: str, workers: int) -> list:
     """The fused-radial kernels of tests/gpu/test_tp_conv_fused_cuda.py (tests/fused_testing.py), which
     `GPU_FUSED=1 tools/gpu_check.sh` would otherwise compile on the GPU machine."""
     from concurrent.futures import ThreadPoolExecutor
 
     from fused_testing import CONFIGS
 
-    from md_accel.ops import _codegen, _codegen_fused
+    from md_accel.ops import _codegen_fused
 
     def build(name):
         make, hidden = CONFIGS[name]
         return name, _codegen_fused.build_fused(_codegen.plan_structure(make().lower()), hidden, arch)
 
+    paths = []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
         for name, path in ex.map(build, CONFIGS):
             print(f"  fused {name}: {path}")
+            paths.append(path)
+    return paths
 
 
 def main():
@@ -126,18 +134,30 @@ def main():
     ap.add_argument("what", nargs="+", choices=[*makers, "fused-tests"])
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--tuning", action="append", metavar="VARIANT",
+                    help='an MD_ACCEL_TP_TUNING value ("default": none) to build the kernels under; repeatable')
+    ap.add_argument("--pack", choices=("these", "all"), default="these",
+                    help="pack this invocation's libraries (default) or every library in .gpu/build")
     args = ap.parse_args()
     modules = [m for what in args.what if what in makers for m in makers[what]()]
-    if modules:
-        prebuild(modules, arch=args.arch, workers=args.jobs)
-    if "fused-tests" in args.what:
-        build_fused_tests(args.arch, args.jobs)
-    dirs = [d for d in ("build/tp_specs", "build/sc_specs") if os.path.isdir(os.path.join(REPO, ".gpu", d))]
-    # only the finished libraries (no temporary build directories of interrupted runs)
-    files = [os.path.join(d, f) for d in dirs for f in sorted(os.listdir(os.path.join(REPO, ".gpu", d)))
-             if f.endswith(".so")]
-    subprocess.run(["tar", "cJf", "gpu_prebuilt.tar.xz", *files], cwd=os.path.join(REPO, ".gpu"), check=True)
-    size = os.path.getsize(os.path.join(REPO, ".gpu", "gpu_prebuilt.tar.xz")) / 2 ** 20
+    paths = []
+    for variant in args.tuning or [os.environ.get(_codegen.TUNING_ENV, "")]:
+        os.environ[_codegen.TUNING_ENV] = "" if variant == "default" else variant
+        _codegen.tuning()  # a bad variant fails here, before any build
+        if modules:
+            paths += prebuild(modules, arch=args.arch, workers=args.jobs)
+        if "fused-tests" in args.what:
+            paths += build_fused_tests(args.arch, args.jobs)
+    gpu = os.path.join(REPO, ".gpu")
+    if args.pack == "all":  # the finished libraries only (no temporary build directories of interrupted runs)
+        dirs = [d for d in ("build/tp_specs", "build/sc_specs") if os.path.isdir(os.path.join(gpu, d))]
+        paths = [os.path.join(gpu, d, f) for d in dirs for f in os.listdir(os.path.join(gpu, d)) if f.endswith(".so")]
+    files = sorted({os.path.relpath(p, gpu) for p in paths})
+    outside = [f for f in files if f.startswith("..")]
+    if outside:
+        sys.exit(f"libraries outside .gpu (MD_ACCEL_BUILD_DIR?), not packed: {outside[:3]}")
+    subprocess.run(["tar", "cJf", "gpu_prebuilt.tar.xz", *files], cwd=gpu, check=True)
+    size = os.path.getsize(os.path.join(gpu, "gpu_prebuilt.tar.xz")) / 2 ** 20
     print(f"packed {len(files)} libraries into .gpu/gpu_prebuilt.tar.xz ({size:.1f} MiB)")
 
 
