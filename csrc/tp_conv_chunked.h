@@ -28,14 +28,15 @@ const TPSpec* tp_conv_spec_for(const at::Tensor& x, const at::Tensor& paths, con
 // grad_x, gy_c, gw_c, work_c) on one chunk's graph of a graph with graph_edges edges; y_c, w_c, gy_c,
 // gw_c, work_c are its rows. atomic_gx (tp_conv_atomic_gx()): the backward's kernels add each edge's grad_x
 // contribution atomically into grad_x (TPDims::atomic_gx; grad_x zeroed by the launch unless accumulate;
-// work_c unused, may be undefined), else they write it to work_c, or with tp_conv_chunk_rows_in_gw to free
-// columns of gw_c (work_c unused, may be undefined), summed per sender into grad_x by the launch.
+// work_c unused, may be undefined), else they write it to work_c, or with work_c undefined to free columns of
+// gw_c (TPDims::rows_in_gw: only where tp_conv_chunk_rows_in_gw, decided once per op call; a plan without it
+// fails the launch), summed per sender into grad_x by the launch.
 void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const at::Tensor& x, const at::Tensor& y_c,
                           const at::Tensor& w_c, const at::Tensor& g, const TPGraph& chunk, int64_t graph_edges,
                           int64_t dim_out, bool accumulate, const at::Tensor& out_or_gx, const at::Tensor& gy_c,
                           const at::Tensor& gw_c, const at::Tensor& work_c, bool atomic_gx = false);
-// Whether tp_conv_chunk_launch's backward keeps each edge's grad_x row in gw_c (TPDims::rows_in_gw: deterministic,
-// md_accel::set_rows_in_grad_w on and offered by spec in x's dtype), so that the caller needs no work_c.
+// Whether tp_conv_chunk_launch's backward may keep each edge's grad_x row in gw_c (TPDims::rows_in_gw:
+// deterministic, md_accel::set_rows_in_grad_w on and offered by spec in x's dtype): the caller then passes no work_c.
 bool tp_conv_chunk_rows_in_gw(const TPSpec* spec, const at::Tensor& x, bool atomic_gx);
 
 // tp_conv_cuda.cpp: whether the specialised backward kernels add grad_x atomically (md_accel::set_deterministic

@@ -514,7 +514,7 @@ void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const Tensor& x, co
   if (backward) {
     d.split = receiver_split(chunk.num_nodes, chunk.num_edges, graph_edges, per_sm(spec, false, x), x.device().index());
     d.atomic_gx = atomic_gx ? 1 : 0;
-    d.rows_in_gw = tp_conv_chunk_rows_in_gw(spec, x, atomic_gx) ? 1 : 0;
+    d.rows_in_gw = !atomic_gx && !work_c.defined();  // the caller's choice (tp_conv_chunk_rows_in_gw)
     if (atomic_gx && !accumulate) out_or_gx.zero_();  // the first chunk's kernels add into it
   }
   if (x.scalar_type() == at::kDouble)

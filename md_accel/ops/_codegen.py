@@ -327,6 +327,13 @@ def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_con
     return expr
 
 
+def _dbwd_a(wp: str, vp: str, hk: str, xk: str, i: int) -> str:
+    """a_i = wp ggx_i + vp x_i, the double backward's per-component factor that both g_grad_out's messages
+    (_fwd_group) and part 1's grad_y (_bwd_group) contract with (wp, vp: the path's w and gg_w weights; hk, xk:
+    the ggx and x registers)."""
+    return f"fma({wp}, {hk}_{i}, {vp} * {xk}_{i})"
+
+
 def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = None,
                       cg: Callable[[int], str] = _cg_const, w_only: bool = False) -> str:
     """Path p's per-edge partial contractions with the receiver's grad_out (registers gk_k):
@@ -501,7 +508,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                 # wp TP(ggx, y) + wp TP(x, ggy) + vp TP(x, y) = sum cg (y_j a_i + z_j b_i), a = wp ggx + vp x, b = wp x:
                 # three operations per non-zero (five with the three products apart)
                 for i in sorted({i for (_, i, _, _) in p.nz}):
-                    s.append(f"{I5}const T a{cs}_{i} = fma(wp{cs}, {hk}_{i}, vp{cs} * {xk}_{i}), "
+                    s.append(f"{I5}const T a{cs}_{i} = {_dbwd_a(f'wp{cs}', f'vp{cs}', hk, xk, i)}, "
                              f"b{cs}_{i} = wp{cs} * {xk}_{i};\n")
             for k in ks:
                 if not dbwd:
@@ -726,7 +733,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I5}T " + ", ".join(f"px{i} = T(0)" for i in iset) + ";\n")
         if dbwd:
             if not w_only:  # grad_y's two terms (wp with ggx, vp with x) as one: one fma per non-zero less
-                s.append(f"{I5}const T " + ", ".join(f"a{i} = fma(wp, {hk}_{i}, vp * {xk}_{i})" for i in iset)
+                s.append(f"{I5}const T " + ", ".join(f"a{i} = {_dbwd_a('wp', 'vp', hk, xk, i)}" for i in iset)
                          + ";\n")
             s.append(f"{I5}T " + ", ".join(f"qx{i} = T(0)" for i in iset) + ";\n")
         s.append(_bwd_contractions(p, I5, xk, gk, hk if dbwd else None, w_only=w_only))
