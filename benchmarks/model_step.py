@@ -25,7 +25,8 @@ instead of plain float32 products; ``+per_block`` runs the float64 ones as one G
 (transposed copies of l > 0 blocks, as before session 23) instead of one ``species_linear`` op. ``+keep=MIB``, ``+chunk=MIB``, ``+lean=MIB``, ``+lean_chunks=N``,
 ``+split=N``, ``+cublas=0|1``, ``+unbiased=0|1``, ``+save=MIB`` set MD_ACCEL_KEEP_WEIGHTS_MIB,
 MD_ACCEL_WEIGHT_CHUNK_MIB, MD_ACCEL_LEAN_WEIGHTS_MIB, MD_ACCEL_LEAN_CHUNKS, MD_ACCEL_BWD_SPLIT,
-MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row only. Options combine (``md_accel:mace+graph+fused``, ``md_accel:mace+graph+lean=0+keep=0``).
+MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED and MD_ACCEL_SAVE_WEIGHTS_MIB (which decides only for weights per edge, ``+edges``) for that row only;
+``+rows=0|1`` sets ``md_accel.ops.set_rows_in_grad_w`` (MD_ACCEL_ROWS_IN_GRAD_W) around that row's steps. Options combine (``md_accel:mace+graph+fused``, ``md_accel:mace+graph+lean=0+keep=0``).
 
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
         [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
@@ -115,9 +116,10 @@ class MdAccel(Backend):
     SETTINGS = {"keep": "MD_ACCEL_KEEP_WEIGHTS_MIB", "chunk": "MD_ACCEL_WEIGHT_CHUNK_MIB",
                 "lean": "MD_ACCEL_LEAN_WEIGHTS_MIB", "lean_chunks": "MD_ACCEL_LEAN_CHUNKS",
                 "split": "MD_ACCEL_BWD_SPLIT", "cublas": "MD_ACCEL_GEMM_CUBLAS",
-                "unbiased": "MD_ACCEL_GEMM_UNBIASED", "save": "MD_ACCEL_SAVE_WEIGHTS_MIB"}
-    COUNTS = ("lean_chunks", "split", "cublas", "unbiased")  # settings that are counts; the others are MiB
-    SWITCHES = ("cublas", "unbiased")  # of those, the ones that are 0 or 1
+                "unbiased": "MD_ACCEL_GEMM_UNBIASED", "save": "MD_ACCEL_SAVE_WEIGHTS_MIB",
+                "rows": "MD_ACCEL_ROWS_IN_GRAD_W"}
+    COUNTS = ("lean_chunks", "split", "cublas", "unbiased", "rows")  # settings that are counts; the others are MiB
+    SWITCHES = ("cublas", "unbiased", "rows")  # of those, the ones that are 0 or 1
 
     def __init__(self, what: str, args):
         # WHAT+whole: keep the whole per-edge weights for the backward at any size (the default
@@ -138,15 +140,18 @@ class MdAccel(Backend):
         unknown += [k for k in settings if k not in self.SETTINGS]
         if unknown or len(set(options)) != len(options) or len(settings) != len(pairs):
             raise ValueError(f"bad md_accel options {options} {settings} (known: +whole, +graph, +fused, +edges, +tf32x3, +per_block, "
-                             f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +split=N, +cublas=0|1, +unbiased=0|1, +save=MIB)")
+                             f"each once; +keep=MIB, +chunk=MIB, +lean=MIB, +lean_chunks=N, +split=N, +cublas=0|1, +unbiased=0|1, +save=MIB, +rows=0|1)")
         for k, v in settings.items():  # numbers, as the library reads them (else it would read 0 or 1)
             if k in self.SWITCHES and v not in ("0", "1"):
                 raise ValueError(f"md_accel option +{k}={v}: expected 0 or 1")
             if not (v.isdigit() if k in self.COUNTS else v.replace(".", "", 1).isdigit()):
                 what = "count" if k in self.COUNTS else "number of MiB"
                 raise ValueError(f"md_accel option +{k}={v}: expected a {what}")
-        self.env = {self.SETTINGS[k]: v for k, v in settings.items() if k != "save"}
+        # save and rows are not read from the environment at each step: save is set on the convs, rows through
+        # md_accel.ops.set_rows_in_grad_w around each step (the library reads MD_ACCEL_ROWS_IN_GRAD_W once)
+        self.env = {self.SETTINGS[k]: v for k, v in settings.items() if k not in ("save", "rows")}
         self.save_mib = float(settings["save"]) if "save" in settings else None
+        self.rows = settings["rows"] == "1" if "rows" in settings else None
         self.what, self.args = what, args
         self.whole, self.graph, self.fused = ("whole" in options), ("graph" in options), ("fused" in options)
         self.tf32x3 = "tf32x3" in options
@@ -244,9 +249,16 @@ class MdAccel(Backend):
                 return energy_forces_virial(self.pot, *inputs, edge_partner=partner)
 
         def run():
-            with common.environ(self.env):
-                out = step(species, t["vec"], t["src"], t["dst"], partner) if self.graph else \
-                    step(species, t["vec"], t["src"], t["dst"])
+            from md_accel.ops import set_rows_in_grad_w
+
+            previous = None if self.rows is None else set_rows_in_grad_w(self.rows)
+            try:
+                with common.environ(self.env):
+                    out = step(species, t["vec"], t["src"], t["dst"], partner) if self.graph else \
+                        step(species, t["vec"], t["src"], t["dst"])
+            finally:
+                if previous is not None:
+                    set_rows_in_grad_w(previous)
             return out["energy"], out["forces"]
 
         return run

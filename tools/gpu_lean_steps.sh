@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, after tools/gpu_stage.sh on the same warm machine (peers in .gpu/site, the op library built):
 # benchmarks/model_step.py, md_accel's Calculator step by default and with each memory-lean threshold of LEAN (MiB of
-# per-edge weights per layer: `+lean=N`, default "0 512"), beside the model's cuEquivariance peer, same run, at SIZES
+# per-edge weights per layer: `+lean=N`, default "0 512"), or with each of OPTS instead (model_step.py's md_accel
+# options, e.g. OPTS="+rows=1 +rows=1+lean=0"), beside the model's cuEquivariance peer, same run, at SIZES
 # atoms (default 864,4000,16384). Arguments: MODEL:DTYPE ... with MODEL mace (the MP-0-medium shape, seed 0),
 # SevenNet_l3i5 or sevennet-0 (the sevenn wheel's checkpoints without optimizer state, .gpu/sn_ckpt). Each job gets
 # an equal share of what is left of LIMIT (default 560 s). Results in $OUT/r/lean_MODEL_DTYPE.SECONDS{,.log}.
@@ -27,7 +28,9 @@ for job in "$@"; do
     what=sevenn peer=sevenn:cueq extra=(--sevenn-checkpoint $model)
   fi
   backends=md_accel:$what+graph
-  for mib in ${LEAN-0 512}; do backends+=,md_accel:$what+graph+lean=$mib; done
+  opts=${OPTS-}
+  [[ -z ${OPTS+set} ]] && for mib in ${LEAN-0 512}; do opts+=" +lean=$mib"; done
+  for o in $opts; do backends+=,md_accel:$what+graph$o; done
   tag=${model}_$dt.$SECONDS
   timeout $share python benchmarks/model_step.py --backends $backends,$peer "${extra[@]}" --dtype $dt \
     --sizes ${SIZES:-864,4000,16384} --repeats 10 --out $R/lean_$tag > $R/lean_$tag.log 2>&1
