@@ -394,6 +394,11 @@ def test_model_step_row_settings():
     assert b.tf32x3 and b.env == {"MD_ACCEL_GEMM_CUBLAS": "0", "MD_ACCEL_GEMM_UNBIASED": "1"}
     with pytest.raises(ValueError, match="expected 0 or 1"):
         model_step.make_backend("md_accel:mace+unbiased=2", args)
+    b = model_step.make_backend("md_accel:mace+graph+rows=1", args)  # set around the steps, not in the environment
+    assert b.rows is True and b.env == {} and model_step.make_backend("md_accel:mace+rows=0", args).rows is False
+    assert model_step.make_backend("md_accel:mace", args).rows is None
+    with pytest.raises(ValueError, match="expected 0 or 1"):
+        model_step.make_backend("md_accel:mace+rows=2", args)
 
 
 def test_precision_f32_on_the_cpu(tmp_path):

@@ -95,3 +95,52 @@ def test_tuning_overrides_name_their_own_build(monkeypatch):
     monkeypatch.setenv(_codegen.TUNING_ENV, "bwd_g32=lots")
     with pytest.raises(ValueError, match="fwd_acc"):
         _codegen.tuning()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),
+                    reason="needs nvcc")
+def test_register_cap_from_the_first_build(tmp_path):
+    """The build's second look (``_register_capped``): ptxas' report of a real build names the double backward's
+    float32 per-edge kernel; a plan whose kernel needs more registers than ``dbwd_auto_warps32`` warps per SM
+    leave is rebuilt with that minimum, one within it keeps its first build."""
+    struct = _codegen.plan_structure(_conv(mul=40))  # 64 threads per block
+    cu, so = tmp_path / "plan.cu", tmp_path / "plan.so"
+    cu.write_text(_codegen.generate(struct))
+    r = subprocess.run(_codegen.nvcc_command(str(cu), str(so), "sm_90", ptxas_report=True), capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    used = {name: n for name, n in _codegen.ptxas_registers(r.stderr).items() if "dbwd_kernel_ds" in name}
+    f32 = [n for name, n in used.items() if "dbwd_kernel_dsIf" in name]
+    assert len(used) == 4 and len(f32) == 2, used  # float and double, one block per receiver or receiver parts
+    low, high = _codegen.cap_registers(64, 64), _codegen.cap_registers(64, 1)  # 64 warps per SM: 32 registers
+    assert low < max(f32) <= high, (low, max(f32), high)
+    capped = _codegen._register_capped(struct, _codegen.Tuning(dbwd_auto_warps32=64), r.stderr)
+    assert capped == _codegen.generate(struct, _codegen.Tuning(dbwd_auto_warps32=64, dbwd_min_warps32=64))
+    assert capped != cu.read_text()
+    assert _codegen._register_capped(struct, _codegen.Tuning(dbwd_auto_warps32=1), r.stderr) is None
+    assert _codegen._register_capped(struct, _codegen.Tuning(dbwd_auto_warps32=0), r.stderr) is None
+    # an explicit cap is never revised
+    assert _codegen._register_capped(struct, _codegen.Tuning(dbwd_auto_warps32=64, dbwd_min_warps32=4),
+                                     r.stderr) is None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),
+                    reason="needs nvcc")
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils)")
+def test_compile_cached_builds_the_revised_source(tmp_path):
+    """``compile_cached(revise=...)``: the first build's ptxas report reaches ``revise``, and the source it returns
+    is the one that ends up in the library."""
+    struct = _codegen.plan_structure(_conv())
+    first = _codegen.generate(struct)
+    reports = []
+
+    def revise(report):
+        reports.append(report)
+        return first + 'extern "C" int md_accel_test_revised() { return 1; }\n'
+
+    so = tmp_path / "lib.so"
+    path = _codegen.compile_cached(so, lambda: first, "plan", "sm_90", "test plan", revise=revise)
+    assert path == str(so) and so.is_file() and len(reports) == 1
+    assert _codegen.ptxas_registers(reports[0])  # the report of the first build
+    assert "md_accel_test_revised" in _exported(path) and "md_accel_tp_spec_v1" in _exported(path)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("tmp")]  # no leftovers

@@ -38,11 +38,17 @@ in1 blocks of one multiplicity, up to how many components in float64, and the fo
 are cached under a name of their own
 (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
+
+Register cap by measurement (``Tuning.dbwd_auto_warps32``): the first nvcc build reports each kernel's registers
+(``-Xptxas -v``); where the double backward's float32 per-edge kernel needed more than a minimum of
+``dbwd_auto_warps32`` resident warps per SM allows, the library is built again with that minimum
+(``dbwd_min_warps32``), under the same cache name.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
 import textwrap
@@ -51,7 +57,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 28  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 29  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -80,6 +86,7 @@ MIN_WARPS64 = 12
 GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one barrier
 W_SLOTS = 4           # the deferred paths' weight-gradient kernel: threads per block over part 1's (_rows_source)
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
+DBWD_AUTO_WARPS32 = 12  # _register_capped: the float32 double backward's per-edge kernel, capped where it needs it
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
 MAX_THREADS = 1024
 TUNING_ENV = "MD_ACCEL_TP_TUNING"
@@ -118,6 +125,7 @@ class Tuning(NamedTuple):
     min_warps32: int = 0
     min_warps64: int = MIN_WARPS64
     dbwd_min_warps32: int = 0  # min_warps32 of the double backward's per-edge kernel alone (opt-in: session 38)
+    dbwd_auto_warps32: int = DBWD_AUTO_WARPS32  # that minimum, set by itself where the first build exceeds it (0: never)
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks the caches for its next edge's data first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
@@ -1357,32 +1365,84 @@ def _cache_dir() -> Path:
     return Path(base) / "tp_specs"
 
 
-def nvcc_command(cu: str, out: str, arch: str) -> List[str]:
+def nvcc_command(cu: str, out: str, arch: str, ptxas_report: bool = False) -> List[str]:
+    """nvcc building `cu` into the shared library `out`; ``ptxas_report``: ptxas prints each kernel's resources
+    (registers, spills) to stderr (``ptxas_registers``)."""
     nvcc = os.environ.get("NVCC") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     if not os.path.exists(nvcc):
         nvcc = "nvcc"
     # No fast math: float64 must match the reference to ~1e-12.
     return [nvcc, "-std=c++17", "-O3", f"-arch={arch}", "-lineinfo", "-shared", "-Xcompiler", "-fPIC",
-            "-I", str(_CSRC), cu, "-o", out]
+            "-I", str(_CSRC), cu, "-o", out] + (["-Xptxas", "-v"] if ptxas_report else [])
 
 
-def compile_cached(so: Path, source: Callable[[], str], name: str, arch: str, what: str) -> str:
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+_PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+
+
+def ptxas_registers(report: str) -> Dict[str, int]:
+    """Registers per kernel (by mangled name) in the stderr of an nvcc run with ``ptxas_report``."""
+    out: Dict[str, int] = {}
+    entry = None
+    for line in report.splitlines():
+        m = _PTXAS_ENTRY.search(line)
+        if m:
+            entry = m.group(1)
+            continue
+        m = _PTXAS_REGISTERS.search(line)
+        if m and entry:
+            out[entry] = int(m.group(1))
+            entry = None
+    return out
+
+
+def compile_cached(so: Path, source: Callable[[], str], name: str, arch: str, what: str,
+                   revise: Optional[Callable[[str], Optional[str]]] = None) -> str:
     """Path of the library `so`: built already, or `source()` compiled by nvcc for `arch` now (as
     `name`.cu in a temporary folder beside it, moved into place atomically: concurrent builders
-    race harmlessly). `what` names the library in the error when nvcc fails."""
+    race harmlessly). `what` names the library in the error when nvcc fails. `revise`: called with the
+    first build's ptxas report; a source it returns is built instead of the first."""
     if so.exists():
         return str(so)
     so.parent.mkdir(parents=True, exist_ok=True)
     src = source()
     with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
         cu = os.path.join(tmp, f"{name}.cu")
-        Path(cu).write_text(src)
         out = os.path.join(tmp, "lib.so")
-        r = subprocess.run(nvcc_command(cu, out, arch), capture_output=True, text=True)
-        if r.returncode != 0:
-            raise RuntimeError(f"nvcc failed for {what}:\n{r.stderr[-4000:]}")
+        report = revise is not None
+        while src is not None:
+            Path(cu).write_text(src)
+            r = subprocess.run(nvcc_command(cu, out, arch, ptxas_report=report), capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"nvcc failed for {what}:\n{r.stderr[-4000:]}")
+            src = revise(r.stderr) if report else None
+            report = False
         os.replace(out, so)
     return str(so)
+
+
+def cap_registers(threads: int, warps: int) -> int:
+    """Registers per thread that ptxas may use under a minimum of `warps` resident warps per SM for blocks of
+    `threads` (``_bounds``): 64K registers per SM over the blocks, in steps of 8, at most 255."""
+    blocks = max(1, warps * 32 // threads)
+    return min(255, 65536 // (blocks * threads) // 8 * 8)
+
+
+_DBWD_F32_KERNEL = re.compile(r"\d+dbwd_kernel_[a-z]+IfL")  # mangled dbwd_kernel_<tag><float, ...>
+
+
+def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
+    """The source to build instead of ``generate(struct, tune)`` after its first build's ptxas report: the double
+    backward's float32 per-edge kernel capped to ``dbwd_auto_warps32`` warps per SM where it needed more registers
+    than that leaves (session 40, H200: mace_large's 222 -> 168, its float32 double backward 6.5 % faster; the
+    plans already under the cap ran 0-4 % slower capped), None to keep the first build. Only without a cap asked
+    for (``dbwd_min_warps32``, ``min_warps32``)."""
+    if not tune.dbwd_auto_warps32 or tune.dbwd_min_warps32 or tune.min_warps32:
+        return None
+    used = [n for name, n in ptxas_registers(report).items() if _DBWD_F32_KERNEL.search(name)]
+    if not used or max(used) <= cap_registers(_analyse(struct)[2], tune.dbwd_auto_warps32):
+        return None
+    return generate(struct, tune._replace(dbwd_min_warps32=tune.dbwd_auto_warps32))
 
 
 def build(struct, arch: str) -> str:
@@ -1390,7 +1450,8 @@ def build(struct, arch: str) -> str:
     key = structure_key(struct)
     tune = tuning()
     so = _cache_dir() / f"{key}-{arch}-v{GEN_VERSION}{tune.suffix()}.so"
-    return compile_cached(so, lambda: generate(struct, tune), f"tp_spec_{key}", arch, f"tp_conv plan {key}")
+    return compile_cached(so, lambda: generate(struct, tune), f"tp_spec_{key}", arch, f"tp_conv plan {key}",
+                          revise=lambda report: _register_capped(struct, tune, report))
 
 
 def plan_structure(plan) -> tuple:
