@@ -1405,18 +1405,21 @@ def compile_cached(so: Path, source: Callable[[], str], name: str, arch: str, wh
     if so.exists():
         return str(so)
     so.parent.mkdir(parents=True, exist_ok=True)
-    src = source()
     with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
         cu = os.path.join(tmp, f"{name}.cu")
         out = os.path.join(tmp, "lib.so")
-        report = revise is not None
-        while src is not None:
+
+        def nvcc(src: str, ptxas_report: bool) -> str:
             Path(cu).write_text(src)
-            r = subprocess.run(nvcc_command(cu, out, arch, ptxas_report=report), capture_output=True, text=True)
+            r = subprocess.run(nvcc_command(cu, out, arch, ptxas_report), capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"nvcc failed for {what}:\n{r.stderr[-4000:]}")
-            src = revise(r.stderr) if report else None
-            report = False
+            return r.stderr
+
+        report = nvcc(source(), ptxas_report=revise is not None)
+        revised = revise(report) if revise is not None else None
+        if revised is not None:
+            nvcc(revised, ptxas_report=False)
         os.replace(out, so)
     return str(so)
 
