@@ -9,8 +9,9 @@ correlation-3 symmetric contractions) take minutes of nvcc each, device time bet
     .venv/bin/python tools/prebuild_gpu_kernels.py tp-tests --tuning default --tuning dbwd_min_warps32=12
 
 Builds into .gpu/build (tp_specs/, sc_specs/) and packs the libraries of this invocation (not the others
-.gpu/build holds; ``--pack all``: every library there) into .gpu/gpu_prebuilt.tar.xz, which tools/gpu_check.sh
-and tools/gpu_call_env.sh unpack (carry ".gpu/gpu_prebuilt.tar.xz"). ``--tuning`` (repeatable; "default":
+.gpu/build holds; ``--pack all``: every library there) into .gpu/gpu_prebuilt.tar.xz (``--name N``:
+.gpu/gpu_N.tar.xz, so that one invocation's pack does not replace another's), which tools/gpu_check.sh and
+tools/gpu_call_env.sh unpack, every .gpu/gpu_*.tar.xz carried (carry ".gpu/gpu_prebuilt.tar.xz"). ``--tuning`` (repeatable; "default":
 none) builds the tensor-product kernels once per MD_ACCEL_TP_TUNING variant (a tuning sweep's variants,
 tools/tuning_sweep.sh); without it, the environment's.
 """
@@ -138,6 +139,7 @@ def main():
                     help='an MD_ACCEL_TP_TUNING value ("default": none) to build the kernels under; repeatable')
     ap.add_argument("--pack", choices=("these", "all"), default="these",
                     help="pack this invocation's libraries (default) or every library in .gpu/build")
+    ap.add_argument("--name", default="prebuilt", help="the pack's name: .gpu/gpu_NAME.tar.xz")
     args = ap.parse_args()
     modules = [m for what in args.what if what in makers for m in makers[what]()]
     paths = []
@@ -156,9 +158,10 @@ def main():
     outside = [f for f in files if f.startswith("..")]
     if outside:
         sys.exit(f"libraries outside .gpu (MD_ACCEL_BUILD_DIR?), not packed: {outside[:3]}")
-    subprocess.run(["tar", "cJf", "gpu_prebuilt.tar.xz", *files], cwd=gpu, check=True)
-    size = os.path.getsize(os.path.join(gpu, "gpu_prebuilt.tar.xz")) / 2 ** 20
-    print(f"packed {len(files)} libraries into .gpu/gpu_prebuilt.tar.xz ({size:.1f} MiB)")
+    pack = f"gpu_{args.name}.tar.xz"
+    subprocess.run(["tar", "-I", "xz -T0", "-cf", pack, *files], cwd=gpu, check=True)
+    size = os.path.getsize(os.path.join(gpu, pack)) / 2 ** 20
+    print(f"packed {len(files)} libraries into .gpu/{pack} ({size:.1f} MiB)")
 
 
 if __name__ == "__main__":
