@@ -248,9 +248,9 @@ class MdAccel(Backend):
             def step(*inputs):
                 return energy_forces_virial(self.pot, *inputs, edge_partner=partner)
 
-        def run():
-            from md_accel.ops import set_rows_in_grad_w
+        from md_accel.ops import set_rows_in_grad_w
 
+        def run():
             previous = None if self.rows is None else set_rows_in_grad_w(self.rows)
             try:
                 with common.environ(self.env):

@@ -469,7 +469,8 @@ def wide_plan_and_library(tune: _codegen.Tuning):
 FWD_TUNINGS = {"cpl2": _codegen.Tuning(fwd_cpl=2),
                "cpl2_split_prefetch_all": _codegen.Tuning(fwd_cpl=2, fwd_acc=6, prefetch=_codegen.PF_ALL),
                "m_table": _codegen.Tuning(fwd_m=1),
-               "m_table_split_prefetch_all": _codegen.Tuning(fwd_m=1, fwd_acc=6, prefetch=_codegen.PF_ALL)}
+               "m_table_split_prefetch_all": _codegen.Tuning(fwd_m=1, fwd_acc=6, prefetch=_codegen.PF_ALL),
+               "cpl2_m_table": _codegen.Tuning(fwd_cpl=2, fwd_m=1)}
 
 
 @pytest.mark.parametrize("tuning", list(FWD_TUNINGS))
@@ -478,19 +479,18 @@ def test_forward_variants(dtype, tuning):
     """The forward's opt-in variants: ``Tuning.fwd_cpl=2``, each thread of a 32- or 64-channel pass holds channels
     u and u + L; ``Tuning.fwd_m=1``, the one-warp edge slots (the 32-channel passes, two slots per block, and the
     8-channel ones, whose lanes past the channels compute factors too) share each edge's M factors through shared
-    memory. The forward in edge chunks (accumulate), output poisoned first, against the reference, and against the
-    default kernels' forward to rounding (the order of summation differs)."""
+    memory (with both, the 8-channel passes share factors, the others hold two channels). The forward in edge chunks
+    (accumulate), output poisoned first, against the reference, and against the default kernels' forward to rounding
+    (the order of summation differs)."""
     tune = FWD_TUNINGS[tuning]
     plan, lib = wide_plan_and_library(tune)
     src = _codegen.generate(_codegen.plan_structure(plan), tune)
     passes = _codegen._fwd_passes(_codegen._analyse(_codegen.plan_structure(plan))[1], tune.fwd_acc, tune.fwd_cpl)
-    if tune.fwd_cpl == 2:
-        variant = sum(g[0].mul % 32 == 0 for g in passes)
-        assert src.count("2 channels per thread") == variant > 0  # not the 8 channels
-    else:
-        variant = sum(g[0].mul <= 32 for g in passes)
-        assert src.count("__syncwarp();  // sm is rewritten") == variant > 0  # not the 64 channels
-    assert len(passes) > variant
+    two = sum(g[0].mul % 32 == 0 for g in passes) if tune.fwd_cpl == 2 else 0  # not the 8 channels
+    shared = sum(g[0].mul <= 32 and _codegen._fwd_cpl(g[0].mul, tune.fwd_cpl) == 1 for g in passes) if tune.fwd_m else 0
+    assert src.count("2 channels per thread") == two and src.count("__syncwarp();  // sm is rewritten") == shared
+    # every pass takes a variant with both, else the 8 channels (fwd_cpl=2) or the 64 channels (fwd_m=1) do not
+    assert two + shared == len(passes) if tune.fwd_cpl == 2 and tune.fwd_m else 0 < two + shared < len(passes)
     gen = torch.Generator().manual_seed(3)
     n, g = hub_graph(gen)
     e = g.src.numel()

@@ -55,6 +55,7 @@ import re
 import subprocess
 import tempfile
 import textwrap
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -355,7 +356,8 @@ def _m_entries(group: List[_Path]) -> List[Tuple[_Path, int, int, List[Tuple[int
 
 
 def _m_slot_size(group: List[_Path]) -> int:
-    """Shared-memory elements of one edge slot's M factors (``_m_entries``), padded to 4 (16-byte rows)."""
+    """Shared-memory elements of one edge slot's M factors (``_m_entries``), padded to 4 so that every slot's row
+    starts 16-byte aligned (the contractions read the factors as vectors)."""
     return (len(_m_entries(group)) + 3) // 4 * 4
 
 
@@ -365,12 +367,11 @@ def _m_uses_table(group: List[_Path], dbwd: bool, cpl: int, fwd_m: int) -> bool:
     return bool(fwd_m) and not dbwd and cpl == 1 and group[0].mul <= 32
 
 
-def _m_table(I: str, gi: int, group: List[_Path]) -> Tuple[str, str]:
+def _m_table(I: str, gi: int, entries: List[Tuple[_Path, int, int, List[Tuple[int, int]]]]) -> Tuple[str, str]:
     """(tables, device code) of ``fwd_m``: the 32 lanes of an edge slot compute the edge's M factors into the
     slot's row ``sm`` of shared memory, the factors with equal numbers of terms in one loop (lane u takes its
     u-th, u + 32-th, .. factor: CG values per dtype, y columns and slots from constant tables), then meet at
-    __syncwarp."""
-    entries = _m_entries(group)
+    __syncwarp. ``entries``: the group's ``_m_entries``."""
     order = sorted(range(len(entries)), key=lambda m: len(entries[m][3]))  # stable: slot order within a count
     name = f"kMf{gi}"
     cg = [f"kCg{q}" for m in order for q, _ in entries[m][3]]
@@ -504,16 +505,18 @@ def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str
 
 
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
-               prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1, fwd_m: int = 0) -> Tuple[str, str]:
+               prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1, m_row: int = 0) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
     w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward).
     ``cpl`` (``_fwd_cpl``): channels per thread, u, u + L, ..: each product of a CG value and a y (the edge's,
-    the same in every lane) then serves them all. ``fwd_m`` (``_m_uses_table``): the lanes share the edge's
-    M factors through shared memory ``s_m`` (``_m_table``). Returns (device code, constant tables)."""
+    the same in every lane) then serves them all. ``m_row``: where not 0 (``fwd_m``, ``_m_uses_table``), the lanes
+    share the edge's M factors (``_m_table``) through shared memory ``s_m``, in rows of ``m_row`` elements, one per
+    warp, the same in every pass. Returns (device code, constant tables)."""
     mul = group[0].mul
-    mtab = _m_uses_table(group, dbwd, cpl, fwd_m)
+    mtab = m_row > 0
+    entries = _m_entries(group) if mtab else []
     # fwd_m: every lane of the slot computes factors, so those past the multiplicity run the loop without a channel
     guard = (lambda load: f"(u < {mul} ? {load} : T(0))") if mtab and mul < 32 else (lambda load: load)
     out_keys = []
@@ -535,18 +538,19 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
             s.append(f"{I2}T " + ", ".join(f"{_bname('acc', key)}{cs}_{k} = T(0)" for k in range(key[2])) + ";\n")
     lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
     if mtab:
-        s.append(f"{I2}T* sm = s_m + slot * {_m_slot_size(group)};  // this slot's M factors\n")
+        s.append(f"{I2}T* sm = s_m + slot * {m_row};  // this slot's M factors\n")
     s.append(f"{I2}if (slot < {S}{'' if mtab else f' && u < {lanes}'})\n")
     s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     I3 = I2 + "  "
     tables = ""
+    looping = 32 if mtab else lanes  # the threads of a slot in the edge loop
     if prefetch:
         tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
-                                      dbwd, lanes)
+                                      dbwd, looping)
         s.append(code)
     if prefetch_xy:
         t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd,
-                                    lanes)
+                                    looping)
         tables += t
         s.append(code)
     s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
@@ -558,7 +562,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
         s.append(f"{I3}const T* vr = ggw + e * d.w;\n")
     if mtab:
-        t, code = _m_table(I3, gi, group)
+        t, code = _m_table(I3, gi, entries)
         tables += t
         s.append(code)
     for c in ([] if mtab else y_cols):
@@ -596,7 +600,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
             for k in ks:
                 if mtab:  # sum_i M_ik x_i over the path's factors (_m_entries' index m)
                     chain = "T(0)"
-                    for m, (pe, ke, i, _) in enumerate(_m_entries(group)):
+                    for m, (pe, ke, i, _) in enumerate(entries):
                         if pe is p and ke == k:
                             chain = f"fma(sm[{m}], {xk}_{i}, {chain})"
                     s.append(f"{I5}{acc}_{k} = fma(wp{cs}, {chain}, {acc}_{k});\n")
@@ -645,8 +649,11 @@ def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
+    m_groups = [g for g in groups if _m_uses_table(g, dbwd, _fwd_cpl(g[0].mul, cpl), tune.fwd_m)]
+    # fwd_m: one row per warp, wide enough for every pass, so that no pass's row overlaps another warp's
+    m_row = max((_m_slot_size(g) for g in m_groups), default=0)
     parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                        _fwd_cpl(g[0].mul, cpl), tune.fwd_m)
+                        _fwd_cpl(g[0].mul, cpl), m_row if any(g is m for m in m_groups) else 0)
              for gi, g in enumerate(groups)]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
@@ -656,8 +663,9 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
         if S > 1:
             red = max(red, (S - 1) * comps * M)
     smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
-    msize = max([_fwd_slots(g[0].mul, _out_width(g), threads)[2] * _m_slot_size(g) for g in groups
-                 if _m_uses_table(g, dbwd, _fwd_cpl(g[0].mul, cpl), tune.fwd_m)], default=0)
+    msize = m_row * max((_fwd_slots(g[0].mul, _out_width(g), threads)[2] for g in m_groups), default=0)
+    if msize and (red + msize) * 8 > 48 * 1024:  # static shared memory of one block, float64
+        raise Unsupported(f"fwd_m: {(red + msize) * 8} bytes of shared memory in the forward > 48 KiB")
     if msize:
         smem += f"  __shared__ __align__(16) T s_m[{msize}];  // fwd_m: each edge slot's M factors\n"
     name = "dfwd_kernel" if dbwd else "fwd_kernel"
@@ -1497,17 +1505,17 @@ def compile_cached(so: Path, source: Callable[[], str], name: str, arch: str, wh
         cu = os.path.join(tmp, f"{name}.cu")
         out = os.path.join(tmp, "lib.so")
 
-        def nvcc(src: str, ptxas_report: bool) -> str:
+        def nvcc(src: str, ptxas_report: bool, build: str = "") -> str:
             Path(cu).write_text(src)
             r = subprocess.run(nvcc_command(cu, out, arch, ptxas_report), capture_output=True, text=True)
             if r.returncode != 0:
-                raise RuntimeError(f"nvcc failed for {what}:\n{r.stderr[-4000:]}")
+                raise RuntimeError(f"nvcc failed for {what}{build}:\n{r.stderr[-4000:]}")
             return r.stderr
 
         report = nvcc(source(), ptxas_report=revise is not None)
         revised = revise(report) if revise is not None else None
         if revised is not None:
-            nvcc(revised, ptxas_report=False)
+            nvcc(revised, ptxas_report=False, build=" (the second build, of the revised source)")
         os.replace(out, so)
     return str(so)
 
@@ -1530,8 +1538,14 @@ def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
     for (``dbwd_min_warps32``, ``min_warps32``)."""
     if not tune.dbwd_auto_warps32 or tune.dbwd_min_warps32 or tune.min_warps32:
         return None
-    used = [n for name, n in ptxas_registers(report).items() if _DBWD_F32_KERNEL.search(name)]
-    if not used or max(used) <= cap_registers(_analyse(struct)[2], tune.dbwd_auto_warps32):
+    registers = ptxas_registers(report)
+    used = [n for name, n in registers.items() if _DBWD_F32_KERNEL.search(name)]
+    if not used:
+        if any("dbwd_kernel_" in name for name in registers):  # a double backward, but not as the rule knows it
+            warnings.warn("the ptxas report names no float32 double-backward kernel that _DBWD_F32_KERNEL matches: "
+                          "the register cap rule was not applied")
+        return None
+    if max(used) <= cap_registers(_analyse(struct)[2], tune.dbwd_auto_warps32):
         return None
     return generate(struct, tune._replace(dbwd_min_warps32=tune.dbwd_auto_warps32))
 
