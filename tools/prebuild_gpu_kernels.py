@@ -10,10 +10,10 @@ correlation-3 symmetric contractions) take minutes of nvcc each, device time bet
 
 Builds into .gpu/build (tp_specs/, sc_specs/) and packs the libraries of this invocation (not the others
 .gpu/build holds; ``--pack all``: every library there) into .gpu/gpu_prebuilt.tar.xz (``--name N``:
-.gpu/gpu_N.tar.xz, so that one invocation's pack does not replace another's), which tools/gpu_check.sh and
-tools/gpu_call_env.sh unpack, every .gpu/gpu_*.tar.xz carried (carry ".gpu/gpu_prebuilt.tar.xz"). ``--tuning`` (repeatable; "default":
-none) builds the tensor-product kernels once per MD_ACCEL_TP_TUNING variant (a tuning sweep's variants,
-tools/tuning_sweep.sh); without it, the environment's.
+.gpu/gpu_N.tar.xz, so that one invocation's pack does not replace another's). tools/gpu_check.sh and
+tools/gpu_call_env.sh unpack every .gpu/gpu_*.tar.xz carried (carry ".gpu/gpu_prebuilt.tar.xz"). ``--tuning``
+(repeatable; "default": none) builds the tensor-product kernels once per MD_ACCEL_TP_TUNING variant (a tuning
+sweep's variants, tools/tuning_sweep.sh); without it, the environment's.
 """
 import argparse
 import importlib.util

@@ -649,12 +649,13 @@ def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
-    m_groups = [g for g in groups if _m_uses_table(g, dbwd, _fwd_cpl(g[0].mul, cpl), tune.fwd_m)]
+    shares = [_m_uses_table(g, dbwd, _fwd_cpl(g[0].mul, cpl), tune.fwd_m) for g in groups]
+    m_groups = [g for g, shared in zip(groups, shares) if shared]
     # fwd_m: one row per warp, wide enough for every pass, so that no pass's row overlaps another warp's
     m_row = max((_m_slot_size(g) for g in m_groups), default=0)
     parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                        _fwd_cpl(g[0].mul, cpl), m_row if any(g is m for m in m_groups) else 0)
-             for gi, g in enumerate(groups)]
+                        _fwd_cpl(g[0].mul, cpl), m_row if shared else 0)
+             for gi, (g, shared) in enumerate(zip(groups, shares))]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
     for g in groups:
