@@ -1,0 +1,115 @@
+"""One md_accel conv pass per workload and dtype, timed as ``kernels.py`` times it, with each CUDA kernel's
+device time per call (torch.profiler) and the caching allocator's device mallocs and frees during the timed
+calls. Its job: say which kernel moves when the same pass runs in differently prepared processes (the
+order of the dtypes, a peer imported, a large allocation freed before), e.g. on the GPU machine
+
+    python benchmarks/pass_breakdown.py --workloads mace_mp0_medium,mace_large --dtypes float64 --prelude alloc:20
+    python benchmarks/pass_breakdown.py --workloads mace_mp0_medium,mace_large --dtypes float32,float64
+
+and compare the printed kernel tables between the processes.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections import defaultdict
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from kernels import GraphT, MdAccelImpl, inputs, make_graph, run_pass  # noqa: E402
+from workloads import WORKLOADS  # noqa: E402
+
+ALLOCATOR_COUNTS = ("num_device_alloc", "num_device_free", "num_alloc_retries")
+
+
+def apply_prelude(spec: str, device) -> None:
+    """``import:MODULE`` imports a module; ``alloc:GIB`` allocates and frees GIB GiB (kept in the
+    allocator's cache); ``empty:GIB`` does the same and then empties the cache."""
+    kind, _, arg = spec.partition(":")
+    if kind == "import":
+        importlib.import_module(arg)
+    elif kind in ("alloc", "empty"):
+        block = torch.empty(int(float(arg) * 2**30), dtype=torch.uint8, device=device)
+        block.fill_(0)
+        del block
+        if kind == "empty":
+            torch.cuda.empty_cache()
+    elif kind != "none":
+        raise SystemExit(f"unknown prelude {spec!r} (none, import:MODULE, alloc:GIB, empty:GIB)")
+
+
+def kernel_times(fn, calls: int) -> dict:
+    """Device microseconds per call of each CUDA kernel ``fn`` launches, and its launches per call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total, count = defaultdict(float), defaultdict(int)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            total[ev.name] += ev.time_range.elapsed_us()
+            count[ev.name] += 1
+    return {name: {"us": total[name] / calls, "launches": count[name] / calls} for name in total}
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="mace_mp0_medium")
+    ap.add_argument("--dtypes", default="float64", help="run in this order")
+    ap.add_argument("--pass", dest="kind", default="dbwd", choices=("fwd", "fwd_bwd", "dbwd"))
+    ap.add_argument("--graph", default="random_sym:4000:312000")
+    ap.add_argument("--prelude", action="append", default=[], help="none, import:MODULE, alloc:GIB, empty:GIB")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--out", default=None, help="a JSON file for the records")
+    args = ap.parse_args(argv)
+    device = torch.device("cuda")
+    for spec in args.prelude:
+        apply_prelude(spec, device)
+    g = GraphT(make_graph(args.graph), device)
+    records = []
+    for name in args.workloads.split(","):
+        wl = WORKLOADS[name]
+        for dname in args.dtypes.split(","):
+            dtype = getattr(torch, dname)
+            impl = MdAccelImpl(wl, g, dtype, device)
+            x, y, w = inputs(wl, g, dtype, device)
+            grad_out = torch.randn(g.num_nodes, wl.dims[2], dtype=dtype, device=device)
+            with impl.settings():
+                fn = run_pass(impl, args.kind, impl.prepare(x, y, w), grad_out)
+                before = torch.cuda.memory_stats(device)
+                timing = common.time_gpu(fn, device, 3, args.repeats)
+                after = torch.cuda.memory_stats(device)
+                try:
+                    kernels = kernel_times(fn, args.repeats)
+                except Exception as e:  # noqa: BLE001  (the timing above still stands)
+                    print(f"   no kernel times: {common.failure(e)}", flush=True)
+                    kernels = {}
+            allocs = {k: (after.get(k, 0) - before.get(k, 0)) / (args.repeats + 3) for k in ALLOCATOR_COUNTS}
+            rec = {"workload": name, "dtype": dname, "pass": args.kind, "prelude": args.prelude,
+                   "median_ms": timing["median_ms"], "allocator_per_call": allocs, "kernels": kernels,
+                   "reserved_gib": torch.cuda.memory_reserved(device) / 2**30}
+            records.append(rec)
+            print(f"== {name} {dname} {args.kind} (prelude {' '.join(args.prelude) or 'none'}): "
+                  f"{timing['median_ms']:.3f} ms; per call "
+                  + ", ".join(f"{k} {v:g}" for k, v in allocs.items())
+                  + f"; reserved {rec['reserved_gib']:.1f} GiB", flush=True)
+            busy = sum(k["us"] for k in kernels.values())
+            print(f"   kernels busy {busy / 1e3:.3f} ms per call", flush=True)
+            for kname, k in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])[:12]:
+                print(f"   {k['us'] / 1e3:8.3f} ms  x{k['launches']:<4g} {kname[:110]}", flush=True)
+            del impl, fn, x, y, w, grad_out
+            common.release(device)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
