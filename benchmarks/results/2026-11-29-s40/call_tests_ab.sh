@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")/../../.."
 [[ -d .gpu/site/cuequivariance_torch ]] || echo "no staged peers in .gpu/site: md_accel alone"
-export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peers/full/wheels
+export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=${WHEELS:-.peers/full/wheels}
 source tools/gpu_call_env.sh
 LIMIT=${LIMIT:-570}
 if [[ ${TESTS:-1} == 1 ]]; then
