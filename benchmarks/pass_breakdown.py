@@ -1,10 +1,11 @@
-"""One md_accel conv pass per workload and dtype, timed as ``kernels.py`` times it, with each CUDA kernel's
-device time per call (torch.profiler) and the caching allocator's device mallocs and frees during the timed
-calls. Its job: say which kernel moves when the same pass runs in differently prepared processes (the
-order of the dtypes, a peer imported, a large allocation freed before), e.g. on the GPU machine
+"""One conv pass per workload, dtype and implementation (md_accel by default), timed as ``kernels.py`` times it,
+with each CUDA kernel's device time per call (torch.profiler) and the caching allocator's device mallocs and frees
+during the timed calls. Its job: say which kernel moves when the same pass runs in differently prepared processes
+(the order of the dtypes, a peer imported or run first, a large allocation freed before), e.g. on the GPU machine
 
     python benchmarks/pass_breakdown.py --workloads mace_mp0_medium,mace_large --dtypes float64 --prelude alloc:20
     python benchmarks/pass_breakdown.py --workloads mace_mp0_medium,mace_large --dtypes float32,float64
+    python benchmarks/pass_breakdown.py --workloads mace_mp0_medium --impls cueq,md_accel
 
 and compare the printed kernel tables between the processes.
 """
@@ -21,7 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from kernels import GraphT, MdAccelImpl, inputs, make_graph, run_pass  # noqa: E402
+from kernels import GraphT, inputs, make_graph, make_impl, run_pass  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 ALLOCATOR_COUNTS = ("num_device_alloc", "num_device_free", "num_alloc_retries")
@@ -59,10 +60,39 @@ def kernel_times(fn, calls: int) -> dict:
     return {name: {"us": total[name] / calls, "launches": count[name] / calls} for name in total}
 
 
+def measure(impl, workload: str, args_xyw, grad_out, args) -> dict:
+    """Time one implementation's pass, then profile its kernels; print and return the record."""
+    device = grad_out.device
+    with impl.settings():
+        fn = run_pass(impl, args.kind, impl.prepare(*args_xyw), grad_out)
+        before = torch.cuda.memory_stats(device)
+        timing = common.time_gpu(fn, device, 3, args.repeats)
+        after = torch.cuda.memory_stats(device)
+        try:
+            kernels = kernel_times(fn, args.repeats)
+        except Exception as e:  # noqa: BLE001  (the timing above still stands)
+            print(f"   no kernel times: {common.failure(e)}", flush=True)
+            kernels = {}
+    allocs = {k: (after.get(k, 0) - before.get(k, 0)) / (args.repeats + 3) for k in ALLOCATOR_COUNTS}
+    rec = {"workload": workload, "impl": impl.name, "dtype": str(grad_out.dtype).removeprefix("torch."),
+           "pass": args.kind, "prelude": args.prelude, "median_ms": timing["median_ms"],
+           "allocator_per_call": allocs, "kernels": kernels,
+           "reserved_gib": torch.cuda.memory_reserved(device) / 2**30}
+    print(f"== {workload} {impl.name} {rec['dtype']} {args.kind} (prelude {' '.join(args.prelude) or 'none'}): "
+          f"{timing['median_ms']:.3f} ms; per call " + ", ".join(f"{k} {v:g}" for k, v in allocs.items())
+          + f"; reserved {rec['reserved_gib']:.1f} GiB", flush=True)
+    busy = sum(k["us"] for k in kernels.values())
+    print(f"   kernels busy {busy / 1e3:.3f} ms per call", flush=True)
+    for kname, k in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])[:12]:
+        print(f"   {k['us'] / 1e3:8.3f} ms  x{k['launches']:<4g} {kname[:110]}", flush=True)
+    return rec
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default="mace_mp0_medium")
     ap.add_argument("--dtypes", default="float64", help="run in this order")
+    ap.add_argument("--impls", default="md_accel", help="kernels.py's implementations, run in this order per cell")
     ap.add_argument("--pass", dest="kind", default="dbwd", choices=("fwd", "fwd_bwd", "dbwd"))
     ap.add_argument("--graph", default="random_sym:4000:312000")
     ap.add_argument("--prelude", action="append", default=[], help="none, import:MODULE, alloc:GIB, empty:GIB")
@@ -78,33 +108,12 @@ def main(argv=None) -> None:
         wl = WORKLOADS[name]
         for dname in args.dtypes.split(","):
             dtype = getattr(torch, dname)
-            impl = MdAccelImpl(wl, g, dtype, device)
             x, y, w = inputs(wl, g, dtype, device)
             grad_out = torch.randn(g.num_nodes, wl.dims[2], dtype=dtype, device=device)
-            with impl.settings():
-                fn = run_pass(impl, args.kind, impl.prepare(x, y, w), grad_out)
-                before = torch.cuda.memory_stats(device)
-                timing = common.time_gpu(fn, device, 3, args.repeats)
-                after = torch.cuda.memory_stats(device)
-                try:
-                    kernels = kernel_times(fn, args.repeats)
-                except Exception as e:  # noqa: BLE001  (the timing above still stands)
-                    print(f"   no kernel times: {common.failure(e)}", flush=True)
-                    kernels = {}
-            allocs = {k: (after.get(k, 0) - before.get(k, 0)) / (args.repeats + 3) for k in ALLOCATOR_COUNTS}
-            rec = {"workload": name, "dtype": dname, "pass": args.kind, "prelude": args.prelude,
-                   "median_ms": timing["median_ms"], "allocator_per_call": allocs, "kernels": kernels,
-                   "reserved_gib": torch.cuda.memory_reserved(device) / 2**30}
-            records.append(rec)
-            print(f"== {name} {dname} {args.kind} (prelude {' '.join(args.prelude) or 'none'}): "
-                  f"{timing['median_ms']:.3f} ms; per call "
-                  + ", ".join(f"{k} {v:g}" for k, v in allocs.items())
-                  + f"; reserved {rec['reserved_gib']:.1f} GiB", flush=True)
-            busy = sum(k["us"] for k in kernels.values())
-            print(f"   kernels busy {busy / 1e3:.3f} ms per call", flush=True)
-            for kname, k in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])[:12]:
-                print(f"   {k['us'] / 1e3:8.3f} ms  x{k['launches']:<4g} {kname[:110]}", flush=True)
-            del impl, fn, x, y, w, grad_out
+            for impl_name in args.impls.split(","):
+                records.append(measure(make_impl(impl_name, wl, g, dtype, device), name, (x, y, w), grad_out, args))
+                common.release(device)
+            del x, y, w, grad_out
             common.release(device)
     if args.out:
         with open(args.out, "w") as f:
