@@ -5,7 +5,7 @@ during the timed calls. Its job: say which kernel moves when the same pass runs 
 
     python benchmarks/pass_breakdown.py --workloads mace_mp0_medium,mace_large --dtypes float64 --prelude alloc:20
     python benchmarks/pass_breakdown.py --workloads mace_mp0_medium,mace_large --dtypes float32,float64
-    python benchmarks/pass_breakdown.py --workloads mace_mp0_medium --impls cueq,md_accel
+    python benchmarks/pass_breakdown.py --workloads mace_mp0_medium --impls cueq,md_accel --passes fwd_bwd,dbwd
 
 and compare the printed kernel tables between the processes.
 """
@@ -60,11 +60,11 @@ def kernel_times(fn, calls: int) -> dict:
     return {name: {"us": total[name] / calls, "launches": count[name] / calls} for name in total}
 
 
-def measure(impl, workload: str, args_xyw, grad_out, args) -> dict:
+def measure(impl, workload: str, kind: str, args_xyw, grad_out, args) -> dict:
     """Time one implementation's pass, then profile its kernels; print and return the record."""
     device = grad_out.device
     with impl.settings():
-        fn = run_pass(impl, args.kind, impl.prepare(*args_xyw), grad_out)
+        fn = run_pass(impl, kind, impl.prepare(*args_xyw), grad_out)
         before = torch.cuda.memory_stats(device)
         timing = common.time_gpu(fn, device, 3, args.repeats)
         after = torch.cuda.memory_stats(device)
@@ -75,10 +75,10 @@ def measure(impl, workload: str, args_xyw, grad_out, args) -> dict:
             kernels = {}
     allocs = {k: (after.get(k, 0) - before.get(k, 0)) / (args.repeats + 3) for k in ALLOCATOR_COUNTS}
     rec = {"workload": workload, "impl": impl.name, "dtype": str(grad_out.dtype).removeprefix("torch."),
-           "pass": args.kind, "prelude": args.prelude, "median_ms": timing["median_ms"],
+           "pass": kind, "prelude": args.prelude, "median_ms": timing["median_ms"],
            "allocator_per_call": allocs, "kernels": kernels,
            "reserved_gib": torch.cuda.memory_reserved(device) / 2**30}
-    print(f"== {workload} {impl.name} {rec['dtype']} {args.kind} (prelude {' '.join(args.prelude) or 'none'}): "
+    print(f"== {workload} {impl.name} {rec['dtype']} {kind} (prelude {' '.join(args.prelude) or 'none'}): "
           f"{timing['median_ms']:.3f} ms; per call " + ", ".join(f"{k} {v:g}" for k, v in allocs.items())
           + f"; reserved {rec['reserved_gib']:.1f} GiB", flush=True)
     busy = sum(k["us"] for k in kernels.values())
@@ -93,7 +93,7 @@ def main(argv=None) -> None:
     ap.add_argument("--workloads", default="mace_mp0_medium")
     ap.add_argument("--dtypes", default="float64", help="run in this order")
     ap.add_argument("--impls", default="md_accel", help="kernels.py's implementations, run in this order per cell")
-    ap.add_argument("--pass", dest="kind", default="dbwd", choices=("fwd", "fwd_bwd", "dbwd"))
+    ap.add_argument("--passes", default="dbwd", help="fwd, fwd_bwd, dbwd: run in this order per implementation")
     ap.add_argument("--graph", default="random_sym:4000:312000")
     ap.add_argument("--prelude", action="append", default=[], help="none, import:MODULE, alloc:GIB, empty:GIB")
     ap.add_argument("--repeats", type=int, default=10)
@@ -111,8 +111,11 @@ def main(argv=None) -> None:
             x, y, w = inputs(wl, g, dtype, device)
             grad_out = torch.randn(g.num_nodes, wl.dims[2], dtype=dtype, device=device)
             for impl_name in args.impls.split(","):
-                records.append(measure(make_impl(impl_name, wl, g, dtype, device), name, (x, y, w), grad_out, args))
-                common.release(device)
+                impl = make_impl(impl_name, wl, g, dtype, device)
+                for kind in args.passes.split(","):
+                    records.append(measure(impl, name, kind, (x, y, w), grad_out, args))
+                    common.release(device)
+                del impl
             del x, y, w, grad_out
             common.release(device)
     if args.out:
