@@ -22,17 +22,39 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from kernels import GraphT, inputs, make_graph, make_impl, run_pass  # noqa: E402
+from kernels import GraphT, inputs, make_graph, make_impl, run_pass, through_layouts  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 ALLOCATOR_COUNTS = ("num_device_alloc", "num_device_free", "num_alloc_retries")
 
 
-def apply_prelude(spec: str, device) -> None:
+def persisting_l2_bytes() -> int:
+    """The device's persisting-L2 limit (cudaLimitPersistingL2CacheSize), -1 where it cannot be read."""
+    import ctypes
+
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        value = ctypes.c_size_t()
+        return int(value.value) if lib.cudaDeviceGetLimit(ctypes.byref(value), 0x06) == 0 else -1
+    return -1
+
+
+def apply_prelude(spec: str, graph: dict, device) -> None:
     """``import:MODULE`` imports a module; ``alloc:GIB`` allocates and frees GIB GiB (kept in the
-    allocator's cache); ``empty:GIB`` does the same and then empties the cache."""
+    allocator's cache); ``empty:GIB`` does the same and then empties the cache; ``check:IMPL:WORKLOAD:DTYPE``
+    runs kernels.py's correctness check of one implementation (on its 300-node subgraph) once."""
     kind, _, arg = spec.partition(":")
-    if kind == "import":
+    if kind == "check":
+        impl_name, wl_name, dname = arg.split(":")
+        wl, dtype = WORKLOADS[wl_name], getattr(torch, dname)
+        gc = GraphT(common.subgraph(graph, 300), device)
+        x, y, w = inputs(wl, gc, dtype, device)
+        grad_out = torch.randn(gc.num_nodes, wl.dims[2], dtype=dtype, device=device)
+        through_layouts(make_impl(impl_name, wl, gc, dtype, device), x, y, w, grad_out)
+    elif kind == "import":
         importlib.import_module(arg)
     elif kind in ("alloc", "empty"):
         block = torch.empty(int(float(arg) * 2**30), dtype=torch.uint8, device=device)
@@ -41,7 +63,8 @@ def apply_prelude(spec: str, device) -> None:
         if kind == "empty":
             torch.cuda.empty_cache()
     elif kind != "none":
-        raise SystemExit(f"unknown prelude {spec!r} (none, import:MODULE, alloc:GIB, empty:GIB)")
+        raise SystemExit(f"unknown prelude {spec!r} (none, import:MODULE, alloc:GIB, empty:GIB, check:IMPL:WL:DTYPE)")
+    print(f"prelude {spec}: persisting L2 limit {persisting_l2_bytes()} bytes", flush=True)
 
 
 def kernel_times(fn, calls: int) -> dict:
@@ -95,14 +118,16 @@ def main(argv=None) -> None:
     ap.add_argument("--impls", default="md_accel", help="kernels.py's implementations, run in this order per cell")
     ap.add_argument("--passes", default="dbwd", help="fwd, fwd_bwd, dbwd: run in this order per implementation")
     ap.add_argument("--graph", default="random_sym:4000:312000")
-    ap.add_argument("--prelude", action="append", default=[], help="none, import:MODULE, alloc:GIB, empty:GIB")
+    ap.add_argument("--prelude", action="append", default=[], help="none, import:MODULE, alloc:GIB, empty:GIB, check:IMPL:WORKLOAD:DTYPE")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--out", default=None, help="a JSON file for the records")
     args = ap.parse_args(argv)
     device = torch.device("cuda")
+    print(f"persisting L2 limit {persisting_l2_bytes()} bytes", flush=True)
+    graph = make_graph(args.graph)
+    g = GraphT(graph, device)
     for spec in args.prelude:
-        apply_prelude(spec, device)
-    g = GraphT(make_graph(args.graph), device)
+        apply_prelude(spec, graph, device)
     records = []
     for name in args.workloads.split(","):
         wl = WORKLOADS[name]
