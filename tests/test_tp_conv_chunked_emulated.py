@@ -466,31 +466,22 @@ def wide_plan_and_library(tune: _codegen.Tuning):
     return _library("wide", lambda: TPProblem.all_uvu("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e", 2), tune)
 
 
-FWD_TUNINGS = {"cpl2": _codegen.Tuning(fwd_cpl=2),
-               "cpl2_split_prefetch_all": _codegen.Tuning(fwd_cpl=2, fwd_acc=6, prefetch=_codegen.PF_ALL),
-               "m_table": _codegen.Tuning(fwd_m=1),
-               "m_table_split_prefetch_all": _codegen.Tuning(fwd_m=1, fwd_acc=6, prefetch=_codegen.PF_ALL),
-               "cpl2_m_table": _codegen.Tuning(fwd_cpl=2, fwd_m=1)}
+CPL_TUNINGS = {"cpl2": _codegen.Tuning(fwd_cpl=2),
+               "cpl2_split_prefetch_all": _codegen.Tuning(fwd_cpl=2, fwd_acc=6, prefetch=_codegen.PF_ALL)}
 
 
-@pytest.mark.parametrize("tuning", list(FWD_TUNINGS))
+@pytest.mark.parametrize("tuning", list(CPL_TUNINGS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_forward_variants(dtype, tuning):
-    """The forward's opt-in variants: ``Tuning.fwd_cpl=2``, each thread of a 32- or 64-channel pass holds channels
-    u and u + L; ``Tuning.fwd_m=1``, the one-warp edge slots (the 32-channel passes, two slots per block, and the
-    8-channel ones, whose lanes past the channels compute factors too) share each edge's M factors through shared
-    memory (with both, the 8-channel passes share factors, the others hold two channels). The forward in edge chunks
-    (accumulate), output poisoned first, against the reference, and against the default kernels' forward to rounding
-    (the order of summation differs)."""
-    tune = FWD_TUNINGS[tuning]
+def test_forward_with_two_channels_per_thread(dtype, tuning):
+    """``Tuning.fwd_cpl=2``: each thread of a 32- or 64-channel pass holds channels u and u + L; the forward in
+    edge chunks (accumulate), output poisoned first, against the reference, and against the default kernels'
+    forward to rounding (the edge slots' order of summation differs)."""
+    tune = CPL_TUNINGS[tuning]
     plan, lib = wide_plan_and_library(tune)
     src = _codegen.generate(_codegen.plan_structure(plan), tune)
-    passes = _codegen._fwd_passes(_codegen._analyse(_codegen.plan_structure(plan))[1], tune.fwd_acc, tune.fwd_cpl)
-    two = sum(g[0].mul % 32 == 0 for g in passes) if tune.fwd_cpl == 2 else 0  # not the 8 channels
-    shared = sum(g[0].mul <= 32 and _codegen._fwd_cpl(g[0].mul, tune.fwd_cpl) == 1 for g in passes) if tune.fwd_m else 0
-    assert src.count("2 channels per thread") == two and src.count("__syncwarp();  // sm is rewritten") == shared
-    # every pass takes a variant with both, else the 8 channels (fwd_cpl=2) or the 64 channels (fwd_m=1) do not
-    assert two + shared == len(passes) if tune.fwd_cpl == 2 and tune.fwd_m else 0 < two + shared < len(passes)
+    passes = _codegen._fwd_passes(_codegen._analyse(_codegen.plan_structure(plan))[1], tune.fwd_acc, 2)
+    assert src.count("2 channels per thread") == sum(g[0].mul % 32 == 0 for g in passes) > 0  # not the 8 channels
+    assert len(passes) > sum(g[0].mul % 32 == 0 for g in passes)
     gen = torch.Generator().manual_seed(3)
     n, g = hub_graph(gen)
     e = g.src.numel()
@@ -525,14 +516,11 @@ def test_double_backward_register_cap_is_its_own():
 
 def test_tuning_names_and_checks(monkeypatch):
     """A variant's cache name hashes only the fields that differ from the defaults (a field added later leaves
-    the earlier names as they were); fwd_cpl takes 1 or 2, fwd_m 0 or 1."""
+    the earlier names as they were); fwd_cpl takes 1 or 2."""
     assert _codegen.Tuning(fwd_cpl=1).suffix() == ""
     assert _codegen.Tuning(fwd_cpl=2).suffix() != _codegen.Tuning(fwd_acc=64).suffix() != ""
     assert _codegen.Tuning(fwd_acc=64, fwd_cpl=2).suffix() not in (_codegen.Tuning(fwd_cpl=2).suffix(), "")
     monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_cpl=3")
     with pytest.raises(ValueError, match="fwd_cpl is 1 or 2"):
-        _codegen.tuning()
-    monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_m=2")
-    with pytest.raises(ValueError, match="fwd_m is 0 or 1"):
         _codegen.tuning()
 

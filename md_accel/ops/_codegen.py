@@ -13,9 +13,6 @@ calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/ker
   both warps; the slots' partial sums are added in slot order at the end (no atomics:
   bit-reproducible). Opt-in (``fwd_cpl=2``): a thread holds two channels of a block of 32, 64, .. channels, u and
   u + M / 2, so that each product of a CG value and the edge's y (the same in every lane) serves both.
-  Opt-in (``fwd_m=1``): in one-warp edge slots (multiplicities up to 32) the lanes first compute the edge's
-  factors M_ik = sum_j cg_ijk y_j of each path once, each lane some, into shared memory; every lane then
-  contracts its channel's x with them (``_m_entries``), instead of each lane forming every cg y product.
 * bwd: one block per receiver (or TPDims::split blocks, each a contiguous part of its edges: the
   kernel writes per-edge rows only); one pass per in1 block (split over its output blocks when their
   grad_out components exceed BWD_G_BUDGET per channel, per dtype; consecutive whole blocks of one
@@ -134,7 +131,6 @@ class Tuning(NamedTuple):
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
-    fwd_m: int = 0  # forward: 1 = one-warp slots share the edge's M_ik = sum_j cg_ijk y_j through shared memory
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -158,8 +154,6 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_ALL} (PF_* in {__name__})")
     if values.get("fwd_cpl", 1) not in (1, 2):
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
-    if values.get("fwd_m", 0) not in (0, 1):
-        raise ValueError(f"{TUNING_ENV}: fwd_m is 0 or 1")
     return Tuning(**values)
 
 
@@ -342,64 +336,6 @@ def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_con
     return expr
 
 
-def _m_entries(group: List[_Path]) -> List[Tuple[_Path, int, int, List[Tuple[int, int]]]]:
-    """The forward's per-edge factors of ``fwd_m``: (path, k, i, [(q, y column)]) for every (i, k) that a path's
-    non-zeros reach, M_ik = sum over the list of cg_q y_column; in path order, then k, then i: the order of their
-    shared-memory slots, in which each contraction reads consecutive ones."""
-    out = []
-    for p in group:
-        terms: Dict[Tuple[int, int], List[Tuple[int, int]]] = {}
-        for (q, i, j, k) in p.nz:
-            terms.setdefault((k, i), []).append((q, p.in2_off + j))
-        out += [(p, k, i, terms[k, i]) for (k, i) in sorted(terms)]
-    return out
-
-
-def _m_slot_size(group: List[_Path]) -> int:
-    """Shared-memory elements of one edge slot's M factors (``_m_entries``), padded to 4 so that every slot's row
-    starts 16-byte aligned (the contractions read the factors as vectors)."""
-    return (len(_m_entries(group)) + 3) // 4 * 4
-
-
-def _m_uses_table(group: List[_Path], dbwd: bool, cpl: int, fwd_m: int) -> bool:
-    """Whether a forward group takes ``fwd_m``'s shared factors: its edge slots are one warp (multiplicity up to
-    32, one channel per thread), and not g_grad_out of the double backward."""
-    return bool(fwd_m) and not dbwd and cpl == 1 and group[0].mul <= 32
-
-
-def _m_table(I: str, gi: int, entries: List[Tuple[_Path, int, int, List[Tuple[int, int]]]]) -> Tuple[str, str]:
-    """(tables, device code) of ``fwd_m``: the 32 lanes of an edge slot compute the edge's M factors into the
-    slot's row ``sm`` of shared memory, the factors with equal numbers of terms in one loop (lane u takes its
-    u-th, u + 32-th, .. factor: CG values per dtype, y columns and slots from constant tables), then meet at
-    __syncwarp. ``entries``: the group's ``_m_entries``."""
-    order = sorted(range(len(entries)), key=lambda m: len(entries[m][3]))  # stable: slot order within a count
-    name = f"kMf{gi}"
-    cg = [f"kCg{q}" for m in order for q, _ in entries[m][3]]
-    col = [str(c) for m in order for _, c in entries[m][3]]
-    tables = (f"__device__ const float {name}_cg4[{len(cg)}] = {{{', '.join(f'float({v})' for v in cg)}}};\n"
-              f"__device__ const double {name}_cg8[{len(cg)}] = {{{', '.join(cg)}}};\n"
-              f"__device__ const int {name}_y[{len(col)}] = {{{', '.join(col)}}};\n"
-              f"__device__ const int {name}_slot[{len(order)}] = {{{', '.join(map(str, order))}}};\n")
-    code = [f"{I}const T* mcg = reinterpret_cast<const T*>(sizeof(T) == 4 ? (const void*){name}_cg4 "
-            f": (const void*){name}_cg8);\n"]
-    first = at = 0  # the run's first factor (in computing order), and its first term in the tables
-    while first < len(order):
-        width = len(entries[order[first]][3])
-        last = first
-        while last < len(order) and len(entries[order[last]][3]) == width:
-            last += 1
-        terms = "".join(f"{I}  v = fma(__ldg(mcg + t + {t}), __ldg(yr + __ldg({name}_y + t + {t})), v);\n"
-                        for t in range(width))
-        code.append(f"{I}for (int m = {first} + u; m < {last}; m += 32) {{  // the edge's M factors of {width} "
-                    f"term(s), lanes in turn\n"
-                    f"{I}  const int t = {at} + {width} * (m - {first});\n{I}  T v = T(0);\n" + terms
-                    + f"{I}  sm[__ldg({name}_slot + m)] = v;\n{I}}}\n")
-        at += width * (last - first)
-        first = last
-    code.append(f"{I}__syncwarp();\n")
-    return tables, "".join(code)
-
-
 def _dbwd_a(wp: str, vp: str, hk: str, xk: str, i: int) -> str:
     """a_i = wp ggx_i + vp x_i, the double backward's per-component factor that both g_grad_out's messages
     (_fwd_group) and part 1's grad_y (_bwd_group) contract with (wp, vp: the path's w and gg_w weights; hk, xk:
@@ -505,20 +441,14 @@ def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str
 
 
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
-               prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1, m_row: int = 0) -> Tuple[str, str]:
+               prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
     w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward).
     ``cpl`` (``_fwd_cpl``): channels per thread, u, u + L, ..: each product of a CG value and a y (the edge's,
-    the same in every lane) then serves them all. ``m_row``: where not 0 (``fwd_m``, ``_m_uses_table``), the lanes
-    share the edge's M factors (``_m_table``) through shared memory ``s_m``, in rows of ``m_row`` elements, one per
-    warp, the same in every pass. Returns (device code, constant tables)."""
+    the same in every lane) then serves them all. Returns (device code, constant tables)."""
     mul = group[0].mul
-    mtab = m_row > 0
-    entries = _m_entries(group) if mtab else []
-    # fwd_m: every lane of the slot computes factors, so those past the multiplicity run the loop without a channel
-    guard = (lambda load: f"(u < {mul} ? {load} : T(0))") if mtab and mul < 32 else (lambda load: load)
     out_keys = []
     for p in group:
         if p.out_key not in out_keys:
@@ -537,20 +467,17 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         for key in out_keys:
             s.append(f"{I2}T " + ", ".join(f"{_bname('acc', key)}{cs}_{k} = T(0)" for k in range(key[2])) + ";\n")
     lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
-    if mtab:
-        s.append(f"{I2}T* sm = s_m + slot * {m_row};  // this slot's M factors\n")
-    s.append(f"{I2}if (slot < {S}{'' if mtab else f' && u < {lanes}'})\n")
+    s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
     s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     I3 = I2 + "  "
     tables = ""
-    looping = 32 if mtab else lanes  # the threads of a slot in the edge loop
     if prefetch:
         tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
-                                      dbwd, looping)
+                                      dbwd, lanes)
         s.append(code)
     if prefetch_xy:
         t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd,
-                                    looping)
+                                    lanes)
         tables += t
         s.append(code)
     s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
@@ -561,11 +488,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I3}const T* hr = ggx + sidx * d.in1;\n")
         s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
         s.append(f"{I3}const T* vr = ggw + e * d.w;\n")
-    if mtab:
-        t, code = _m_table(I3, gi, entries)
-        tables += t
-        s.append(code)
-    for c in ([] if mtab else y_cols):
+    for c in y_cols:
         s.append(f"{I3}const T y{c} = __ldg(yr + {c});\n")
         if dbwd:
             s.append(f"{I3}const T z{c} = __ldg(zr + {c});\n")
@@ -576,15 +499,14 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     for cs, ch in copies:
         for key, iset in xs.items():
             for i in sorted(iset):
-                s.append(f"{I3}const T {_bname('x', key)}{cs}_{i} = "
-                         f"{guard(f'__ldg(xr + {key[0]} + {ch} * {key[2]} + {i})')};\n")
+                s.append(f"{I3}const T {_bname('x', key)}{cs}_{i} = __ldg(xr + {key[0]} + {ch} * {key[2]} + {i});\n")
                 if dbwd:
                     s.append(f"{I3}const T {_bname('h', key)}{cs}_{i} = __ldg(hr + {key[0]} + {ch} * {key[2]} + {i});\n")
     for p in group:
         s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I3 + "  "
         for cs, ch in copies:
-            s.append(f"{I5}const T wp{cs} = {guard(f'__ldg(wr + {p.w_off} + {ch} * {p.w_stride})')};\n")
+            s.append(f"{I5}const T wp{cs} = __ldg(wr + {p.w_off} + {ch} * {p.w_stride});\n")
             if dbwd:
                 s.append(f"{I5}const T vp{cs} = __ldg(vr + {p.w_off} + {ch} * {p.w_stride});\n")
         ks = sorted({k for (_, _, _, k) in p.nz})
@@ -598,13 +520,6 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                     s.append(f"{I5}const T a{cs}_{i} = {_dbwd_a(f'wp{cs}', f'vp{cs}', hk, xk, i)}, "
                              f"b{cs}_{i} = wp{cs} * {xk}_{i};\n")
             for k in ks:
-                if mtab:  # sum_i M_ik x_i over the path's factors (_m_entries' index m)
-                    chain = "T(0)"
-                    for m, (pe, ke, i, _) in enumerate(entries):
-                        if pe is p and ke == k:
-                            chain = f"fma(sm[{m}], {xk}_{i}, {chain})"
-                    s.append(f"{I5}{acc}_{k} = fma(wp{cs}, {chain}, {acc}_{k});\n")
-                    continue
                 if not dbwd:
                     s.append(f"{I5}{acc}_{k} = fma(wp{cs}, {_fwd_component(p, k, xk)}, {acc}_{k});\n")
                     continue
@@ -615,8 +530,6 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                         ew = f"fma({_cg_const(q)}, fma(y{c}, a{cs}_{i}, z{c} * b{cs}_{i}), {ew})"
                 s.append(f"{I5}{acc}_{k} = {ew};\n")
         s.append(f"{I3}}}\n")
-    if mtab:
-        s.append(f"{I3}__syncwarp();  // sm is rewritten for the next edge\n")
     s.append(f"{I2}}}\n")
     if S > 1:
         s.append(f"{I2}if (slot > 0 && slot < {S}) {{\n")
@@ -649,13 +562,9 @@ def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
-    shares = [_m_uses_table(g, dbwd, _fwd_cpl(g[0].mul, cpl), tune.fwd_m) for g in groups]
-    m_groups = [g for g, shared in zip(groups, shares) if shared]
-    # fwd_m: one row per warp, wide enough for every pass, so that no pass's row overlaps another warp's
-    m_row = max((_m_slot_size(g) for g in m_groups), default=0)
     parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                        _fwd_cpl(g[0].mul, cpl), m_row if shared else 0)
-             for gi, (g, shared) in enumerate(zip(groups, shares))]
+                        _fwd_cpl(g[0].mul, cpl))
+             for gi, g in enumerate(groups)]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
     for g in groups:
@@ -664,11 +573,6 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
         if S > 1:
             red = max(red, (S - 1) * comps * M)
     smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
-    msize = m_row * max((_fwd_slots(g[0].mul, _out_width(g), threads)[2] for g in m_groups), default=0)
-    if msize and (red + msize) * 8 > 48 * 1024:  # static shared memory of one block, float64
-        raise Unsupported(f"fwd_m: {(red + msize) * 8} bytes of shared memory in the forward > 48 KiB")
-    if msize:
-        smem += f"  __shared__ __align__(16) T s_m[{msize}];  // fwd_m: each edge slot's M factors\n"
     name = "dfwd_kernel" if dbwd else "fwd_kernel"
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
