@@ -118,7 +118,8 @@ def main(argv=None) -> None:
     ap.add_argument("--impls", default="md_accel", help="kernels.py's implementations, run in this order per cell")
     ap.add_argument("--passes", default="dbwd", help="fwd, fwd_bwd, dbwd: run in this order per implementation")
     ap.add_argument("--graph", default="random_sym:4000:312000")
-    ap.add_argument("--prelude", action="append", default=[], help="none, import:MODULE, alloc:GIB, empty:GIB, check:IMPL:WORKLOAD:DTYPE")
+    ap.add_argument("--prelude", action="append", default=[],
+                    help="none, import:MODULE, alloc:GIB, empty:GIB, check:IMPL:WORKLOAD:DTYPE")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--out", default=None, help="a JSON file for the records")
     args = ap.parse_args(argv)
