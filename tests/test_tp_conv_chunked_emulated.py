@@ -34,12 +34,11 @@ _LIB = {}
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, neither prefetch nor merged passes, and the per-edge weights staged in shared
-# memory (stage_w) with whole and with split passes
+# memory (stage_w) with split passes (whole ones: test_staged_weights_give_the_same_bits)
 STAGED = _codegen.STAGE_ALL
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0),
-           "staged": _codegen.Tuning(stage_w=STAGED),
            "staged_split": _codegen.Tuning(stage_w=STAGED, prefetch=_codegen.PF_ALL, bwd_g32=4, bwd_g64=4,
                                            dbwd_g32=4, dbwd_g64=4)}
 
