@@ -1205,26 +1205,30 @@ __device__ __forceinline__ void prefetch_l2(const T* p) {
 _CP_ASYNC = r"""
 // stage_w: an asynchronous copy of one element from global into shared memory (cp.async, through L1), the
 // commit of a thread's copies so far as one group, and the wait until at most N of its groups are in flight.
-// The host emulation copies at once.
+// "memory": the compiler moves no load of the staged buffers across them (the thread's own ordering is all the
+// kernels rely on: no barrier follows). Before sm_80, and in the host emulation, the copy is done at once.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define MD_ACCEL_CP_ASYNC 1
+#endif
 template <typename T>
 __device__ __forceinline__ void cp_async(T* dst, const T* src) {
-#ifdef __CUDA_ARCH__
+#ifdef MD_ACCEL_CP_ASYNC
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  if constexpr (sizeof(T) == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(src));
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src));
+  if constexpr (sizeof(T) == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(src) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
 #else
   *dst = *src;
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
-#ifdef __CUDA_ARCH__
-  asm volatile("cp.async.commit_group;");
+#ifdef MD_ACCEL_CP_ASYNC
+  asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-#ifdef __CUDA_ARCH__
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+#ifdef MD_ACCEL_CP_ASYNC
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
 }
 """
