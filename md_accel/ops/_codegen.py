@@ -113,10 +113,10 @@ PF_PART1_XY = 32
 PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 # Opt-in Tuning.stage_w bits: the forward (STAGE_FWD) and the per-edge kernels of the backward (STAGE_BWD) and of the
 # double backward's part 1 (STAGE_DBWD) copy the next edge's weights (and ggw) asynchronously into shared memory
-# (cp.async), each thread
-# the values it reads itself, while they work on the current edge, instead of prefetching them into L2 and loading
-# them from there: one L2 access per line instead of two, and no register held for the data in flight (session 33,
-# ncu: mace_mp0_medium float64 double backward, L2 86 % busy, long-scoreboard stalls on the weights' first uses).
+# (cp.async), each thread the values it reads itself, while they work on the current edge, instead of prefetching
+# them into L2 and loading them from there: one L2 access per line instead of two, and no register held for the
+# data in flight (session 33, ncu: mace_mp0_medium float64 double backward, L2 86 % busy, long-scoreboard stalls on
+# the weights' first uses).
 # A pass stages where its two buffers fit STAGE_SMEM bytes of static shared memory beside the kernel's own.
 STAGE_BWD, STAGE_DBWD, STAGE_FWD = 1, 2, 4
 STAGE_ALL = STAGE_BWD | STAGE_DBWD | STAGE_FWD
