@@ -571,6 +571,8 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     s.append(f"{I2}}}\n")
     if stage:
         s.append(f"{I2}cp_async_wait<0>();  // nothing in flight into the buffers the next pass reuses\n")
+        if S == 1:  # (with S > 1 the slots' sums below end in a barrier)
+            s.append(f"{I2}__syncthreads();  // nor read: the next pass stages in another layout\n")
     if S > 1:
         s.append(f"{I2}if (slot > 0 && slot < {S}) {{\n")
         for c, a in enumerate(accs):
@@ -1206,29 +1208,36 @@ _CP_ASYNC = r"""
 // stage_w: an asynchronous copy of one element from global into shared memory (cp.async, through L1), the
 // commit of a thread's copies so far as one group, and the wait until at most N of its groups are in flight.
 // "memory": the compiler moves no load of the staged buffers across them (the thread's own ordering is all the
-// kernels rely on: no barrier follows). Before sm_80, and in the host emulation, the copy is done at once.
+// kernels rely on between a copy and its use). The host emulation defers the copies to the waits that let them
+// land (tests/cuda_emu); before sm_80 the copy is done at once.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define MD_ACCEL_CP_ASYNC 1
 #endif
 template <typename T>
 __device__ __forceinline__ void cp_async(T* dst, const T* src) {
-#ifdef MD_ACCEL_CP_ASYNC
+#if defined(MD_ACCEL_CP_ASYNC)
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   if constexpr (sizeof(T) == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(src) : "memory");
   else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
+#elif defined(MD_ACCEL_EMU_CP_ASYNC)
+  emu::cp_async(dst, src, sizeof(T));
 #else
   *dst = *src;
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
-#ifdef MD_ACCEL_CP_ASYNC
+#if defined(MD_ACCEL_CP_ASYNC)
   asm volatile("cp.async.commit_group;" ::: "memory");
+#elif defined(MD_ACCEL_EMU_CP_ASYNC)
+  emu::cp_async_commit();
 #endif
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-#ifdef MD_ACCEL_CP_ASYNC
+#if defined(MD_ACCEL_CP_ASYNC)
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#elif defined(MD_ACCEL_EMU_CP_ASYNC)
+  emu::cp_async_wait(N);
 #endif
 }
 """
