@@ -117,10 +117,12 @@ PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 # them into L2 and loading them from there: one L2 access per line instead of two, and no register held for the
 # data in flight (session 33, ncu: mace_mp0_medium float64 double backward, L2 86 % busy, long-scoreboard stalls on
 # the weights' first uses).
-# A pass stages where its two buffers fit STAGE_SMEM bytes of static shared memory beside the kernel's own.
+# A pass stages where its two buffers fit, beside the kernel's own static shared memory, the smaller of STAGE_SMEM
+# bytes and the share of an SM's shared memory (SM_SMEM) of each float64 block that min_warps64 asks to be resident.
 STAGE_BWD, STAGE_DBWD, STAGE_FWD = 1, 2, 4
 STAGE_ALL = STAGE_BWD | STAGE_DBWD | STAGE_FWD
 STAGE_SMEM = 44 * 1024
+SM_SMEM = 220 * 1024  # of the H100's and H200's 228 KiB per SM, with room for the runtime's 1 KiB per block
 
 
 class Tuning(NamedTuple):
@@ -169,6 +171,11 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: stage_w takes the bits {STAGE_BWD} (bwd), {STAGE_DBWD} (dbwd), "
                          f"{STAGE_FWD} (fwd)")
     return Tuning(**values)
+
+
+def _stage_budget(tune: Tuning, threads: int) -> int:
+    """Bytes of static shared memory a kernel's staging buffers and its own arrays may take (stage_w)."""
+    return min(STAGE_SMEM, SM_SMEM // max(1, tune.min_warps64 * 32 // threads))
 
 
 class Unsupported(ValueError):
@@ -612,7 +619,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
         if S > 1:
             red = max(red, (S - 1) * comps * M)
         staged.append(2 * S * len(g) * M if tune.stage_w & STAGE_FWD and not dbwd else 0)
-    staged = [n if 8 * (n + red) <= STAGE_SMEM else 0 for n in staged]
+    staged = [n if 8 * (n + red) <= _stage_budget(tune, threads) else 0 for n in staged]
     parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
                         _fwd_cpl(g[0].mul, cpl), staged[gi] > 0)
              for gi, g in enumerate(groups)]
@@ -1063,7 +1070,8 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     # STAGE_*: two buffers of each staged pass's values, per edge slot, float64 bytes beside s_red's
     staged = [len(g) * (2 if dbwd else 1) * 2 * threads if tune.stage_w & (STAGE_DBWD if dbwd else STAGE_BWD)
               else 0 for g in groups]
-    staged = [n if 8 * (n + (GY_CHUNK * threads // 32 * vmax if multi else 0)) <= STAGE_SMEM else 0 for n in staged]
+    own = GY_CHUNK * threads // 32 * vmax if multi else 0
+    staged = [n if 8 * (n + own) <= _stage_budget(tune, threads) else 0 for n in staged]
     if any(staged):
         red += f"  __shared__ T s_wst[{max(staged)}];  // stage_w: the edges' weights, two buffers per edge slot\n"
     first: dict = {}
