@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 41, call 8 on a fresh machine: is the slowdown of md_accel's double backward late in long runs (call 5's
+# Session 41, call 8 (on call 7's machine, still warm): is the slowdown of md_accel's double backward late in long runs (call 5's
 # table, session 40's) the GPU warming? The float64 double backward of mace_mp0_medium, 100 calls timed and 100
 # profiled, 40 times in one process (~2 minutes of memory-bound work), with the HBM and GPU temperatures, clocks,
 # power and throttle reasons logged every 0.5 s (nvidia-smi).
