@@ -461,6 +461,20 @@ def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str
     return ty + tx, code
 
 
+def _staged(b: str, k: int, slots: int, nw: int, width: int) -> str:
+    """stage_w: value k in buffer b (two per pass) of thread (slot, u): ``nw`` values per thread and edge, ``width``
+    threads per edge slot, ``slots`` edge slots. Each thread reads only what it copied itself, so its own wait is all
+    the ordering a value needs between its copy and its use."""
+    return f"s_wst[(({b} * {slots} + slot) * {nw} + {k}) * {width} + u]"
+
+
+def _stage_step(I: str, cond: str, note: str, copies: str, wait: bool) -> str:
+    """stage_w: the ``copies`` (device lines) under ``cond``, then a commit by every thread, so that all threads'
+    groups count alike; in the edge loop (``wait``) the wait for the group of the edge about to be worked on."""
+    return (f"{I}if ({cond}) {{{note}\n{copies}{I}}}\n{I}cp_async_commit();\n"
+            + (f"{I}cp_async_wait<1>();  // this edge's are in\n" if wait else ""))
+
+
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
                stage: bool = False) -> Tuple[str, str]:
@@ -493,27 +507,24 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
     nw = len(group) * cpl  # staged values per thread and edge: path-major, then channel copy
 
-    def staged(b: str, k: int) -> str:  # this thread's k-th staged value in buffer b
-        return f"s_wst[(({b} * {S} + slot) * {nw} + {k}) * {L} + u]"
-
     def stage_copies(I: str, e: str, b: str) -> str:  # edge e's weights into buffer b, asynchronously
         out = f"{I}const T* wn = w + w_index(w_row, {e}) * d.w;\n"
         for pk, p in enumerate(group):
             for c, (_, ch) in enumerate(copies):
-                out += f"{I}cp_async(&{staged(b, pk * cpl + c)}, wn + {p.w_off} + {ch} * {p.w_stride});\n"
+                out += (f"{I}cp_async(&{_staged(b, pk * cpl + c, S, nw, L)}, "
+                        f"wn + {p.w_off} + {ch} * {p.w_stride});\n")
         return out
 
-    if stage:  # each thread reads only what it copied itself: its own wait is all the ordering needed
-        s.append(f"{I2}int it = 0;\n{I2}if (slot < {S} && u < {lanes} && e_begin + slot < e_end) {{\n"
-                 + stage_copies(I2 + "  ", "e_begin + slot", "0") + f"{I2}}}\n{I2}cp_async_commit();\n")
+    if stage:
+        s.append(f"{I2}int it = 0;\n" + _stage_step(I2, f"slot < {S} && u < {lanes} && e_begin + slot < e_end", "",
+                                                     stage_copies(I2 + "  ", "e_begin + slot", "0"), wait=False))
     s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
     s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}{', ++it' if stage else ''}) {{\n")
     I3 = I2 + "  "
     tables = ""
     if stage:
-        s.append(f"{I3}if (e + {S} < e_end) {{  // the next edge's weights into the other buffer\n"
-                 + stage_copies(I3 + "  ", f"e + {S}", "((it + 1) & 1)")
-                 + f"{I3}}}\n{I3}cp_async_commit();\n{I3}cp_async_wait<1>();  // this edge's are in\n")
+        s.append(_stage_step(I3, f"e + {S} < e_end", "  // the next edge's weights into the other buffer",
+                             stage_copies(I3 + "  ", f"e + {S}", "((it + 1) & 1)"), wait=True))
     elif prefetch:
         tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
                                       dbwd, lanes)
@@ -550,7 +561,8 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I3 + "  "
         for c, (cs, ch) in enumerate(copies):
-            wp = staged("(it & 1)", pk * cpl + c) if stage else f"__ldg(wr + {p.w_off} + {ch} * {p.w_stride})"
+            wp = (_staged("(it & 1)", pk * cpl + c, S, nw, L) if stage
+                  else f"__ldg(wr + {p.w_off} + {ch} * {p.w_stride})")
             s.append(f"{I5}const T wp{cs} = {wp};\n")
             if dbwd:
                 s.append(f"{I5}const T vp{cs} = __ldg(vr + {p.w_off} + {ch} * {p.w_stride});\n")
@@ -698,16 +710,16 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     WPS = M // 32
     nw = len(group) * (2 if dbwd else 1)  # staged values per thread and edge: wp of each path, then vp
 
-    def staged(b: str, k: int) -> str:  # this thread's k-th staged value in buffer b
-        return f"s_wst[(({b} * {S} + slot) * {nw} + {k}) * {M} + u]"
+    def staged(b: str, k: int) -> str:
+        return _staged(b, k, S, nw, M)
 
-    def stage_copies(I: str, e: str, b: str) -> List[str]:  # edge e's values into buffer b, asynchronously
-        out = [f"{I}const T* wn = w + w_index(w_row, {e}) * d.w;\n"] + ([f"{I}const T* vn = ggw + ({e}) * d.w;\n"]
-                                                                      if dbwd else [])
+    def stage_copies(I: str, e: str, b: str) -> str:  # edge e's values into buffer b, asynchronously
+        out = f"{I}const T* wn = w + w_index(w_row, {e}) * d.w;\n" + (f"{I}const T* vn = ggw + ({e}) * d.w;\n"
+                                                                      if dbwd else "")
         for k, p in enumerate(group):
-            out.append(f"{I}cp_async(&{staged(b, k)}, wn + {p.w_off} + u * {p.w_stride});\n")
+            out += f"{I}cp_async(&{staged(b, k)}, wn + {p.w_off} + u * {p.w_stride});\n"
             if dbwd:
-                out.append(f"{I}cp_async(&{staged(b, len(group) + k)}, vn + {p.w_off} + u * {p.w_stride});\n")
+                out += f"{I}cp_async(&{staged(b, len(group) + k)}, vn + {p.w_off} + u * {p.w_stride});\n"
         return out
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
     V = 1
@@ -739,9 +751,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         for k in range(key[2]):
             s.append(f"{I1}T {_bname('g', key)}_{k} = chan ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
     if stage:
-        s.append(f"{I1}if (chan && e_begin + slot < e_end) {{  // the first edge's weights into buffer 0\n")
-        s += stage_copies(I1 + "  ", "e_begin + slot", "0")
-        s.append(f"{I1}}}\n{I1}cp_async_commit();\n")
+        s.append(_stage_step(I1, "chan && e_begin + slot < e_end", "  // the first edge's weights into buffer 0",
+                             stage_copies(I1 + "  ", "e_begin + slot", "0"), wait=False))
     if WPS == 1 and not stage:
         s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}) {{\n")
     else:
@@ -750,10 +761,9 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     I2 = I1 + "  "
     s.append(f"{I2}const int64_t e = e0 + slot;\n")
     s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
-    if stage:  # each thread reads only what it copied itself: its own wait is all the ordering needed
-        s.append(f"{I2}if (chan && e + {S} < e_end) {{  // the next edge's weights into the other buffer\n")
-        s += stage_copies(I2 + "  ", f"e + {S}", "((it + 1) & 1)")
-        s.append(f"{I2}}}\n{I2}cp_async_commit();\n{I2}cp_async_wait<1>();  // this edge's are in\n")
+    if stage:
+        s.append(_stage_step(I2, f"chan && e + {S} < e_end", "  // the next edge's weights into the other buffer",
+                             stage_copies(I2 + "  ", f"e + {S}", "((it + 1) & 1)"), wait=True))
     elif prefetch:
         pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}",
                                          f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd)
