@@ -28,18 +28,64 @@ from workloads import WORKLOADS  # noqa: E402
 ALLOCATOR_COUNTS = ("num_device_alloc", "num_device_free", "num_alloc_retries")
 
 
-def persisting_l2_bytes() -> int:
-    """The device's persisting-L2 limit (cudaLimitPersistingL2CacheSize), -1 where it cannot be read."""
+def _cudart():
+    """The CUDA runtime library torch loaded (ctypes), None where none is found."""
     import ctypes
 
     for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
         try:
-            lib = ctypes.CDLL(name)
+            return ctypes.CDLL(name)
         except OSError:
             continue
-        value = ctypes.c_size_t()
-        return int(value.value) if lib.cudaDeviceGetLimit(ctypes.byref(value), 0x06) == 0 else -1
-    return -1
+    return None
+
+
+LIMIT_PERSISTING_L2 = 0x06  # cudaLimitPersistingL2CacheSize
+
+
+def persisting_l2_bytes() -> int:
+    """The device's persisting-L2 limit (cudaLimitPersistingL2CacheSize), -1 where it cannot be read."""
+    import ctypes
+
+    lib, value = _cudart(), ctypes.c_size_t()
+    if lib is None or lib.cudaDeviceGetLimit(ctypes.byref(value), LIMIT_PERSISTING_L2) != 0:
+        return -1
+    return int(value.value)
+
+
+def set_l2_window(stream: torch.cuda.Stream, tensor: torch.Tensor | None) -> str:
+    """Kernels launched on `stream` keep `tensor`'s bytes in L2 as persisting lines (an access-policy window,
+    hit ratio 1, with the persisting-L2 limit raised to the device's maximum); None clears the window and the
+    persisting lines. Returns what was set, for the log."""
+    import ctypes
+
+    class Window(ctypes.Structure):  # cudaAccessPolicyWindow, inside the 64-byte cudaStreamAttrValue union
+        _fields_ = [("base_ptr", ctypes.c_void_p), ("num_bytes", ctypes.c_size_t), ("hitRatio", ctypes.c_float),
+                    ("hitProp", ctypes.c_int), ("missProp", ctypes.c_int), ("pad", ctypes.c_byte * 36)]
+
+    lib = _cudart()
+    dev = torch.cuda.current_device()
+    limits = {}
+    for key, attr in (("max_persisting", 108), ("max_window", 109)):  # cudaDevAttrMaxPersistingL2CacheSize, ...Window
+        v = ctypes.c_int()
+        lib.cudaDeviceGetAttribute(ctypes.byref(v), attr, dev)
+        limits[key] = v.value
+    win = Window()
+    if tensor is not None:
+        nbytes = min(tensor.untyped_storage().nbytes(), limits["max_window"])
+        if lib.cudaDeviceSetLimit(LIMIT_PERSISTING_L2, ctypes.c_size_t(limits["max_persisting"])) != 0:
+            raise RuntimeError("cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize) failed")
+        win.base_ptr, win.num_bytes = tensor.untyped_storage().data_ptr(), nbytes
+        win.hitRatio = min(1.0, limits["max_persisting"] / nbytes)
+        win.hitProp, win.missProp = 2, 0  # cudaAccessPropertyPersisting, cudaAccessPropertyNormal
+    rc = lib.cudaStreamSetAttribute(ctypes.c_void_p(stream.cuda_stream), 1, ctypes.byref(win))  # AccessPolicyWindow
+    if rc != 0:
+        raise RuntimeError(f"cudaStreamSetAttribute(AccessPolicyWindow) failed: {rc}")
+    if tensor is None:
+        lib.cudaCtxResetPersistingL2Cache()
+        return "none"
+    return (f"{win.num_bytes / 2**20:.1f} MiB, hit ratio {win.hitRatio:.2f} (max persisting "
+            f"{limits['max_persisting'] / 2**20:.1f} MiB, max window {limits['max_window'] / 2**20:.1f} MiB)")
 
 
 def apply_prelude(spec: str, graph: dict, device) -> None:
@@ -87,7 +133,9 @@ def measure(impl, workload: str, kind: str, args_xyw, grad_out, args) -> dict:
     """Time one implementation's pass, then profile its kernels; print and return the record."""
     device = grad_out.device
     with impl.settings():
-        fn = run_pass(impl, kind, impl.prepare(*args_xyw), grad_out)
+        prepared = impl.prepare(*args_xyw)
+        fn = run_pass(impl, kind, prepared, grad_out)
+        window = set_l2_window(torch.cuda.current_stream(device), prepared[0] if args.l2_window == "x" else None)
         before = torch.cuda.memory_stats(device)
         timing = common.time_gpu(fn, device, 3, args.repeats)
         after = torch.cuda.memory_stats(device)
@@ -96,13 +144,14 @@ def measure(impl, workload: str, kind: str, args_xyw, grad_out, args) -> dict:
         except Exception as e:  # noqa: BLE001  (the timing above still stands)
             print(f"   no kernel times: {common.failure(e)}", flush=True)
             kernels = {}
+    set_l2_window(torch.cuda.current_stream(device), None)
     allocs = {k: (after.get(k, 0) - before.get(k, 0)) / (args.repeats + 3) for k in ALLOCATOR_COUNTS}
     rec = {"workload": workload, "impl": impl.name, "dtype": str(grad_out.dtype).removeprefix("torch."),
-           "pass": kind, "prelude": args.prelude, "median_ms": timing["median_ms"],
+           "pass": kind, "prelude": args.prelude, "l2_window": window, "median_ms": timing["median_ms"],
            "allocator_per_call": allocs, "kernels": kernels,
            "reserved_gib": torch.cuda.memory_reserved(device) / 2**30}
     print(f"== {workload} {impl.name} {rec['dtype']} {kind} (prelude {' '.join(args.prelude) or 'none'}): "
-          f"{timing['median_ms']:.3f} ms; per call " + ", ".join(f"{k} {v:g}" for k, v in allocs.items())
+          f"{timing['median_ms']:.3f} ms; L2 window {window}; per call " + ", ".join(f"{k} {v:g}" for k, v in allocs.items())
           + f"; reserved {rec['reserved_gib']:.1f} GiB", flush=True)
     busy = sum(k["us"] for k in kernels.values())
     print(f"   kernels busy {busy / 1e3:.3f} ms per call", flush=True)
@@ -120,10 +169,14 @@ def main(argv=None) -> None:
     ap.add_argument("--graph", default="random_sym:4000:312000")
     ap.add_argument("--prelude", action="append", default=[],
                     help="none, import:MODULE, alloc:GIB, empty:GIB, check:IMPL:WORKLOAD:DTYPE")
+    ap.add_argument("--l2-window", choices=("none", "x"), default="none",
+                    help="x: the timed calls keep the node features x in L2 (a persisting access-policy window)")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--out", default=None, help="a JSON file for the records")
     args = ap.parse_args(argv)
     device = torch.device("cuda")
+    # The access-policy window is a stream attribute: time on a stream of our own, not the legacy default stream.
+    torch.cuda.set_stream(torch.cuda.Stream(device))
     print(f"persisting L2 limit {persisting_l2_bytes()} bytes", flush=True)
     graph = make_graph(args.graph)
     g = GraphT(graph, device)
