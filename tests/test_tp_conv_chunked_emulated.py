@@ -33,14 +33,11 @@ _LIB = {}
 # the default kernels (L2 prefetch of the next edge's weights in the forward, the float32 backward and
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
-# small enough to split every pass, neither prefetch nor merged passes, and the per-edge weights staged in shared
-# memory (stage_w) with split passes (whole ones: test_staged_weights_give_the_same_bits)
-STAGED = _codegen.STAGE_ALL
+# small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
+# host emulation reads as plain loads)
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
-           "plain": _codegen.Tuning(prefetch=0, merge_in1=0),
-           "staged_split": _codegen.Tuning(stage_w=STAGED, prefetch=_codegen.PF_ALL, bwd_g32=4, bwd_g64=4,
-                                           dbwd_g32=4, dbwd_g64=4)}
+           "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -527,47 +524,7 @@ def test_tuning_names_and_checks(monkeypatch):
     monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_cpl=3")
     with pytest.raises(ValueError, match="fwd_cpl is 1 or 2"):
         _codegen.tuning()
+    monkeypatch.setenv(_codegen.TUNING_ENV, "w_evict=2")
+    with pytest.raises(ValueError, match="w_evict is 0 or 1"):
+        _codegen.tuning()
 
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_staged_weights_give_the_same_bits(dtype):
-    """``Tuning.stage_w``: the forward and the per-edge kernels of the backward and of the double backward read each
-    edge's weights (and ggw) from shared memory, copied there asynchronously while the previous edge is worked on.
-    They give bitwise what the default kernels give (the same arithmetic in the same order) on a plan with 64-, 32-
-    and 8-channel passes (two warps per edge slot, one, and an 8-channel slot in a warp), the backward passes on one
-    block per receiver and on three, every output poisoned first."""
-    staged = _codegen.Tuning(stage_w=STAGED)
-    plan, lib = wide_plan_and_library(_codegen.Tuning())
-    _, staged_lib = wide_plan_and_library(staged)
-    src = _codegen.generate(_codegen.plan_structure(plan), staged)
-    # every pass of the forward and of the backward's and the double backward's per-edge kernels stages (each
-    # dtype's kernels), g_grad_out's passes (dfwd_kernel) do not
-    fwd_passes = len(_codegen._fwd_passes(_codegen._analyse(_codegen.plan_structure(plan))[1], staged.fwd_acc))
-    assert src.count("cp_async_wait<0>();") == src.count("the next pass may read-modify-write") + fwd_passes
-    assert fwd_passes >= 3 and src.count("the next pass may read-modify-write") >= 4
-    # no pass stages before every thread of the block is done with the previous pass's buffers (the emulation's
-    # deferred copies catch a missing barrier only when the threads' timing happens to show it)
-    for kernel in src.split("__global__")[1:]:
-        for after in kernel.split("cp_async_wait<0>();")[1:-1]:
-            assert 0 <= after.find("__syncthreads();") < after.index("cp_async(&"), kernel[:80]
-    n, g, (x, y, w, go, ggx, ggy, ggw), _ = second_order_problem(plan, 17)
-    xs, ys, ws, gos, ggxs, ggys, ggws = (t.to(dtype).contiguous() for t in (x, y, w, go, ggx, ggy, ggw))
-    e = g.src.numel()
-    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
-    nan = float("nan")
-
-    def run(library, split: int):
-        out = torch.full_like(gos, nan)
-        library.fwd(xs, ys, ws, graph, out)
-        gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
-        library.bwd(gos, xs, ys, ws, graph, gx, gy, gw, torch.full((e, plan.dim_in1), nan, dtype=dtype), split=split)
-        outs = [torch.full_like(gos, nan), torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)]
-        library.dbwd(ggxs, ggys, ggws, gos, xs, ys, ws, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype),
-                     split=split)
-        return [out, gx, gy, gw] + outs
-
-    names = ("out", "grad_x", "grad_y", "grad_w", "g_grad_out", "dbwd grad_x", "dbwd grad_y", "dbwd grad_w")
-    for split in (1, 3):
-        for what, a, b in zip(names, run(staged_lib, split), run(lib, split)):
-            assert torch.isfinite(a).all() and torch.equal(a, b), (what, split)

@@ -58,7 +58,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 29  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 30  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -111,18 +111,13 @@ PF_FWD_XY = 16
 # 4.6 % faster to 5.1 % slower than the default on MACE-MP-0 medium, MACE large and SevenNet-0: no gain.
 PF_PART1_XY = 32
 PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
-# Opt-in Tuning.stage_w bits: the forward (STAGE_FWD) and the per-edge kernels of the backward (STAGE_BWD) and of the
-# double backward's part 1 (STAGE_DBWD) copy the next edge's weights (and ggw) asynchronously into shared memory
-# (cp.async), each thread the values it reads itself, while they work on the current edge, instead of prefetching
-# them into L2 and loading them from there: one L2 access per line instead of two, and no register held for the
-# data in flight (session 33, ncu: mace_mp0_medium float64 double backward, L2 86 % busy, long-scoreboard stalls on
-# the weights' first uses).
-# A pass stages where its two buffers fit, beside the kernel's own static shared memory, the smaller of STAGE_SMEM
-# bytes and the share of an SM's shared memory (SM_SMEM) of each float64 block that min_warps64 asks to be resident.
-STAGE_BWD, STAGE_DBWD, STAGE_FWD = 1, 2, 4
-STAGE_ALL = STAGE_BWD | STAGE_DBWD | STAGE_FWD
-STAGE_SMEM = 44 * 1024
-SM_SMEM = 220 * 1024  # of the H100's and H200's 228 KiB per SM, with room for the runtime's 1 KiB per block
+# Tuning.w_evict: the per-edge weights (w, and ggw in the double backward) are read once; loaded with an L2
+# evict-first policy (and no L1 line), they leave L2 before the gathered x rows do. Session 42 (H200): x kept in L2
+# by a persisting access-policy window had made the backward's per-edge kernel 3-4 % faster, but the window's L2
+# set-aside slowed every kernel that writes (benchmarks/pass_breakdown.py --l2-window); the evict-first loads need
+# no set-aside. kernels.py, the six workloads, default and w_evict in turn twice: 0.86-1.03x the time, faster in 33
+# of 36 cells (float64 forwards 0.86-0.99x, the double backwards 0.98-1.00x); the three slower cells, MACE-MP-0
+# medium float32's, within their runs' spread.
 
 
 class Tuning(NamedTuple):
@@ -143,7 +138,7 @@ class Tuning(NamedTuple):
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
-    stage_w: int = 0  # STAGE_* bits: the per-edge kernels that stage the next edge's weights in shared memory
+    w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -167,15 +162,9 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_ALL} (PF_* in {__name__})")
     if values.get("fwd_cpl", 1) not in (1, 2):
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
-    if values.get("stage_w", 0) & ~STAGE_ALL:
-        raise ValueError(f"{TUNING_ENV}: stage_w takes the bits {STAGE_BWD} (bwd), {STAGE_DBWD} (dbwd), "
-                         f"{STAGE_FWD} (fwd)")
+    if values.get("w_evict", 0) not in (0, 1):
+        raise ValueError(f"{TUNING_ENV}: w_evict is 0 or 1")
     return Tuning(**values)
-
-
-def _stage_budget(tune: Tuning, threads: int) -> int:
-    """Bytes of static shared memory a kernel's staging buffers and its own arrays may take (stage_w)."""
-    return min(STAGE_SMEM, SM_SMEM // max(1, tune.min_warps64 * 32 // threads))
 
 
 class Unsupported(ValueError):
@@ -461,30 +450,20 @@ def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str
     return ty + tx, code
 
 
-def _staged(b: str, k: int, slots: int, nw: int, width: int) -> str:
-    """stage_w: value k in buffer b (two per pass) of thread (slot, u): ``nw`` values per thread and edge, ``width``
-    threads per edge slot, ``slots`` edge slots. Each thread reads only what it copied itself, so its own wait is all
-    the ordering a value needs between its copy and its use."""
-    return f"s_wst[(({b} * {slots} + slot) * {nw} + {k}) * {width} + u]"
-
-
-def _stage_step(I: str, cond: str, note: str, copies: str, wait: bool) -> str:
-    """stage_w: the ``copies`` (device lines) under ``cond``, then a commit by every thread, so that all threads'
-    groups count alike; in the edge loop (``wait``) the wait for the group of the edge about to be worked on."""
-    return (f"{I}if ({cond}) {{{note}\n{copies}{I}}}\n{I}cp_async_commit();\n"
-            + (f"{I}cp_async_wait<1>();  // this edge's are in\n" if wait else ""))
+def _w_load(ptr: str, evict: bool) -> str:
+    """A load of a per-edge weight (w or ggw): ``ld_stream`` with Tuning.w_evict, else ``__ldg``."""
+    return f"ld_stream({ptr}, stream_policy())" if evict else f"__ldg({ptr})"
 
 
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
-               stage: bool = False) -> Tuple[str, str]:
+               evict: bool = False) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
     w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward).
     ``cpl`` (``_fwd_cpl``): channels per thread, u, u + L, ..: each product of a CG value and a y (the edge's,
-    the same in every lane) then serves them all. ``stage``: the edges' weights come through shared memory ``s_wst``,
-    each thread copying the next edge's while it works on the current one (STAGE_FWD, instead of ``prefetch``).
+    the same in every lane) then serves them all. ``evict``: the weights loaded by ``_w_load`` (Tuning.w_evict).
     Returns (device code, constant tables)."""
     mul = group[0].mul
     out_keys = []
@@ -505,27 +484,11 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         for key in out_keys:
             s.append(f"{I2}T " + ", ".join(f"{_bname('acc', key)}{cs}_{k} = T(0)" for k in range(key[2])) + ";\n")
     lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
-    nw = len(group) * cpl  # staged values per thread and edge: path-major, then channel copy
-
-    def stage_copies(I: str, e: str, b: str) -> str:  # edge e's weights into buffer b, asynchronously
-        out = f"{I}const T* wn = w + w_index(w_row, {e}) * d.w;\n"
-        for pk, p in enumerate(group):
-            for c, (_, ch) in enumerate(copies):
-                out += (f"{I}cp_async(&{_staged(b, pk * cpl + c, S, nw, L)}, "
-                        f"wn + {p.w_off} + {ch} * {p.w_stride});\n")
-        return out
-
-    if stage:
-        s.append(f"{I2}int it = 0;\n" + _stage_step(I2, f"slot < {S} && u < {lanes} && e_begin + slot < e_end", "",
-                                                     stage_copies(I2 + "  ", "e_begin + slot", "0"), wait=False))
     s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
-    s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}{', ++it' if stage else ''}) {{\n")
+    s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     I3 = I2 + "  "
     tables = ""
-    if stage:
-        s.append(_stage_step(I3, f"e + {S} < e_end", "  // the next edge's weights into the other buffer",
-                             stage_copies(I3 + "  ", f"e + {S}", "((it + 1) & 1)"), wait=True))
-    elif prefetch:
+    if prefetch:
         tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
                                       dbwd, lanes)
         s.append(code)
@@ -537,8 +500,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I3}const T* xr = x + sidx * d.in1;\n")
     s.append(f"{I3}const T* yr = y + e * d.in2;\n")
-    if not stage:
-        s.append(f"{I3}const T* wr = w + w_index(w_row, e) * d.w;\n")
+    s.append(f"{I3}const T* wr = w + w_index(w_row, e) * d.w;\n")
     if dbwd:
         s.append(f"{I3}const T* hr = ggx + sidx * d.in1;\n")
         s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
@@ -557,15 +519,13 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                 s.append(f"{I3}const T {_bname('x', key)}{cs}_{i} = __ldg(xr + {key[0]} + {ch} * {key[2]} + {i});\n")
                 if dbwd:
                     s.append(f"{I3}const T {_bname('h', key)}{cs}_{i} = __ldg(hr + {key[0]} + {ch} * {key[2]} + {i});\n")
-    for pk, p in enumerate(group):
+    for p in group:
         s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I3 + "  "
-        for c, (cs, ch) in enumerate(copies):
-            wp = (_staged("(it & 1)", pk * cpl + c, S, nw, L) if stage
-                  else f"__ldg(wr + {p.w_off} + {ch} * {p.w_stride})")
-            s.append(f"{I5}const T wp{cs} = {wp};\n")
+        for cs, ch in copies:
+            s.append(f"{I5}const T wp{cs} = {_w_load(f'wr + {p.w_off} + {ch} * {p.w_stride}', evict)};\n")
             if dbwd:
-                s.append(f"{I5}const T vp{cs} = __ldg(vr + {p.w_off} + {ch} * {p.w_stride});\n")
+                s.append(f"{I5}const T vp{cs} = {_w_load(f'vr + {p.w_off} + {ch} * {p.w_stride}', evict)};\n")
         ks = sorted({k for (_, _, _, k) in p.nz})
         for cs, _ in copies:
             xk, hk = _bname('x', p.in1_key) + cs, _bname('h', p.in1_key) + cs
@@ -588,10 +548,6 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                 s.append(f"{I5}{acc}_{k} = {ew};\n")
         s.append(f"{I3}}}\n")
     s.append(f"{I2}}}\n")
-    if stage:
-        s.append(f"{I2}cp_async_wait<0>();  // nothing in flight into the buffers the next pass reuses\n")
-        if S == 1:  # (with S > 1 the slots' sums below end in a barrier)
-            s.append(f"{I2}__syncthreads();  // nor read: the next pass stages in another layout\n")
     if S > 1:
         s.append(f"{I2}if (slot > 0 && slot < {S}) {{\n")
         for c, a in enumerate(accs):
@@ -623,22 +579,17 @@ def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
+    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
+                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict))
+             for gi, g in enumerate(groups)]
+    body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
-    staged = []  # STAGE_FWD: each pass's two buffers of weights per edge slot, float64 bytes beside s_acc's
     for g in groups:
         comps = _out_width(g)
         M, _, S = _fwd_slots(g[0].mul, comps, threads, _fwd_cpl(g[0].mul, cpl))
         if S > 1:
             red = max(red, (S - 1) * comps * M)
-        staged.append(2 * S * len(g) * M if tune.stage_w & STAGE_FWD and not dbwd else 0)
-    staged = [n if 8 * (n + red) <= _stage_budget(tune, threads) else 0 for n in staged]
-    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                        _fwd_cpl(g[0].mul, cpl), staged[gi] > 0)
-             for gi, g in enumerate(groups)]
-    body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
-    if any(staged):
-        smem += f"  __shared__ T s_wst[{max(staged)}];  // stage_w: the edges' weights, two buffers per edge slot\n"
     name = "dfwd_kernel" if dbwd else "fwd_kernel"
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
@@ -695,32 +646,17 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
-               w_only: bool = False, stage: bool = False) -> Tuple[str, str]:
+               w_only: bool = False, evict: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
     edge's weights are prefetched; ``prefetch_xy``: the next edge's y and x lines too (PF_PART1_XY).
     ``rows``: where the grad_x rows go with d.rows_in_gw (deferred paths' weight gradients are then not
-    written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``stage``: the edges' weights
-    (and ggw) come through shared memory ``s_wst``, each thread copying the next edge's while it works on the current
-    one (STAGE_BWD, STAGE_DBWD; instead of ``prefetch``)."""
+    written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``evict``: as _fwd_group."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
     WPS = M // 32
-    nw = len(group) * (2 if dbwd else 1)  # staged values per thread and edge: wp of each path, then vp
-
-    def staged(b: str, k: int) -> str:
-        return _staged(b, k, S, nw, M)
-
-    def stage_copies(I: str, e: str, b: str) -> str:  # edge e's values into buffer b, asynchronously
-        out = f"{I}const T* wn = w + w_index(w_row, {e}) * d.w;\n" + (f"{I}const T* vn = ggw + ({e}) * d.w;\n"
-                                                                      if dbwd else "")
-        for k, p in enumerate(group):
-            out += f"{I}cp_async(&{staged(b, k)}, wn + {p.w_off} + u * {p.w_stride});\n"
-            if dbwd:
-                out += f"{I}cp_async(&{staged(b, len(group) + k)}, vn + {p.w_off} + u * {p.w_stride});\n"
-        return out
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
     V = 1
     while V < len(y_cols):
@@ -750,10 +686,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     for key in out_keys:
         for k in range(key[2]):
             s.append(f"{I1}T {_bname('g', key)}_{k} = chan ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
-    if stage:
-        s.append(_stage_step(I1, "chan && e_begin + slot < e_end", "  // the first edge's weights into buffer 0",
-                             stage_copies(I1 + "  ", "e_begin + slot", "0"), wait=False))
-    if WPS == 1 and not stage:
+    if WPS == 1:
         s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}) {{\n")
     else:
         s.append(f"{I1}int it = 0;\n")
@@ -761,10 +694,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     I2 = I1 + "  "
     s.append(f"{I2}const int64_t e = e0 + slot;\n")
     s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
-    if stage:
-        s.append(_stage_step(I2, f"chan && e + {S} < e_end", "  // the next edge's weights into the other buffer",
-                             stage_copies(I2 + "  ", f"e + {S}", "((it + 1) & 1)"), wait=True))
-    elif prefetch:
+    if prefetch:
         pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}",
                                          f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd)
         tables += pf_tables
@@ -792,11 +722,11 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I4}per_iteration({', '.join(gregs)});  // cg * g products stay in the loop\n")
     s.append(f"{I4}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
-    if not w_only and not stage:
+    if not w_only:
         s.append(f"{I4}const T* wr = w + w_index(w_row, e) * d.w;\n")
     if dbwd:
         s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
-        if not w_only and not stage:
+        if not w_only:
             s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
     in1_keys = list(dict.fromkeys(p.in1_key for p in group))
     for key in in1_keys:
@@ -813,15 +743,13 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
             w_keys.append(p.w_key)
     for wk in w_keys:
         s.append(f"{I4}T sw{wk[0]} = T(0);\n")
-    for pk, p in enumerate(group):
+    for p in group:
         s.append(f"{I4}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I4 + "  "
         if not w_only:
-            wp = staged("(it & 1)", pk) if stage else f"__ldg(wr + {p.w_off} + u * {p.w_stride})"
-            s.append(f"{I5}const T wp = {wp};\n")
+            s.append(f"{I5}const T wp = {_w_load(f'wr + {p.w_off} + u * {p.w_stride}', evict)};\n")
             if dbwd:
-                vp = staged("(it & 1)", len(group) + pk) if stage else f"__ldg(vr + {p.w_off} + u * {p.w_stride})"
-                s.append(f"{I5}const T vp = {vp};\n")
+                s.append(f"{I5}const T vp = {_w_load(f'vr + {p.w_off} + u * {p.w_stride}', evict)};\n")
         js = sorted({j for (_, _, j, _) in p.nz})
         iset = sorted({i for (_, i, _, _) in p.nz})
         gk = _bname('g', p.out_key)
@@ -930,8 +858,6 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I2}  __syncthreads();  // s_red is refilled by the next chunk\n")
         s.append(f"{I2}}}\n")
     s.append(f"{I1}}}\n")
-    if stage:
-        s.append(f"{I1}cp_async_wait<0>();  // nothing in flight into the buffers the next pass reuses\n")
     s.append(f"{I1}__syncthreads();  // the next pass may read-modify-write what this one wrote\n")
     s.append(f"{I}}}\n")
     return "".join(s), tables
@@ -1070,28 +996,21 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
         if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
             return None
     rows = rows_in_grad_w(groups, live)
+    first: dict = {}
+    bodies, tables = [], []
+    for gi, g in enumerate(groups):
+        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
+                          bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict))
+        bodies.append(b)
+        tables.append(t)
     vmax = 1
     for g in groups:
         n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
         while vmax < n:
             vmax *= 2
+    name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
     multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
     red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
-    # STAGE_*: two buffers of each staged pass's values, per edge slot, float64 bytes beside s_red's
-    staged = [len(g) * (2 if dbwd else 1) * 2 * threads if tune.stage_w & (STAGE_DBWD if dbwd else STAGE_BWD)
-              else 0 for g in groups]
-    own = GY_CHUNK * threads // 32 * vmax if multi else 0
-    staged = [n if 8 * (n + own) <= _stage_budget(tune, threads) else 0 for n in staged]
-    if any(staged):
-        red += f"  __shared__ T s_wst[{max(staged)}];  // stage_w: the edges' weights, two buffers per edge slot\n"
-    first: dict = {}
-    bodies, tables = [], []
-    for gi, g in enumerate(groups):
-        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
-                          bool(tune.prefetch & PF_PART1_XY), rows, stage=staged[gi] > 0)
-        bodies.append(b)
-        tables.append(t)
-    name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
     head = f"""
 // {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: {len(groups)} pass(es) over a receiver's edges, those in
 // [pass_lo, pass_hi) in this launch. kParts: the
@@ -1222,50 +1141,44 @@ __device__ __forceinline__ void prefetch_l2(const T* p) {
 }
 """
 
-_CP_ASYNC = r"""
-// stage_w: an asynchronous copy of one element from global into shared memory (cp.async, through L1), the
-// commit of a thread's copies so far as one group, and the wait until at most N of its groups are in flight.
-// "memory": the compiler moves no load of the staged buffers across them (the thread's own ordering is all the
-// kernels rely on between a copy and its use). The host emulation defers the copies to the waits that let them
-// land (tests/cuda_emu); before sm_80 the copy is done at once.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define MD_ACCEL_CP_ASYNC 1
-#endif
-template <typename T>
-__device__ __forceinline__ void cp_async(T* dst, const T* src) {
-#if defined(MD_ACCEL_CP_ASYNC)
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  if constexpr (sizeof(T) == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(src) : "memory");
-  else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(s), "l"(src) : "memory");
-#elif defined(MD_ACCEL_EMU_CP_ASYNC)
-  emu::cp_async(dst, src, sizeof(T));
-#else
-  *dst = *src;
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(MD_ACCEL_CP_ASYNC)
-  asm volatile("cp.async.commit_group;" ::: "memory");
-#elif defined(MD_ACCEL_EMU_CP_ASYNC)
-  emu::cp_async_commit();
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(MD_ACCEL_CP_ASYNC)
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#elif defined(MD_ACCEL_EMU_CP_ASYNC)
-  emu::cp_async_wait(N);
-#endif
-}
-"""
-
 _PREFETCH_L1 = r"""
 // The same into L1 (the x lines of PF_FWD_XY and PF_PART1_XY).
 template <typename T>
 __device__ __forceinline__ void prefetch_l1(const T* p) {
 #ifdef __CUDA_ARCH__
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+#endif
+}
+"""
+
+_LD_STREAM = r"""
+// A per-edge weight, read once (Tuning.w_evict): no L1 line, its L2 line evicted first (a plain __ldg in the host
+// emulation and before sm_80).
+__device__ __forceinline__ uint64_t stream_policy() {
+  uint64_t p = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+#endif
+  return p;
+}
+__device__ __forceinline__ float ld_stream(const float* a, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(a), "l"(policy));
+  return v;
+#else
+  (void)policy;
+  return __ldg(a);
+#endif
+}
+__device__ __forceinline__ double ld_stream(const double* a, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  double v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.f64 %0, [%1], %2;" : "=d"(v) : "l"(a), "l"(policy));
+  return v;
+#else
+  (void)policy;
+  return __ldg(a);
 #endif
 }
 """
@@ -1462,8 +1375,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         covered=covered)
     if tune.prefetch:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
-    if tune.stage_w:
-        src += _CP_ASYNC
+    if tune.w_evict:
+        src += _LD_STREAM
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None

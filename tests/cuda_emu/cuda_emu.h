@@ -17,7 +17,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 using std::fma;
@@ -33,7 +32,6 @@ using std::fma;
 #define __align__(n) alignas(n)
 
 #define MD_ACCEL_MMA_HOST_EMU 1  // csrc/mma.cuh takes its host versions from mma_emu.h
-#define MD_ACCEL_EMU_CP_ASYNC 1  // the generated kernels' cp_async: deferred copies (emu::cp_async below)
 
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 struct alignas(8) float2 { float x, y; };
@@ -110,26 +108,6 @@ A& block_static(const void* key) {
   return *reinterpret_cast<A*>((reinterpret_cast<uintptr_t>(p.get()) + 15) & ~uintptr_t(15));
 }
 inline Warp& warp() { return *g_block->warps[t_tid.x / 32]; }
-// cp.async (the generated kernels' cp_async, cp_async_commit, cp_async_wait<N>): each thread's copies queue in
-// groups and land only at a wait that lets them (all but the N most recent committed groups), so a staged value
-// read before its wait, a wrong wait count, or a buffer reused while another thread's copies are in flight shows.
-struct CpAsyncQueue {
-  std::vector<std::vector<std::tuple<void*, const void*, size_t>>> groups;
-  std::vector<std::tuple<void*, const void*, size_t>> open;
-};
-inline thread_local CpAsyncQueue t_cp;
-inline void cp_async(void* dst, const void* src, size_t n) { t_cp.open.emplace_back(dst, src, n); }
-inline void cp_async_commit() {
-  t_cp.groups.push_back(std::move(t_cp.open));
-  t_cp.open.clear();
-}
-inline void cp_async_wait(int n) {
-  std::this_thread::yield();  // let other threads run between the issue and the landing
-  while (int(t_cp.groups.size()) > n) {
-    for (auto& [d, s, k] : t_cp.groups.front()) std::memcpy(d, s, k);
-    t_cp.groups.erase(t_cp.groups.begin());
-  }
-}
 template <typename F>
 void launch(unsigned grid, unsigned block, size_t smem_bytes, F&& body) {
   g_gdim.x = grid;
