@@ -55,7 +55,7 @@ def persisting_l2_bytes() -> int:
 
 def set_l2_window(stream: torch.cuda.Stream, tensor: torch.Tensor | None) -> str:
     """Kernels launched on `stream` keep `tensor`'s bytes in L2 as persisting lines (an access-policy window,
-    hit ratio 1, with the persisting-L2 limit raised to the device's maximum); None clears the window and the
+    hit ratio 1, with the persisting-L2 limit raised to the window's size); None clears the window and the
     persisting lines. Returns what was set, for the log."""
     import ctypes
 
@@ -73,7 +73,8 @@ def set_l2_window(stream: torch.cuda.Stream, tensor: torch.Tensor | None) -> str
     win = Window()
     if tensor is not None:
         nbytes = min(tensor.untyped_storage().nbytes(), limits["max_window"])
-        if lib.cudaDeviceSetLimit(LIMIT_PERSISTING_L2, ctypes.c_size_t(limits["max_persisting"])) != 0:
+        # The set-aside is taken from the L2 the other accesses use: as large as the window, no larger.
+        if lib.cudaDeviceSetLimit(LIMIT_PERSISTING_L2, ctypes.c_size_t(min(nbytes, limits["max_persisting"]))) != 0:
             raise RuntimeError("cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize) failed")
         win.base_ptr, win.num_bytes = tensor.untyped_storage().data_ptr(), nbytes
         win.hitRatio = min(1.0, limits["max_persisting"] / nbytes)
@@ -83,6 +84,7 @@ def set_l2_window(stream: torch.cuda.Stream, tensor: torch.Tensor | None) -> str
         raise RuntimeError(f"cudaStreamSetAttribute(AccessPolicyWindow) failed: {rc}")
     if tensor is None:
         lib.cudaCtxResetPersistingL2Cache()
+        lib.cudaDeviceSetLimit(LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
         return "none"
     return (f"{win.num_bytes / 2**20:.1f} MiB, hit ratio {win.hitRatio:.2f} (max persisting "
             f"{limits['max_persisting'] / 2**20:.1f} MiB, max window {limits['max_window'] / 2**20:.1f} MiB)")
