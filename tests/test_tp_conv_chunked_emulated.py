@@ -168,6 +168,21 @@ def test_xy_prefetch_only_where_asked():
     assert "prefetch_l1" not in _codegen.generate(struct)
 
 
+def test_weights_loaded_evict_first_only_where_asked():
+    """Tuning.w_evict (the default): every load of a per-edge weight (w and ggw, in the forward, dfwd and both part-1
+    kernels) goes through ld_stream, nothing else does; w_evict=0 gives the plain loads back, one for one. The
+    emulation reads ld_stream as __ldg, so the emulated tests cannot tell a load that lost its hint."""
+    plan, _ = plan_and_library()
+    struct = _codegen.plan_structure(plan)
+    hinted, plain = _codegen.generate(struct), _codegen.generate(struct, _codegen.Tuning(w_evict=0))
+    for ptr in ("wr", "vr"):
+        n = plain.count(f"__ldg({ptr} + ")
+        assert n > 0 and hinted.count(f"ld_stream({ptr} + ") == n and f"__ldg({ptr} + " not in hinted
+    assert hinted.count("ld_stream(") == plain.count("__ldg(wr + ") + plain.count("__ldg(vr + ") + 2  # + 2 overloads
+    assert hinted.count("__ldg(xr + ") == plain.count("__ldg(xr + ") > 0  # the gathered rows keep the normal policy
+    assert "ld_stream" not in plain and "createpolicy" not in plain
+
+
 def test_prefetch_bits_checked(monkeypatch):
     """MD_ACCEL_TP_TUNING refuses prefetch bits no kernel reads (a build would be cached under a name of its own
     while generating what another setting generates)."""
