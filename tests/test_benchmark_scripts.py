@@ -436,6 +436,26 @@ def test_tuning_sweep_runs_each_variant_in_turn(tmp_path):
     assert all((r / p.name.removesuffix(".log") / "kernels.json").exists() for p in r.glob("*.log"))
 
 
+def test_tuning_sweep_of_the_md_step(tmp_path):
+    """SWEEP_SCRIPT=model_step: model_step.py once per variant in turn (the shipped copper MACE, 32 atoms, on the
+    CPU: the variants time the same reference ops), its results folder and one table row per run."""
+    r = tmp_path / "r"
+    r.mkdir()
+    env = {**os.environ, "R": str(r), "SWEEP_SCRIPT": "model_step",
+           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+           "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(["bash", "tools/tuning_sweep.sh", "300", "default w_evict=0", "--backends",
+                           "md_accel:models/mace_cu/mace_cu.mdx", "--sizes", "32", "--repeats", "1", "--warmup", "1",
+                           "--device", "cpu"], capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    heads = [line.split(" (")[0] for line in proc.stdout.splitlines() if line.startswith("== ")]
+    assert heads == ["== default", "== w_evict=0"] and proc.stdout.count("(rc=0, ") == 2
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| md_accel:mace_cu.mdx | ")]
+    assert len(rows) == 2 and all(float(row.split("|")[2]) > 0 for row in rows)
+    assert sorted(p.name.split(".")[0] for p in r.glob("*.log")) == ["default", "w_evict0"]
+    assert all(any((r / p.name.removesuffix(".log")).glob("*.json")) for p in r.glob("*.log"))
+
+
 def test_lean_threshold_keeps_lean_the_cells_near_the_peer(tmp_path):
     """lean_threshold.py: the smallest threshold is the largest layer of the cells whose kept peak is not
     --margin under the leanest peer's, counted in the CUDA graph's edge slots (1,000 edges -> 1,216 slots on the
