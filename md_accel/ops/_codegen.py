@@ -115,9 +115,9 @@ PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 # evict-first policy (and no L1 line), they leave L2 before the gathered x rows do. Session 42 (H200): x kept in L2
 # by a persisting access-policy window had made the backward's per-edge kernel 3-4 % faster, but the window's L2
 # set-aside slowed every kernel that writes (benchmarks/pass_breakdown.py --l2-window); the evict-first loads need
-# no set-aside. kernels.py, the six workloads, default and w_evict in turn twice: 0.86-1.03x the time, faster in 33
-# of 36 cells (float64 forwards 0.86-0.99x, the double backwards 0.98-1.00x); the three slower cells, MACE-MP-0
-# medium float32's, within their runs' spread. Not measured: weight rows shared by two edges (TPGraph::w_row, the MD
+# no set-aside. kernels.py, the six workloads, default and w_evict in turn twice: 0.86-1.03x the time, faster in 32
+# of 36 cells (float64 forwards 0.86-0.99x, the double backwards 0.98-1.00x); the four slower cells, MACE-MP-0
+# medium float32's and MACE first's float32 forward, within their runs' spread. Not measured: weight rows shared by two edges (TPGraph::w_row, the MD
 # step's edge_partner), read twice but loaded evict-first too (docs/performance_notes.md, session 42's plan).
 
 
