@@ -1525,7 +1525,7 @@ def plan_structure(plan) -> tuple:
 
 
 def main(argv=None) -> None:
-    """Write the generated source of a test-style 'uvu' problem:
+    """Write the generated source of a test-style 'uvu' problem (under ``$MD_ACCEL_TP_TUNING``, as a build would):
     python -m md_accel.ops._codegen IN1 IN2 LMAX OUT.cu [parity]"""
     import sys
 
@@ -1533,7 +1533,7 @@ def main(argv=None) -> None:
 
     a = argv if argv is not None else sys.argv[1:]
     plan = TPProblem.all_uvu(a[0], a[1], int(a[2]), len(a) > 4 and a[4] == "parity").lower()
-    Path(a[3]).write_text(generate(plan_structure(plan)))
+    Path(a[3]).write_text(generate(plan_structure(plan), tuning()))
 
 
 if __name__ == "__main__":
