@@ -53,10 +53,10 @@ def persisting_l2_bytes() -> int:
     return int(value.value)
 
 
-def set_l2_window(stream: torch.cuda.Stream, tensor: torch.Tensor | None) -> str:
+def set_l2_window(stream: torch.cuda.Stream, tensor: torch.Tensor | None, limit: int = 0) -> str:
     """Kernels launched on `stream` keep `tensor`'s bytes in L2 as persisting lines (an access-policy window,
     hit ratio 1, with the persisting-L2 limit raised to the window's size); None clears the window and the
-    persisting lines. Returns what was set, for the log."""
+    persisting lines and sets the limit back to `limit`. Returns what was set, for the log."""
     import ctypes
 
     class Window(ctypes.Structure):  # cudaAccessPolicyWindow, inside the 64-byte cudaStreamAttrValue union
@@ -84,7 +84,7 @@ def set_l2_window(stream: torch.cuda.Stream, tensor: torch.Tensor | None) -> str
         raise RuntimeError(f"cudaStreamSetAttribute(AccessPolicyWindow) failed: {rc}")
     if tensor is None:
         lib.cudaCtxResetPersistingL2Cache()
-        lib.cudaDeviceSetLimit(LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
+        lib.cudaDeviceSetLimit(LIMIT_PERSISTING_L2, ctypes.c_size_t(max(0, limit)))
         return "none"
     return (f"{win.num_bytes / 2**20:.1f} MiB, hit ratio {win.hitRatio:.2f} (max persisting "
             f"{limits['max_persisting'] / 2**20:.1f} MiB, max window {limits['max_window'] / 2**20:.1f} MiB)")
@@ -137,7 +137,8 @@ def measure(impl, workload: str, kind: str, args_xyw, grad_out, args) -> dict:
     with impl.settings():
         prepared = impl.prepare(*args_xyw)
         fn = run_pass(impl, kind, prepared, grad_out)
-        window = set_l2_window(torch.cuda.current_stream(device), prepared[0] if args.l2_window == "x" else None)
+        stream, limit = torch.cuda.current_stream(device), persisting_l2_bytes()
+        window = set_l2_window(stream, prepared[0]) if args.l2_window == "x" else "none"
         before = torch.cuda.memory_stats(device)
         timing = common.time_gpu(fn, device, 3, args.repeats)
         after = torch.cuda.memory_stats(device)
@@ -146,15 +147,16 @@ def measure(impl, workload: str, kind: str, args_xyw, grad_out, args) -> dict:
         except Exception as e:  # noqa: BLE001  (the timing above still stands)
             print(f"   no kernel times: {common.failure(e)}", flush=True)
             kernels = {}
-    set_l2_window(torch.cuda.current_stream(device), None)
+    if args.l2_window == "x":
+        set_l2_window(stream, None, limit)
     allocs = {k: (after.get(k, 0) - before.get(k, 0)) / (args.repeats + 3) for k in ALLOCATOR_COUNTS}
     rec = {"workload": workload, "impl": impl.name, "dtype": str(grad_out.dtype).removeprefix("torch."),
            "pass": kind, "prelude": args.prelude, "l2_window": window, "median_ms": timing["median_ms"],
            "allocator_per_call": allocs, "kernels": kernels,
            "reserved_gib": torch.cuda.memory_reserved(device) / 2**30}
     print(f"== {workload} {impl.name} {rec['dtype']} {kind} (prelude {' '.join(args.prelude) or 'none'}): "
-          f"{timing['median_ms']:.3f} ms; L2 window {window}; per call " + ", ".join(f"{k} {v:g}" for k, v in allocs.items())
-          + f"; reserved {rec['reserved_gib']:.1f} GiB", flush=True)
+          f"{timing['median_ms']:.3f} ms; L2 window {window}; per call "
+          + ", ".join(f"{k} {v:g}" for k, v in allocs.items()) + f"; reserved {rec['reserved_gib']:.1f} GiB", flush=True)
     busy = sum(k["us"] for k in kernels.values())
     print(f"   kernels busy {busy / 1e3:.3f} ms per call", flush=True)
     for kname, k in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])[:12]:
@@ -177,8 +179,8 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=None, help="a JSON file for the records")
     args = ap.parse_args(argv)
     device = torch.device("cuda")
-    # The access-policy window is a stream attribute: time on a stream of our own, not the legacy default stream.
-    torch.cuda.set_stream(torch.cuda.Stream(device))
+    if args.l2_window == "x":  # a stream attribute: time on a stream of our own, not the legacy default stream
+        torch.cuda.set_stream(torch.cuda.Stream(device))
     print(f"persisting L2 limit {persisting_l2_bytes()} bytes", flush=True)
     graph = make_graph(args.graph)
     g = GraphT(graph, device)
