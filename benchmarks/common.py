@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -182,6 +183,23 @@ def time_wall(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 
         sync(device)
         ms.append((time.perf_counter() - t) * 1e3)
     return _stats(ms)
+
+
+def kernel_times(fn, calls: int) -> dict:
+    """Device microseconds per call of each CUDA kernel ``fn`` launches, and its launches per call (torch.profiler;
+    CUDA only)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total, count = defaultdict(float), defaultdict(int)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            total[ev.name] += ev.time_range.elapsed_us()
+            count[ev.name] += 1
+    return {name: {"us": total[name] / calls, "launches": count[name] / calls} for name in total}
 
 
 def peak_memory(fn: Callable[[], object], device) -> Optional[int]:

@@ -468,6 +468,8 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
                     if not budget.allows(once * (args.repeats + max(args.warmup, 1)) + common.WARMUP_S + 1.0):
                         raise TimeoutError(f"skipped: time budget (one call {once * 1e3:.0f} ms)")
                     rec.update(common.time_gpu(fn, device, args.warmup, args.repeats))
+                    if args.kernel_times:
+                        rec["kernels"] = common.kernel_times(fn, args.repeats)
                     rec["peak_bytes"] = common.peak_memory(fn, device)
                     if kind == "dbwd" and loss_ms is not None:
                         rec.update(loss_ms=loss_ms, op_ms=rec["median_ms"] - loss_ms)
@@ -484,9 +486,21 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
                 log(f"  {name:10s} {kind:7s} " + (f"{rec['median_ms']:9.3f} ms" if "median_ms" in rec else rec["status"])
                     + (f"  peak {rec['peak_bytes'] / 2**30:.2f} GiB" if rec.get("peak_bytes") else "")
                     + (f"  (op {rec['op_ms']:.3f} ms)" if "op_ms" in rec else ""))
+                if rec.get("kernels"):
+                    log(kernel_lines(rec["kernels"]))
         del impl, prepared
         common.release(device)
     return records, checks
+
+
+def kernel_lines(kernels: Dict, top: int = 6) -> str:
+    """``--kernel-times``: the GPU's busy time per call (the kernels' sum, against the timed median: the rest is
+    the device idle, waiting for the host) and the longest kernels."""
+    busy = sum(k["us"] for k in kernels.values()) / 1e3
+    lines = [f"             kernels busy {busy:.3f} ms per call"]
+    for kname, k in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])[:top]:
+        lines.append(f"             {k['us'] / 1e3:8.3f} ms  x{k['launches']:<4g} {kname[:90]}")
+    return "\n".join(lines)
 
 
 def cell(r: Dict) -> str:
@@ -555,6 +569,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tag", default="kernels")
+    ap.add_argument("--kernel-times", action="store_true",
+                    help="after each timing, each kernel's device time per call (torch.profiler) into the log and records")
     args = ap.parse_args(argv)
     args.passes = args.passes.split(",")
     if set(args.passes) - set(PASSES):

@@ -16,7 +16,6 @@ import importlib
 import json
 import os
 import sys
-from collections import defaultdict
 
 import torch
 
@@ -115,22 +114,6 @@ def apply_prelude(spec: str, graph: dict, device) -> None:
     print(f"prelude {spec}: persisting L2 limit {persisting_l2_bytes()} bytes", flush=True)
 
 
-def kernel_times(fn, calls: int) -> dict:
-    """Device microseconds per call of each CUDA kernel ``fn`` launches, and its launches per call."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    total, count = defaultdict(float), defaultdict(int)
-    for ev in prof.events():
-        if ev.device_type == torch.autograd.DeviceType.CUDA:
-            total[ev.name] += ev.time_range.elapsed_us()
-            count[ev.name] += 1
-    return {name: {"us": total[name] / calls, "launches": count[name] / calls} for name in total}
-
-
 def measure(impl, workload: str, kind: str, args_xyw, grad_out, args) -> dict:
     """Time one implementation's pass, then profile its kernels; print and return the record."""
     device = grad_out.device
@@ -143,7 +126,7 @@ def measure(impl, workload: str, kind: str, args_xyw, grad_out, args) -> dict:
         timing = common.time_gpu(fn, device, 3, args.repeats)
         after = torch.cuda.memory_stats(device)
         try:
-            kernels = kernel_times(fn, args.repeats)
+            kernels = common.kernel_times(fn, args.repeats)
         except Exception as e:  # noqa: BLE001  (the timing above still stands)
             print(f"   no kernel times: {common.failure(e)}", flush=True)
             kernels = {}

@@ -143,6 +143,22 @@ def test_kernels_reference_cache(tmp_path):
     assert fifth["fwd"] == first["fwd"] and torch.load(cached, weights_only=True)[0].shape == outputs[0].shape
 
 
+def test_kernel_times_lines_sum_and_order():
+    """kernels.py --kernel-times: the busy line is the kernels' summed time per call, then the longest kernels
+    first, each with its launches per call, at most ``top`` of them."""
+    sys.path.insert(0, BENCH)
+    try:
+        from kernels import kernel_lines
+    finally:
+        sys.path.remove(BENCH)
+    kernels = {"short": {"us": 250.0, "launches": 2}, "long": {"us": 4000.0, "launches": 1},
+               "mid": {"us": 1250.0, "launches": 3}}
+    lines = kernel_lines(kernels, top=2).splitlines()
+    assert lines[0].split() == ["kernels", "busy", "5.500", "ms", "per", "call"]
+    assert [ln.split()[0] for ln in lines[1:]] == ["4.000", "1.250"]
+    assert [ln.split()[2:] for ln in lines[1:]] == [["x1", "long"], ["x3", "mid"]]
+
+
 def test_kernels_loss_is_the_sum_of_squares():
     """kernels.py's double-backward loss (a fused autograd Function) has the value, gradient and
     second derivative through the first gradients of sum(f * f)."""
