@@ -151,6 +151,12 @@ def warm_up(fn: Callable[[], object], device, calls: int, seconds: float = WARMU
     sync(device)
 
 
+def local_stamp() -> str:
+    """The local wall time as nvidia-smi's CSV log writes it (``YYYY/MM/DD HH:MM:SS.mmm``), so that records can be
+    matched with such a log written on the same machine (benchmarks/smi_join.py)."""
+    return datetime.datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+
+
 def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20) -> Dict[str, float]:
     """Per-call time of ``fn``: CUDA events around each call on CUDA (device time including
     launch gaps), perf_counter elsewhere; median/min/mean over ``repeats`` after ``warm_up``."""

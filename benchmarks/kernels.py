@@ -467,7 +467,9 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
                     once = time.perf_counter() - t0
                     if not budget.allows(once * (args.repeats + max(args.warmup, 1)) + common.WARMUP_S + 1.0):
                         raise TimeoutError(f"skipped: time budget (one call {once * 1e3:.0f} ms)")
+                    started = common.local_stamp()
                     rec.update(common.time_gpu(fn, device, args.warmup, args.repeats))
+                    rec["timed"] = [started, common.local_stamp()]  # for smi_join.py: the GPU's clocks meanwhile
                     if args.kernel_times:
                         rec["kernels"] = common.kernel_times(fn, args.repeats)
                     rec["peak_bytes"] = common.peak_memory(fn, device)

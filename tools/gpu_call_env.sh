@@ -1,7 +1,7 @@
 # Sourced by a device call's script, from the repository root, before it runs benchmarks: the carried build caches
 # (tools/gpu_cache.sh, with the generated kernels under .gpu/build), the results folder R=$OUT/r, a line naming the
 # op library and the GPU, and ase + vesin from the carried wheels folder WHEELS (default .peers/k/wheels) on
-# PYTHONPATH (the device's Python lacks them).
+# PYTHONPATH (the device's Python lacks them). SMI_LOG=MS also logs the GPU's clocks (below).
 export PYTHON=${PYTHON:-python} MD_ACCEL_BUILD_DIR=$PWD/.gpu/build
 export R=$OUT/r
 mkdir -p "$R"
@@ -15,6 +15,14 @@ if [[ -z ${MD_ACCEL_OPS_LIBRARY:-} && ${ALLOW_JIT:-0} != 1 ]]; then
   exit 3
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+# SMI_LOG=MS: the GPU's clocks, power, temperature and clock-event reasons every MS milliseconds into $R/smi.csv for
+# the rest of the calling shell (benchmarks/smi_join.py matches them with kernels.py's cells); stopped at its exit.
+if [[ -n ${SMI_LOG:-} ]]; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,nounits -lms "$SMI_LOG" > "$R/smi.csv" 2>&1 &
+  SMI_PID=$!
+  trap 'kill $SMI_PID 2>/dev/null' EXIT
+fi
 wheels=${WHEELS:-.peers/k/wheels}
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheels"/ase-*.whl "$wheels"/vesin-*.whl
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}

@@ -1,0 +1,121 @@
+"""The GPU's clocks, power and clock-event reasons while each cell of ``kernels.py`` was timed: the records' ``timed``
+windows (local wall time, ``common.local_stamp``) matched with an ``nvidia-smi`` CSV log written on the same machine
+during the run. It answers whether a cell that ran slow in one process ran at a lower SM clock than in another.
+
+On the GPU machine, beside the run (``SMI_LOG=100 source tools/gpu_call_env.sh`` starts such a log in ``$R/smi.csv``):
+
+    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \\
+        --format=csv,nounits -lms 100 > smi.csv &
+
+    python benchmarks/smi_join.py RUN/kernels.json smi.csv [--impls md_accel,cueq] [--passes dbwd]
+
+One line per timed record: its median, then over the log's samples inside its window the SM clock (min / median /
+max, MHz), the peak power (W), the peak temperature and the event reasons seen (hex masks OR-ed; 0x0 none).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import statistics
+from typing import Dict, List, Optional, Sequence
+
+STAMP = "%Y/%m/%d %H:%M:%S.%f"
+
+
+def _time(text: str) -> datetime.datetime:
+    return datetime.datetime.strptime(text.strip(), STAMP)
+
+
+def _number(text: str) -> Optional[float]:
+    """A CSV value with or without its unit ("1980 MHz" or "1980"); None for "[N/A]" and the like."""
+    try:
+        return float(text.strip().split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def read_smi(path: str) -> List[Dict]:
+    """The samples of an nvidia-smi ``--format=csv`` log (units or ``nounits``), keyed by the query's field names
+    (the header's names without their units)."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    names = [h.strip().split(" [")[0] for h in rows[0]]
+    samples = []
+    for row in rows[1:]:
+        if len(row) != len(names):
+            continue
+        rec = dict(zip(names, (v.strip() for v in row)))
+        try:
+            rec["time"] = _time(rec["timestamp"])
+        except (KeyError, ValueError):
+            continue
+        samples.append(rec)
+    return samples
+
+
+def _field(sample: Dict, *names: str) -> Optional[str]:
+    for n in names:
+        if n in sample:
+            return sample[n]
+    return None
+
+
+def window_summary(samples: Sequence[Dict], start: datetime.datetime, end: datetime.datetime) -> Dict:
+    """The samples inside [start, end]: their count, SM clock min / median / max, peak power and temperature, and
+    the event reasons' masks OR-ed together."""
+    inside = [s for s in samples if start <= s["time"] <= end]
+    clocks = [c for c in (_number(_field(s, "clocks.current.sm", "clocks.sm") or "") for s in inside) if c is not None]
+    power = [p for p in (_number(_field(s, "power.draw") or "") for s in inside) if p is not None]
+    temp = [t for t in (_number(_field(s, "temperature.gpu") or "") for s in inside) if t is not None]
+    reasons = 0
+    for s in inside:
+        r = _field(s, "clocks_event_reasons.active", "clocks_throttle_reasons.active")
+        if r and r.lower().startswith("0x"):
+            reasons |= int(r, 16)
+    return {"samples": len(inside),
+            "sm_mhz": (min(clocks), statistics.median(clocks), max(clocks)) if clocks else None,
+            "power_w": max(power) if power else None, "temp_c": max(temp) if temp else None,
+            "reasons": reasons}
+
+
+def join(records: Sequence[Dict], samples: Sequence[Dict], impls: Optional[Sequence[str]] = None,
+         passes: Optional[Sequence[str]] = None) -> List[Dict]:
+    """Each timed record (with ``timed`` and ``median_ms``), in the file's order, with its window's summary."""
+    out = []
+    for r in records:
+        if "timed" not in r or "median_ms" not in r:
+            continue
+        if (impls and r["impl"] not in impls) or (passes and r["pass"] not in passes):
+            continue
+        out.append({**{k: r[k] for k in ("workload", "dtype", "impl", "pass", "median_ms")},
+                    **window_summary(samples, _time(r["timed"][0]), _time(r["timed"][1]))})
+    return out
+
+
+def line(j: Dict) -> str:
+    clocks = "no samples" if j["sm_mhz"] is None else "SM {:.0f} / {:.0f} / {:.0f} MHz".format(*j["sm_mhz"])
+    extra = "".join([f", {j['power_w']:.0f} W" if j["power_w"] is not None else "",
+                     f", {j['temp_c']:.0f} C" if j["temp_c"] is not None else ""])
+    return (f"{j['workload']:16s} {j['dtype']:8s} {j['impl']:16s} {j['pass']:8s} {j['median_ms']:9.3f} ms  "
+            f"{clocks}{extra}, reasons {j['reasons']:#x} ({j['samples']} samples)")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kernels_json")
+    ap.add_argument("smi_csv")
+    ap.add_argument("--impls", default="", help="comma-separated; default all")
+    ap.add_argument("--passes", default="", help="comma-separated; default all")
+    args = ap.parse_args(argv)
+    with open(args.kernels_json) as f:
+        records = json.load(f)["results"]
+    joined = join(records, read_smi(args.smi_csv), [i for i in args.impls.split(",") if i],
+                  [p for p in args.passes.split(",") if p])
+    for j in joined:
+        print(line(j))
+
+
+if __name__ == "__main__":
+    main()
