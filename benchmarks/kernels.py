@@ -495,13 +495,14 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
     return records, checks
 
 
-def kernel_lines(kernels: Dict, top: int = 6) -> str:
-    """``--kernel-times``: the GPU's busy time per call (the kernels' sum, against the timed median: the rest is
-    the device idle, waiting for the host) and the longest kernels."""
+def kernel_lines(kernels: Dict, top: int = 6, indent: str = " " * 13, width: int = 90) -> str:
+    """``--kernel-times`` (and pass_breakdown.py): the GPU's busy time per call (the kernels' sum, against the timed
+    median: the rest is the device idle, waiting for the host) and the ``top`` longest kernels, names cut at
+    ``width``."""
     busy = sum(k["us"] for k in kernels.values()) / 1e3
-    lines = [f"             kernels busy {busy:.3f} ms per call"]
+    lines = [f"{indent}kernels busy {busy:.3f} ms per call"]
     for kname, k in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])[:top]:
-        lines.append(f"             {k['us'] / 1e3:8.3f} ms  x{k['launches']:<4g} {kname[:90]}")
+        lines.append(f"{indent}{k['us'] / 1e3:8.3f} ms  x{k['launches']:<4g} {kname[:width]}")
     return "\n".join(lines)
 
 

@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from kernels import GraphT, inputs, make_graph, make_impl, run_pass, through_layouts  # noqa: E402
+from kernels import GraphT, inputs, kernel_lines, make_graph, make_impl, run_pass, through_layouts  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 ALLOCATOR_COUNTS = ("num_device_alloc", "num_device_free", "num_alloc_retries")
@@ -140,10 +140,7 @@ def measure(impl, workload: str, kind: str, args_xyw, grad_out, args) -> dict:
     print(f"== {workload} {impl.name} {rec['dtype']} {kind} (prelude {' '.join(args.prelude) or 'none'}): "
           f"{timing['median_ms']:.3f} ms; L2 window {window}; per call "
           + ", ".join(f"{k} {v:g}" for k, v in allocs.items()) + f"; reserved {rec['reserved_gib']:.1f} GiB", flush=True)
-    busy = sum(k["us"] for k in kernels.values())
-    print(f"   kernels busy {busy / 1e3:.3f} ms per call", flush=True)
-    for kname, k in sorted(kernels.items(), key=lambda kv: -kv[1]["us"])[:12]:
-        print(f"   {k['us'] / 1e3:8.3f} ms  x{k['launches']:<4g} {kname[:110]}", flush=True)
+    print(kernel_lines(kernels, top=12, indent="   ", width=110), flush=True)
     return rec
 
 
