@@ -573,7 +573,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     ap.add_argument("--tag", default="kernels")
     ap.add_argument("--kernel-times", action="store_true",
-                    help="after each timing, each kernel's device time per call (torch.profiler) into the log and records")
+                    help="after each timing, each kernel's device time per call (torch.profiler), logged and recorded")
     args = ap.parse_args(argv)
     args.passes = args.passes.split(",")
     if set(args.passes) - set(PASSES):

@@ -181,7 +181,8 @@ def test_smi_join_matches_cells_with_the_clock_log(tmp_path):
     records = [{**cell, "pass": "dbwd", "timed": ["2026/11/30 01:00:00.400", "2026/11/30 01:00:01.600"]},
                {**cell, "pass": "fwd", "timed": ["2026/11/30 01:00:01.900", "2026/11/30 01:00:02.100"]},
                {**cell, "pass": "fwd_bwd", "status": "OOM"},
-               {**cell, "impl": "cueq", "pass": "dbwd", "timed": ["2026/11/30 01:00:00.000", "2026/11/30 01:00:00.100"]}]
+               {**cell, "impl": "cueq", "pass": "dbwd",
+                "timed": ["2026/11/30 01:00:00.000", "2026/11/30 01:00:00.100"]}]
     joined = smi_join.join(records, smi_join.read_smi(str(log)), impls=["md_accel"])
     assert [j["pass"] for j in joined] == ["dbwd", "fwd"]
     first, second = joined
