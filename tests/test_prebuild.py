@@ -129,6 +129,42 @@ def test_register_cap_from_the_first_build(tmp_path):
                                      r.stderr) is None
 
 
+def _ptxas_lines(name: str, registers: int, spill_stores: int) -> str:
+    """One kernel's lines as ptxas -v prints them."""
+    return (f"ptxas info    : Compiling entry function '{name}' for 'sm_90'\n"
+            f"ptxas info    : Function properties for {name}\n"
+            f"    {spill_stores * 2} bytes stack frame, {spill_stores} bytes spill stores, {spill_stores} bytes spill "
+            f"loads\n"
+            f"ptxas info    : Used {registers} registers, used 0 barriers\n")
+
+
+def test_forward_float64_minimum_where_it_spills():
+    """``Tuning.fwd_auto_warps64`` (opt-in): where the first build's float64 forward kernel spills, the library is
+    built again with that minimum of warps for the forward alone (``fwd_min_warps64``); a forward without spills,
+    the rule off or a minimum asked for keep the first build; the double backward's rule still applies beside it.
+    The float32 forward and g_grad_out's forward-shaped kernel (dfwd) are not the rule's."""
+    struct = _codegen.plan_structure(_conv())
+    fwd64 = "_ZN8md_accel12_GLOBAL__N_110fwd_kernelIdEEvPKT_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE"
+    fwd32 = fwd64.replace("kernelIdE", "kernelIfE")
+    dfwd64 = "_ZN8md_accel12_GLOBAL__N_111dfwd_kernelIdEEvPKT_S4_S4_S4_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE"
+    dbwd32 = "_ZN8md_accel12_GLOBAL__N_113dbwd_kernel_dsIfLb0EEEvPKT_"
+    quiet = _ptxas_lines(dbwd32, 40, 0) + _ptxas_lines(fwd32, 90, 64) + _ptxas_lines(dfwd64, 168, 1328)
+    spilling = quiet + _ptxas_lines(fwd64, 168, 560)
+    kernels = _codegen.ptxas_kernels(spilling)
+    assert kernels[fwd64] == (168, 560) and kernels[fwd32] == (90, 64) and kernels[dbwd32] == (40, 0)
+    assert _codegen.ptxas_registers(spilling) == {k: v.registers for k, v in kernels.items()}
+    on = _codegen.Tuning(fwd_auto_warps64=8, dbwd_auto_warps32=0)
+    revised = _codegen._register_capped(struct, on, spilling)
+    assert revised == _codegen.generate(struct, on._replace(fwd_min_warps64=8)) != _codegen.generate(struct, on)
+    assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 150, 0)) is None
+    assert _codegen._register_capped(struct, on._replace(fwd_auto_warps64=0), spilling) is None
+    assert _codegen._register_capped(struct, on._replace(fwd_min_warps64=12), spilling) is None
+    # with the double backward's cap: one second build with both minima
+    both = on._replace(dbwd_auto_warps32=64)  # 64 warps of 64 threads leave 32 registers: the 40 above exceed it
+    assert _codegen._register_capped(struct, both, spilling) == _codegen.generate(
+        struct, both._replace(fwd_min_warps64=8, dbwd_min_warps32=64))
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),
                     reason="needs nvcc")
 @pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils)")

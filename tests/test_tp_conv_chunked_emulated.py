@@ -518,6 +518,20 @@ def test_forward_with_two_channels_per_thread(dtype, tuning):
     assert rel_err(out, out_default.double()) <= TOL[dtype]
 
 
+def test_forward_float64_minimum_is_its_own():
+    """Tuning.fwd_min_warps64: the float64 minimum of resident warps asked of the compiler (__launch_bounds__) in the
+    forward kernel, and in no other kernel (g_grad_out's forward-shaped kernel keeps min_warps64)."""
+    plan, _ = plan_and_library()
+    default = _codegen.generate(_codegen.plan_structure(plan), _codegen.Tuning())
+    src = _codegen.generate(_codegen.plan_structure(plan), _codegen.Tuning(fwd_min_warps64=8))
+    pattern = r"__launch_bounds__\(kThreads, sizeof\(T\) == 4 \? \d+ : (\d+)\) (\w+)\("
+    before = {name: int(b) for b, name in re.findall(pattern, default)}
+    after = {name: int(b) for b, name in re.findall(pattern, src)}
+    assert set(after) == set(before) and "fwd_kernel" in after and "dfwd_kernel" in after
+    assert {k for k in after if after[k] != before[k]} == {"fwd_kernel"}
+    assert after["fwd_kernel"] == 8 * 32 // _codegen._analyse(_codegen.plan_structure(plan))[2]
+
+
 def test_double_backward_register_cap_is_its_own():
     """Tuning.dbwd_min_warps32: the float32 minimum of resident warps asked of the compiler (__launch_bounds__) in the
     double backward's per-edge kernel, and in no other kernel."""

@@ -42,7 +42,8 @@ Without it the generated source is the measured default.
 Register cap by measurement (``Tuning.dbwd_auto_warps32``): the first nvcc build reports each kernel's registers
 (``-Xptxas -v``); where the double backward's float32 per-edge kernel needed more than a minimum of
 ``dbwd_auto_warps32`` resident warps per SM allows, the library is built again with that minimum
-(``dbwd_min_warps32``), under the same cache name.
+(``dbwd_min_warps32``), under the same cache name. Opt-in (``Tuning.fwd_auto_warps64``): where the float64 forward
+kernel spilled, the second build gives the forward alone that (lower) minimum (``fwd_min_warps64``).
 """
 from __future__ import annotations
 
@@ -136,6 +137,8 @@ class Tuning(NamedTuple):
     min_warps64: int = MIN_WARPS64
     dbwd_min_warps32: int = 0  # min_warps32 of the double backward's per-edge kernel alone (opt-in: session 38)
     dbwd_auto_warps32: int = DBWD_AUTO_WARPS32  # that minimum, set by itself where the first build exceeds it (0: never)
+    fwd_min_warps64: int = 0  # min_warps64 of the forward kernel alone (0: min_warps64)
+    fwd_auto_warps64: int = 0  # that minimum, set by itself where the first build's float64 forward spills (0: never)
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks the caches for its next edge's data first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
@@ -599,7 +602,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     return tables + f"""
 // {what}: block n = receiver; {len(groups)} pass(es) over its edges.
 template <typename T>
-__global__ void {_bounds(tune, threads)} {name}(const T* __restrict__ x, const T* __restrict__ y,
+__global__ void {_bounds(tune, threads, fwd=not dbwd)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}T* __restrict__ out, const int64_t* __restrict__ src,
     const int64_t* __restrict__ dst_ptr, const int64_t* __restrict__ w_row, TPDims d) {{
   const int64_t n = blockIdx.x;
@@ -1353,14 +1356,16 @@ def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> 
     return gen32[0] + gen64[0], pre + "s", pre + "d", int(gen32[1]) | 2 * int(gen64[1])
 
 
-def _bounds(tune: Tuning, threads: int, dbwd_part1: bool = False) -> str:
+def _bounds(tune: Tuning, threads: int, dbwd_part1: bool = False, fwd: bool = False) -> str:
     """The kernels' __launch_bounds__: block size, and with min_warps a minimum of resident blocks per
     dtype (0: none, as without the second argument); ``dbwd_part1``: the double backward's per-edge kernel, whose
-    float32 minimum is dbwd_min_warps32 where set."""
+    float32 minimum is dbwd_min_warps32 where set; ``fwd``: the forward kernel, whose float64 minimum is
+    fwd_min_warps64 where set."""
     w32 = tune.dbwd_min_warps32 if dbwd_part1 and tune.dbwd_min_warps32 else tune.min_warps32
-    if not (w32 or tune.min_warps64):
+    w64 = tune.fwd_min_warps64 if fwd and tune.fwd_min_warps64 else tune.min_warps64
+    if not (w32 or w64):
         return "__launch_bounds__(kThreads)"
-    b32, b64 = (max(1, w * 32 // threads) if w else 0 for w in (w32, tune.min_warps64))
+    b32, b64 = (max(1, w * 32 // threads) if w else 0 for w in (w32, w64))
     return f"__launch_bounds__(kThreads, sizeof(T) == 4 ? {b32} : {b64})"
 
 
@@ -1432,22 +1437,37 @@ def nvcc_command(cu: str, out: str, arch: str, ptxas_report: bool = False) -> Li
 
 _PTXAS_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
 _PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores")
+
+
+class PtxasKernel(NamedTuple):
+    registers: int
+    spill_stores: int  # bytes
+
+
+def ptxas_kernels(report: str) -> Dict[str, PtxasKernel]:
+    """Registers and spill-store bytes per kernel (by mangled name) in the stderr of an nvcc run with
+    ``ptxas_report``: each entry's lines run from "Compiling entry function" to its "Used N registers"."""
+    out: Dict[str, PtxasKernel] = {}
+    entry, spills = None, 0
+    for line in report.splitlines():
+        m = _PTXAS_ENTRY.search(line)
+        if m:
+            entry, spills = m.group(1), 0
+            continue
+        m = _PTXAS_SPILLS.search(line)
+        if m and entry:
+            spills = int(m.group(1))
+        m = _PTXAS_REGISTERS.search(line)
+        if m and entry:
+            out[entry] = PtxasKernel(int(m.group(1)), spills)
+            entry = None
+    return out
 
 
 def ptxas_registers(report: str) -> Dict[str, int]:
     """Registers per kernel (by mangled name) in the stderr of an nvcc run with ``ptxas_report``."""
-    out: Dict[str, int] = {}
-    entry = None
-    for line in report.splitlines():
-        m = _PTXAS_ENTRY.search(line)
-        if m:
-            entry = m.group(1)
-            continue
-        m = _PTXAS_REGISTERS.search(line)
-        if m and entry:
-            out[entry] = int(m.group(1))
-            entry = None
-    return out
+    return {name: k.registers for name, k in ptxas_kernels(report).items()}
 
 
 def compile_cached(so: Path, source: Callable[[], str], name: str, arch: str, what: str,
@@ -1486,26 +1506,46 @@ def cap_registers(threads: int, warps: int) -> int:
 
 
 _DBWD_F32_KERNEL = re.compile(r"\d+dbwd_kernel_[a-z]+IfL")  # mangled dbwd_kernel_<tag><float, ...>
+_FWD_F64_KERNEL = re.compile(r"\d+fwd_kernelIdE")  # mangled fwd_kernel<double> (not dfwd_kernel)
 
 
-def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
-    """The source to build instead of ``generate(struct, tune)`` after its first build's ptxas report: the double
-    backward's float32 per-edge kernel capped to ``dbwd_auto_warps32`` warps per SM where it needed more registers
-    than that leaves (session 40, H200: mace_large's 222 -> 168, its float32 double backward 6.5 % faster; the
-    plans already under the cap ran 0-4 % slower capped), None to keep the first build. Only without a cap asked
-    for (``dbwd_min_warps32``, ``min_warps32``)."""
+def _dbwd_capped(struct, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
+    """``dbwd_min_warps32`` for the second build: ``dbwd_auto_warps32`` where the double backward's float32 per-edge
+    kernel needed more registers than that minimum of warps per SM leaves (session 40, H200: mace_large's 222 ->
+    168, its float32 double backward 6.5 % faster; the plans already under the cap ran 0-4 % slower capped), else
+    None. Only without a cap asked for (``dbwd_min_warps32``, ``min_warps32``)."""
     if not tune.dbwd_auto_warps32 or tune.dbwd_min_warps32 or tune.min_warps32:
         return None
-    registers = ptxas_registers(report)
-    used = [n for name, n in registers.items() if _DBWD_F32_KERNEL.search(name)]
+    used = [k.registers for name, k in kernels.items() if _DBWD_F32_KERNEL.search(name)]
     if not used:
-        if any("dbwd_kernel_" in name for name in registers):  # a double backward, but not as the rule knows it
+        if any("dbwd_kernel_" in name for name in kernels):  # a double backward, but not as the rule knows it
             warnings.warn("the ptxas report names no float32 double-backward kernel that _DBWD_F32_KERNEL matches: "
                           "the register cap rule was not applied")
         return None
     if max(used) <= cap_registers(_analyse(struct)[2], tune.dbwd_auto_warps32):
         return None
-    return generate(struct, tune._replace(dbwd_min_warps32=tune.dbwd_auto_warps32))
+    return tune.dbwd_auto_warps32
+
+
+def _fwd_uncapped(tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
+    """``fwd_min_warps64`` for the second build: ``fwd_auto_warps64`` (opt-in) where the float64 forward kernel
+    spilled under the float64 minimum of warps (session 42, H200: nequip_l3's forward at 168 registers spilled 344
+    bytes; with 8 warps per SM, 255 registers and no spills, it took 0.84x the time, while the other kernels lost
+    under that minimum), else None. Only without a forward minimum asked for (``fwd_min_warps64``)."""
+    if not tune.fwd_auto_warps64 or tune.fwd_min_warps64:
+        return None
+    spills = [k.spill_stores for name, k in kernels.items() if _FWD_F64_KERNEL.search(name)]
+    return tune.fwd_auto_warps64 if spills and max(spills) > 0 else None
+
+
+def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
+    """The source to build instead of ``generate(struct, tune)`` after its first build's ptxas report (the
+    double backward's float32 cap of ``_dbwd_capped``, the forward's float64 minimum of ``_fwd_uncapped``), None
+    to keep the first build."""
+    kernels = ptxas_kernels(report)
+    changes = {k: v for k, v in (("dbwd_min_warps32", _dbwd_capped(struct, tune, kernels)),
+                                 ("fwd_min_warps64", _fwd_uncapped(tune, kernels))) if v is not None}
+    return generate(struct, tune._replace(**changes)) if changes else None
 
 
 def build(struct, arch: str) -> str:
