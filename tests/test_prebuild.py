@@ -141,7 +141,7 @@ def _ptxas_lines(name: str, registers: int, spill_stores: int) -> str:
 def test_forward_float64_minimum_where_it_spills():
     """``Tuning.fwd_auto_warps64`` (opt-in): where the first build's float64 forward kernel spills, the library is
     built again with that minimum of warps for the forward alone (``fwd_min_warps64``); a forward without spills,
-    the rule off or a minimum asked for keep the first build; the double backward's rule still applies beside it.
+    the rule off, a minimum asked for or one the rule would not lower keep the first build; the double backward's rule still applies beside it.
     The float32 forward and g_grad_out's forward-shaped kernel (dfwd) are not the rule's."""
     struct = _codegen.plan_structure(_conv())
     fwd64 = "_ZN8md_accel12_GLOBAL__N_110fwd_kernelIdEEvPKT_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE"
@@ -159,6 +159,7 @@ def test_forward_float64_minimum_where_it_spills():
     assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 150, 0)) is None
     assert _codegen._register_capped(struct, on._replace(fwd_auto_warps64=0), spilling) is None
     assert _codegen._register_capped(struct, on._replace(fwd_min_warps64=12), spilling) is None
+    assert _codegen._register_capped(struct, on._replace(min_warps64=8), spilling) is None  # it would not lower it
     # with the double backward's cap: one second build with both minima
     both = on._replace(dbwd_auto_warps32=64)  # 64 warps of 64 threads leave 32 registers: the 40 above exceed it
     assert _codegen._register_capped(struct, both, spilling) == _codegen.generate(

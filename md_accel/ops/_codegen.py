@@ -1531,8 +1531,9 @@ def _fwd_uncapped(tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int
     """``fwd_min_warps64`` for the second build: ``fwd_auto_warps64`` (opt-in) where the float64 forward kernel
     spilled under the float64 minimum of warps (session 42, H200: nequip_l3's forward at 168 registers spilled 344
     bytes; with 8 warps per SM, 255 registers and no spills, it took 0.84x the time, while the other kernels lost
-    under that minimum), else None. Only without a forward minimum asked for (``fwd_min_warps64``)."""
-    if not tune.fwd_auto_warps64 or tune.fwd_min_warps64:
+    under that minimum), else None. Only without a forward minimum asked for (``fwd_min_warps64``), and only to
+    lower the float64 minimum (``min_warps64``)."""
+    if not 0 < tune.fwd_auto_warps64 < tune.min_warps64 or tune.fwd_min_warps64:
         return None
     spills = [k.spill_stores for name, k in kernels.items() if _FWD_F64_KERNEL.search(name)]
     return tune.fwd_auto_warps64 if spills and max(spills) > 0 else None
