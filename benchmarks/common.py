@@ -157,11 +157,15 @@ def local_stamp() -> str:
     return datetime.datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
 
 
-def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20) -> Dict[str, float]:
+def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20,
+             window: Optional[List[str]] = None) -> Dict[str, float]:
     """Per-call time of ``fn``: CUDA events around each call on CUDA (device time including
-    launch gaps), perf_counter elsewhere; median/min/mean over ``repeats`` after ``warm_up``."""
+    launch gaps), perf_counter elsewhere; median/min/mean over ``repeats`` after ``warm_up``. ``window``: a list
+    that gets the timed calls' start and end (``local_stamp``), warm-up excluded."""
     cuda = torch.device(device).type == "cuda"
     warm_up(fn, device, warmup)
+    if window is not None:
+        window.append(local_stamp())
     ms = []
     for _ in range(repeats):
         if cuda:
@@ -175,6 +179,8 @@ def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 2
             t = time.perf_counter()
             fn()
             ms.append((time.perf_counter() - t) * 1e3)
+    if window is not None:
+        window.append(local_stamp())
     return _stats(ms)
 
 

@@ -467,11 +467,14 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
                     once = time.perf_counter() - t0
                     if not budget.allows(once * (args.repeats + max(args.warmup, 1)) + common.WARMUP_S + 1.0):
                         raise TimeoutError(f"skipped: time budget (one call {once * 1e3:.0f} ms)")
-                    started = common.local_stamp()
-                    rec.update(common.time_gpu(fn, device, args.warmup, args.repeats))
-                    rec["timed"] = [started, common.local_stamp()]  # for smi_join.py: the GPU's clocks meanwhile
-                    if args.kernel_times:
-                        rec["kernels"] = common.kernel_times(fn, args.repeats)
+                    window: List[str] = []
+                    rec.update(common.time_gpu(fn, device, args.warmup, args.repeats, window=window))
+                    rec["timed"] = window  # for smi_join.py: the GPU's clocks meanwhile
+                    if args.kernel_times and torch.device(device).type == "cuda":
+                        try:
+                            rec["kernels"] = common.kernel_times(fn, args.repeats)
+                        except Exception as e:  # noqa: BLE001  (the timing above still stands)
+                            log(f"  {name:10s} {kind:7s} no kernel times: {common.failure(e)}")
                     rec["peak_bytes"] = common.peak_memory(fn, device)
                     if kind == "dbwd" and loss_ms is not None:
                         rec.update(loss_ms=loss_ms, op_ms=rec["median_ms"] - loss_ms)

@@ -2,7 +2,8 @@
 windows (local wall time, ``common.local_stamp``) matched with an ``nvidia-smi`` CSV log written on the same machine
 during the run. It answers whether a cell that ran slow in one process ran at a lower SM clock than in another.
 
-On the GPU machine, beside the run (``SMI_LOG=100 source tools/gpu_call_env.sh`` starts such a log in ``$R/smi.csv``):
+On the GPU machine, beside the run (``SMI_LOG=100 source tools/gpu_call_env.sh`` starts such a log in ``$R/smi.csv``,
+``smi_stop`` ends it):
 
     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \\
         --format=csv,nounits -lms 100 > smi.csv &
@@ -72,8 +73,10 @@ def window_summary(samples: Sequence[Dict], start: datetime.datetime, end: datet
     reasons = 0
     for s in inside:
         r = _field(s, "clocks_event_reasons.active", "clocks_throttle_reasons.active")
-        if r and r.lower().startswith("0x"):
-            reasons |= int(r, 16)
+        try:
+            reasons |= int(r, 16) if r and r.lower().startswith("0x") else 0
+        except ValueError:  # a row cut short while the log was written
+            pass
     return {"samples": len(inside),
             "sm_mhz": (min(clocks), statistics.median(clocks), max(clocks)) if clocks else None,
             "power_w": max(power) if power else None, "temp_c": max(temp) if temp else None,

@@ -161,7 +161,8 @@ def test_kernel_times_lines_sum_and_order():
 
 def test_smi_join_matches_cells_with_the_clock_log(tmp_path):
     """smi_join.py: each timed record gets the nvidia-smi samples inside its window (units in the log or not, rows
-    cut short skipped), their SM clock range, peak power and the event reasons OR-ed; untimed records are left out."""
+    cut short skipped, a cut reasons mask ignored), their SM clock range, peak power and the event reasons OR-ed;
+    untimed records are left out."""
     sys.path.insert(0, BENCH)
     try:
         import smi_join
@@ -176,6 +177,7 @@ def test_smi_join_matches_cells_with_the_clock_log(tmp_path):
         "2026/11/30 01:00:00.500, 1410 MHz, 3201 MHz, 700.0 W, 55, 0x0000000000000004\n"
         "2026/11/30 01:00:01.000, 1755 MHz, 3201 MHz, 650.0 W, 56, 0x0000000000000001\n"
         "2026/11/30 01:00:01.500, 1980 MHz\n"
+        "2026/11/30 01:00:01.600, 1980 MHz, 3201 MHz, 650.0 W, 56, 0x\n"
         "2026/11/30 01:00:02.000, 1980 MHz, 3201 MHz, 120.0 W, 50, 0x0000000000000000\n")
     cell = {"workload": "w", "dtype": "float64", "impl": "md_accel", "median_ms": 12.0}
     records = [{**cell, "pass": "dbwd", "timed": ["2026/11/30 01:00:00.400", "2026/11/30 01:00:01.600"]},
@@ -186,10 +188,10 @@ def test_smi_join_matches_cells_with_the_clock_log(tmp_path):
     joined = smi_join.join(records, smi_join.read_smi(str(log)), impls=["md_accel"])
     assert [j["pass"] for j in joined] == ["dbwd", "fwd"]
     first, second = joined
-    assert first["samples"] == 2 and first["sm_mhz"] == (1410.0, 1582.5, 1755.0)
+    assert first["samples"] == 3 and first["sm_mhz"] == (1410.0, 1755.0, 1980.0)
     assert first["power_w"] == 700.0 and first["temp_c"] == 56.0 and first["reasons"] == 0x5
     assert second["samples"] == 1 and second["sm_mhz"] == (1980.0, 1980.0, 1980.0) and second["reasons"] == 0
-    assert "SM 1410 / 1582 / 1755 MHz" in smi_join.line(first)
+    assert "SM 1410 / 1755 / 1980 MHz" in smi_join.line(first)
     log.write_text("timestamp, clocks.current.sm, power.draw, clocks_event_reasons.active\n"
                    "2026/11/30 01:00:00.500, 1500, 400.00, 0x1\n")  # --format=csv,nounits
     only = smi_join.join(records[:1], smi_join.read_smi(str(log)))[0]

@@ -141,9 +141,10 @@ def _ptxas_lines(name: str, registers: int, spill_stores: int) -> str:
 def test_forward_float64_minimum_where_it_spills():
     """``Tuning.fwd_auto_warps64`` (opt-in): where the first build's float64 forward kernel spills, the library is
     built again with that minimum of warps for the forward alone (``fwd_min_warps64``); a forward without spills,
-    the rule off, a minimum asked for or one the rule would not lower keep the first build; the double backward's rule still applies beside it.
+    the rule off, a minimum asked for or one the rule would not lower keep the first build; the double backward's
+    rule still applies beside it.
     The float32 forward and g_grad_out's forward-shaped kernel (dfwd) are not the rule's."""
-    struct = _codegen.plan_structure(_conv())
+    struct = _codegen.plan_structure(_conv(mul=40))  # 64 threads per block: 8 and 9 warps are both 4 blocks
     fwd64 = "_ZN8md_accel12_GLOBAL__N_110fwd_kernelIdEEvPKT_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE"
     fwd32 = fwd64.replace("kernelIdE", "kernelIfE")
     dfwd64 = "_ZN8md_accel12_GLOBAL__N_111dfwd_kernelIdEEvPKT_S4_S4_S4_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE"
@@ -152,6 +153,11 @@ def test_forward_float64_minimum_where_it_spills():
     spilling = quiet + _ptxas_lines(fwd64, 168, 560)
     kernels = _codegen.ptxas_kernels(spilling)
     assert kernels[fwd64] == (168, 560) and kernels[fwd32] == (90, 64) and kernels[dbwd32] == (40, 0)
+    # a device function's properties printed inside the entry's lines are not the entry's
+    callee = ("ptxas info    : Function properties for _Z6helperv\n"
+              "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n")
+    inner = _ptxas_lines(fwd64, 168, 560).replace("ptxas info    : Used", callee + "ptxas info    : Used")
+    assert _codegen.ptxas_kernels(inner)[fwd64] == (168, 560)
     assert _codegen.ptxas_registers(spilling) == {k: v.registers for k, v in kernels.items()}
     on = _codegen.Tuning(fwd_auto_warps64=8, dbwd_auto_warps32=0)
     revised = _codegen._register_capped(struct, on, spilling)
@@ -159,7 +165,13 @@ def test_forward_float64_minimum_where_it_spills():
     assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 150, 0)) is None
     assert _codegen._register_capped(struct, on._replace(fwd_auto_warps64=0), spilling) is None
     assert _codegen._register_capped(struct, on._replace(fwd_min_warps64=12), spilling) is None
-    assert _codegen._register_capped(struct, on._replace(min_warps64=8), spilling) is None  # it would not lower it
+    threads = _codegen._analyse(struct)[2]
+    same_blocks = [w for w in range(9, 64) if max(1, w * 32 // threads) == max(1, 8 * 32 // threads)]
+    assert same_blocks  # minima of more warps that still give as many resident blocks as 8 warps
+    for w64 in (8, max(same_blocks)):  # it would not lower the minimum of blocks
+        assert _codegen._register_capped(struct, on._replace(min_warps64=w64), spilling) is None
+    with pytest.warns(UserWarning, match="no float64 forward kernel"):
+        assert _codegen._register_capped(struct, on, quiet) is None  # forwards, but none the rule knows
     # with the double backward's cap: one second build with both minima
     both = on._replace(dbwd_auto_warps32=64)  # 64 warps of 64 threads leave 32 registers: the 40 above exceed it
     assert _codegen._register_capped(struct, both, spilling) == _codegen.generate(

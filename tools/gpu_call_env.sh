@@ -15,13 +15,16 @@ if [[ -z ${MD_ACCEL_OPS_LIBRARY:-} && ${ALLOW_JIT:-0} != 1 ]]; then
   exit 3
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-# SMI_LOG=MS: the GPU's clocks, power, temperature and clock-event reasons every MS milliseconds into $R/smi.csv for
-# the rest of the calling shell (benchmarks/smi_join.py matches them with kernels.py's cells); stopped at its exit.
+# SMI_LOG=MS: the GPU's clocks, power, temperature and clock-event reasons every MS milliseconds into $R/smi.csv
+# (nvidia-smi's errors into $R/smi.err) until `smi_stop`, which a call script runs before it packs $R
+# (benchmarks/smi_join.py matches the log with kernels.py's cells); at the shell's exit too, unless the caller has an
+# EXIT trap of its own.
+smi_stop() { [[ -n ${SMI_PID:-} ]] && { kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; SMI_PID=; }; true; }
 if [[ -n ${SMI_LOG:-} ]]; then
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-    --format=csv,nounits -lms "$SMI_LOG" > "$R/smi.csv" 2>&1 &
+    --format=csv,nounits -lms "$SMI_LOG" > "$R/smi.csv" 2> "$R/smi.err" &
   SMI_PID=$!
-  trap 'kill $SMI_PID 2>/dev/null' EXIT
+  if [[ -z $(trap -p EXIT) ]]; then trap smi_stop EXIT; fi
 fi
 wheels=${WHEELS:-.peers/k/wheels}
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$wheels"/ase-*.whl "$wheels"/vesin-*.whl

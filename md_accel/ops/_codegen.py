@@ -1438,6 +1438,7 @@ def nvcc_command(cu: str, out: str, arch: str, ptxas_report: bool = False) -> Li
 _PTXAS_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
 _PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores")
+_PTXAS_PROPERTIES = re.compile(r"Function properties for (\w+)")
 
 
 class PtxasKernel(NamedTuple):
@@ -1447,16 +1448,21 @@ class PtxasKernel(NamedTuple):
 
 def ptxas_kernels(report: str) -> Dict[str, PtxasKernel]:
     """Registers and spill-store bytes per kernel (by mangled name) in the stderr of an nvcc run with
-    ``ptxas_report``: each entry's lines run from "Compiling entry function" to its "Used N registers"."""
+    ``ptxas_report``: each entry's lines run from "Compiling entry function" to its "Used N registers"; its spills
+    are those of its own "Function properties" block (not of the device functions it calls, listed beside it)."""
     out: Dict[str, PtxasKernel] = {}
-    entry, spills = None, 0
+    entry, block, spills = None, None, 0
     for line in report.splitlines():
         m = _PTXAS_ENTRY.search(line)
         if m:
-            entry, spills = m.group(1), 0
+            entry, block, spills = m.group(1), None, 0
+            continue
+        m = _PTXAS_PROPERTIES.search(line)
+        if m:
+            block = m.group(1)
             continue
         m = _PTXAS_SPILLS.search(line)
-        if m and entry:
+        if m and entry and block == entry:
             spills = int(m.group(1))
         m = _PTXAS_REGISTERS.search(line)
         if m and entry:
@@ -1527,16 +1533,24 @@ def _dbwd_capped(struct, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optio
     return tune.dbwd_auto_warps32
 
 
-def _fwd_uncapped(tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
+def _fwd_uncapped(struct, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
     """``fwd_min_warps64`` for the second build: ``fwd_auto_warps64`` (opt-in) where the float64 forward kernel
     spilled under the float64 minimum of warps (session 42, H200: nequip_l3's forward at 168 registers spilled 344
     bytes; with 8 warps per SM, 255 registers and no spills, it took 0.84x the time, while the other kernels lost
-    under that minimum), else None. Only without a forward minimum asked for (``fwd_min_warps64``), and only to
-    lower the float64 minimum (``min_warps64``)."""
-    if not 0 < tune.fwd_auto_warps64 < tune.min_warps64 or tune.fwd_min_warps64:
+    under that minimum), else None. Only without a forward minimum asked for (``fwd_min_warps64``), and only where
+    it lowers the float64 minimum of resident blocks (``_bounds``)."""
+    if not tune.fwd_auto_warps64 or tune.fwd_min_warps64 or not tune.min_warps64:
+        return None
+    threads = _analyse(struct)[2]
+    if max(1, tune.fwd_auto_warps64 * 32 // threads) >= max(1, tune.min_warps64 * 32 // threads):
         return None
     spills = [k.spill_stores for name, k in kernels.items() if _FWD_F64_KERNEL.search(name)]
-    return tune.fwd_auto_warps64 if spills and max(spills) > 0 else None
+    if not spills:
+        if any("fwd_kernel" in name for name in kernels):  # a forward, but not as the rule knows it
+            warnings.warn("the ptxas report names no float64 forward kernel that _FWD_F64_KERNEL matches: "
+                          "the forward's register rule was not applied")
+        return None
+    return tune.fwd_auto_warps64 if max(spills) > 0 else None
 
 
 def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
@@ -1545,7 +1559,7 @@ def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
     to keep the first build."""
     kernels = ptxas_kernels(report)
     changes = {k: v for k, v in (("dbwd_min_warps32", _dbwd_capped(struct, tune, kernels)),
-                                 ("fwd_min_warps64", _fwd_uncapped(tune, kernels))) if v is not None}
+                                 ("fwd_min_warps64", _fwd_uncapped(struct, tune, kernels))) if v is not None}
     return generate(struct, tune._replace(**changes)) if changes else None
 
 
