@@ -114,6 +114,11 @@ def test_register_cap_from_the_first_build(tmp_path):
     f32 = {name: n for name, n in used.items() if "dbwd_kernel_dsIf" in name}
     assert len(used) == 4 and len(f32) == 2, used  # float and double, one block per receiver or receiver parts
     assert {name for name in registers if _codegen._DBWD_F32_KERNEL.search(name)} == set(f32)  # the rule's kernels
+    kernels = _codegen.ptxas_kernels(r.stderr)  # the forward rule's kernel too, and spills read from a real report
+    assert [name for name in kernels if _codegen._FWD_F64_KERNEL.search(name)] == [
+        name for name in kernels if "fwd_kernelIdE" in name and "dfwd_kernel" not in name] != []
+    assert all(k.spill_stores == 0 for k in kernels.values())
+    assert {n: k.registers for n, k in kernels.items()} == registers
     need = max(f32.values())
     capping = [w for w in range(1, 65) if _codegen.cap_registers(64, w) < need]  # 64 warps per SM: 32 registers
     fitting = [w for w in range(1, 65) if _codegen.cap_registers(64, w) >= need]
