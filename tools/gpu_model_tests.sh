@@ -3,7 +3,9 @@
 # test_cuda_graph.py and the fused-radial SevenNet model test) using the bundle of tools/gpu_model_peers.sh
 # (.peers/models: sevenn with both checkpoints, nequip, mace-torch, ase, vesin); the model specs compile on the
 # device unless carried (.gpu/gpu_prebuilt.tar.xz, tools/gpu_prepare.sh). Results under $OUT/r.
-# Carry: .peers/models [.gpu/gpu_prebuilt.tar.xz]      Usage (device): bash tools/gpu_model_tests.sh
+# Carry: .peers/models [.gpu/gpu_lib.tar.xz] [a pack of the MACE models' kernels, whose symmetric contractions take
+# minutes of nvcc each: session 43 carried .peers/models, gpu_lib and mace_small + the copper MACE (6 MiB), within the
+# carry limit; the SevenNet and NequIP kernels compile there in seconds]     Usage (device): bash tools/gpu_model_tests.sh
 set -u
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT/r"
