@@ -1515,7 +1515,7 @@ _DBWD_F32_KERNEL = re.compile(r"\d+dbwd_kernel_[a-z]+IfL")  # mangled dbwd_kerne
 _FWD_F64_KERNEL = re.compile(r"\d+fwd_kernelIdE")  # mangled fwd_kernel<double> (not dfwd_kernel)
 
 
-def _dbwd_capped(struct, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
+def _dbwd_capped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
     """``dbwd_min_warps32`` for the second build: ``dbwd_auto_warps32`` where the double backward's float32 per-edge
     kernel needed more registers than that minimum of warps per SM leaves (session 40, H200: mace_large's 222 ->
     168, its float32 double backward 6.5 % faster; the plans already under the cap ran 0-4 % slower capped), else
@@ -1528,12 +1528,12 @@ def _dbwd_capped(struct, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optio
             warnings.warn("the ptxas report names no float32 double-backward kernel that _DBWD_F32_KERNEL matches: "
                           "the register cap rule was not applied")
         return None
-    if max(used) <= cap_registers(_analyse(struct)[2], tune.dbwd_auto_warps32):
+    if max(used) <= cap_registers(threads, tune.dbwd_auto_warps32):
         return None
     return tune.dbwd_auto_warps32
 
 
-def _fwd_uncapped(struct, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
+def _fwd_uncapped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
     """``fwd_min_warps64`` for the second build: ``fwd_auto_warps64`` (opt-in) where the float64 forward kernel
     spilled under the float64 minimum of warps (session 42, H200: nequip_l3's forward at 168 registers spilled 344
     bytes; with 8 warps per SM, 255 registers and no spills, it took 0.84x the time, while the other kernels lost
@@ -1541,7 +1541,6 @@ def _fwd_uncapped(struct, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Opti
     it lowers the float64 minimum of resident blocks (``_bounds``)."""
     if not tune.fwd_auto_warps64 or tune.fwd_min_warps64 or not tune.min_warps64:
         return None
-    threads = _analyse(struct)[2]
     if max(1, tune.fwd_auto_warps64 * 32 // threads) >= max(1, tune.min_warps64 * 32 // threads):
         return None
     spills = [k.spill_stores for name, k in kernels.items() if _FWD_F64_KERNEL.search(name)]
@@ -1557,9 +1556,9 @@ def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
     """The source to build instead of ``generate(struct, tune)`` after its first build's ptxas report (the
     double backward's float32 cap of ``_dbwd_capped``, the forward's float64 minimum of ``_fwd_uncapped``), None
     to keep the first build."""
-    kernels = ptxas_kernels(report)
-    changes = {k: v for k, v in (("dbwd_min_warps32", _dbwd_capped(struct, tune, kernels)),
-                                 ("fwd_min_warps64", _fwd_uncapped(struct, tune, kernels))) if v is not None}
+    kernels, threads = ptxas_kernels(report), _analyse(struct)[2]  # threads per block: the plan analysed once
+    changes = {k: v for k, v in (("dbwd_min_warps32", _dbwd_capped(threads, tune, kernels)),
+                                 ("fwd_min_warps64", _fwd_uncapped(threads, tune, kernels))) if v is not None}
     return generate(struct, tune._replace(**changes)) if changes else None
 
 
