@@ -18,7 +18,7 @@ md_accel alone runs the process's settings (the defaults).
         [--graph cu:4000:6.0 | random:NODES:EDGES | random_sym:NODES:EDGES]
         [--impls md_accel,md_accel_atomic,md_accel_scratch,md_accel_gwrows,e3nn,cueq,oeq_det,oeq_atomic]
         [--passes fwd,fwd_bwd,dbwd]
-        [--repeats 20] [--warmup 3] [--budget SECONDS] [--check-nodes N] [--reference-cache DIR] [--out DIR]
+        [--repeats 20] [--min-seconds S] [--warmup 3] [--budget SECONDS] [--check-nodes N] [--reference-cache DIR] [--out DIR]
 """
 from __future__ import annotations
 
@@ -465,10 +465,12 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
                     fn()
                     common.sync(device)
                     once = time.perf_counter() - t0
-                    if not budget.allows(once * (args.repeats + max(args.warmup, 1)) + common.WARMUP_S + 1.0):
+                    timed_s = max(once * args.repeats, args.min_seconds)
+                    if not budget.allows(timed_s + once * max(args.warmup, 1) + common.WARMUP_S + 1.0):
                         raise TimeoutError(f"skipped: time budget (one call {once * 1e3:.0f} ms)")
                     window: List[str] = []
-                    rec.update(common.time_gpu(fn, device, args.warmup, args.repeats, window=window))
+                    rec.update(common.time_gpu(fn, device, args.warmup, args.repeats, window=window,
+                                               min_seconds=args.min_seconds))
                     rec["timed"] = window  # for smi_join.py: the GPU's clocks meanwhile
                     if args.kernel_times and torch.device(device).type == "cuda":
                         try:
@@ -572,6 +574,9 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--min-seconds", type=float, default=0.0,
+                    help="time each cell over at least this long (more calls than --repeats): the GPU's power-capped "
+                         "clock settles (session 44: 1-2 s on an H200)")
     ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tag", default="kernels")
@@ -639,7 +644,7 @@ def main(argv=None):
 
     dnames = [str(d).removeprefix("torch.") for d in dtypes]
     md = [f"{gnp['name']} ({g.num_nodes} nodes, {g.num_edges} edges), {env['device']}, "
-          f"copy bandwidth {bw:.0f} GB/s, ms (median of {args.repeats})" if bw else gnp["name"]]
+          f"copy bandwidth {bw:.0f} GB/s, ms (median of {args.repeats} calls or more, over at least {args.min_seconds:g} s)" if bw else gnp["name"]]
     for wl in workloads:
         floors = {(r["dtype"], r["pass"]): r["floor_ms"] for r in records
                   if r["workload"] == wl.name and "floor_ms" in r}

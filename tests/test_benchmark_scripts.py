@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -113,6 +114,24 @@ def test_random_graphs_directed_and_symmetric():
         assert len(g["src"]) == 200 and np.all(np.diff(g["dst"]) >= 0)
         assert np.allclose(np.linalg.norm(g["vec"], axis=1), 1.0)
     assert reverses(sym) and not reverses(directed)
+
+
+def test_time_gpu_times_at_least_min_seconds():
+    """``time_gpu(min_seconds=...)``: at least ``repeats`` calls, and more until the timed window has lasted
+    ``min_seconds`` (the window the power-capped GPU needs to settle); without it, exactly ``repeats``."""
+    sys.path.insert(0, BENCH)
+    try:
+        import common
+    finally:
+        sys.path.remove(BENCH)
+    calls = []
+    fn = lambda: (calls.append(1), time.sleep(0.01))  # noqa: E731
+    short = common.time_gpu(fn, "cpu", warmup=0, repeats=3)
+    assert short["repeats"] == 3 and short["median_ms"] >= 10.0
+    window = []
+    long = common.time_gpu(fn, "cpu", warmup=0, repeats=3, window=window, min_seconds=0.15)
+    assert 0.15 / 0.01 * 0.5 < long["repeats"] <= 0.15 / 0.01 + 1 and len(calls) == 3 + long["repeats"]
+    assert len(window) == 2
 
 
 def test_kernels_reference_cache(tmp_path):

@@ -144,10 +144,10 @@ def _ptxas_lines(name: str, registers: int, spill_stores: int) -> str:
 
 
 def test_forward_float64_minimum_where_it_spills():
-    """``Tuning.fwd_auto_warps64`` (opt-in): where the first build's float64 forward kernel spills, the library is
-    built again with that minimum of warps for the forward alone (``fwd_min_warps64``); a forward without spills,
-    the rule off, a minimum asked for or one the rule would not lower keep the first build; the double backward's
-    rule still applies beside it.
+    """``Tuning.fwd_auto_warps64``: where the first build's float64 forward kernel spills at least
+    ``fwd_spill_bytes``, the library is built again with that minimum of warps for the forward alone
+    (``fwd_min_warps64``); a forward without spills or with fewer spilled bytes, the rule off, a minimum asked for or
+    one the rule would not lower keep the first build; the double backward's rule still applies beside it.
     The float32 forward and g_grad_out's forward-shaped kernel (dfwd) are not the rule's."""
     struct = _codegen.plan_structure(_conv(mul=40))  # 64 threads per block: 8 and 9 warps are both 4 blocks
     fwd64 = "_ZN8md_accel12_GLOBAL__N_110fwd_kernelIdEEvPKT_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE"
@@ -168,6 +168,10 @@ def test_forward_float64_minimum_where_it_spills():
     revised = _codegen._register_capped(struct, on, spilling)
     assert revised == _codegen.generate(struct, on._replace(fwd_min_warps64=8)) != _codegen.generate(struct, on)
     assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 150, 0)) is None
+    assert on.fwd_spill_bytes == _codegen.FWD_SPILL_BYTES > 24  # sevennet_l3i5's 24 bytes: not worth a block
+    assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 168, 24)) is None
+    assert _codegen._register_capped(struct, on._replace(fwd_spill_bytes=24),
+                                     quiet + _ptxas_lines(fwd64, 168, 24)) == revised
     assert _codegen._register_capped(struct, on._replace(fwd_auto_warps64=0), spilling) is None
     assert _codegen._register_capped(struct, on._replace(fwd_min_warps64=12), spilling) is None
     threads = _codegen._analyse(struct)[2]

@@ -42,8 +42,9 @@ Without it the generated source is the measured default.
 Register cap by measurement (``Tuning.dbwd_auto_warps32``): the first nvcc build reports each kernel's registers
 (``-Xptxas -v``); where the double backward's float32 per-edge kernel needed more than a minimum of
 ``dbwd_auto_warps32`` resident warps per SM allows, the library is built again with that minimum
-(``dbwd_min_warps32``), under the same cache name. Opt-in (``Tuning.fwd_auto_warps64``): where the float64 forward
-kernel spilled, the second build gives the forward alone that (lower) minimum (``fwd_min_warps64``).
+(``dbwd_min_warps32``), under the same cache name. Likewise (``Tuning.fwd_auto_warps64``): where the float64 forward
+kernel spilled at least ``fwd_spill_bytes``, the second build gives the forward alone that (lower) minimum
+(``fwd_min_warps64``).
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 30  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 31  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -89,6 +90,14 @@ GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one b
 W_SLOTS = 4           # the deferred paths' weight-gradient kernel: threads per block over part 1's (_rows_source)
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
 DBWD_AUTO_WARPS32 = 12  # _register_capped: the float32 double backward's per-edge kernel, capped where it needs it
+# _register_capped: where the first build's float64 forward spills at least FWD_SPILL_BYTES (ptxas's spill stores
+# per thread), the second build gives the forward alone a minimum of FWD_AUTO_WARPS64 warps per SM (255 registers for
+# 256 threads). Session 44 (H200, kernels.py, 50 calls per cell, default and variant in turn twice): nequip_l3
+# (560 bytes) float64 forward 0.83x the time (1.78 against 2.11-2.18 ms), its forward + backward 0.96x;
+# sevennet_l3i5 (24 bytes) 1.14x slower (2.77-2.79 against 2.42-2.44 ms), so a few spilled words are cheaper than
+# one resident block less.
+FWD_AUTO_WARPS64 = 8
+FWD_SPILL_BYTES = 128
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
 MAX_THREADS = 1024
 TUNING_ENV = "MD_ACCEL_TP_TUNING"
@@ -138,7 +147,8 @@ class Tuning(NamedTuple):
     dbwd_min_warps32: int = 0  # min_warps32 of the double backward's per-edge kernel alone (opt-in: session 38)
     dbwd_auto_warps32: int = DBWD_AUTO_WARPS32  # that minimum, set by itself where the first build exceeds it (0: never)
     fwd_min_warps64: int = 0  # min_warps64 of the forward kernel alone (0: min_warps64)
-    fwd_auto_warps64: int = 0  # that minimum, set by itself where the first build's float64 forward spills (0: never)
+    fwd_auto_warps64: int = FWD_AUTO_WARPS64  # that minimum, set by itself where the float64 forward spills (0: never)
+    fwd_spill_bytes: int = FWD_SPILL_BYTES  # ... at least this many bytes
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks the caches for its next edge's data first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
@@ -1534,11 +1544,10 @@ def _dbwd_capped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) ->
 
 
 def _fwd_uncapped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
-    """``fwd_min_warps64`` for the second build: ``fwd_auto_warps64`` (opt-in) where the float64 forward kernel
-    spilled under the float64 minimum of warps (session 42, H200: nequip_l3's forward at 168 registers spilled 344
-    bytes; with 8 warps per SM, 255 registers and no spills, it took 0.84x the time, while the other kernels lost
-    under that minimum), else None. Only without a forward minimum asked for (``fwd_min_warps64``), and only where
-    it lowers the float64 minimum of resident blocks (``_bounds``)."""
+    """``fwd_min_warps64`` for the second build: ``fwd_auto_warps64`` where the float64 forward kernel spilled at
+    least ``fwd_spill_bytes`` under the float64 minimum of warps (FWD_SPILL_BYTES: nequip_l3 gains, sevennet_l3i5's
+    few spilled words do not pay for a resident block), else None. Only without a forward minimum asked for
+    (``fwd_min_warps64``), and only where it lowers the float64 minimum of resident blocks (``_bounds``)."""
     if not tune.fwd_auto_warps64 or tune.fwd_min_warps64 or not tune.min_warps64:
         return None
     if max(1, tune.fwd_auto_warps64 * 32 // threads) >= max(1, tune.min_warps64 * 32 // threads):
@@ -1549,7 +1558,7 @@ def _fwd_uncapped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) -
             warnings.warn("the ptxas report names no float64 forward kernel that _FWD_F64_KERNEL matches: "
                           "the forward's register rule was not applied")
         return None
-    return tune.fwd_auto_warps64 if max(spills) > 0 else None
+    return tune.fwd_auto_warps64 if max(spills) >= max(1, tune.fwd_spill_bytes) else None
 
 
 def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
