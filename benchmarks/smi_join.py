@@ -11,7 +11,9 @@ On the GPU machine, beside the run (``SMI_LOG=100 source tools/gpu_call_env.sh``
     python benchmarks/smi_join.py RUN/kernels.json smi.csv [--impls md_accel,cueq] [--passes dbwd]
 
 One line per timed record: its median, then over the log's samples inside its window the SM clock (min / median /
-max, MHz), the peak power (W), the peak temperature and the event reasons seen (hex masks OR-ed; 0x0 none).
+max, MHz), the peak power (W), the peak temperature, the event reasons seen (hex masks OR-ed; 0x0 none; 0x4 is the
+software power cap) and the energy per call, the samples' mean power times the median (J). Where the GPU runs at its
+power cap (session 44, H200: 700 W), that energy decides a kernel's sustained time.
 """
 from __future__ import annotations
 
@@ -79,28 +81,32 @@ def window_summary(samples: Sequence[Dict], start: datetime.datetime, end: datet
             pass
     return {"samples": len(inside),
             "sm_mhz": (min(clocks), statistics.median(clocks), max(clocks)) if clocks else None,
-            "power_w": max(power) if power else None, "temp_c": max(temp) if temp else None,
-            "reasons": reasons}
+            "power_w": max(power) if power else None, "mean_power_w": statistics.fmean(power) if power else None,
+            "temp_c": max(temp) if temp else None, "reasons": reasons}
 
 
 def join(records: Sequence[Dict], samples: Sequence[Dict], impls: Optional[Sequence[str]] = None,
          passes: Optional[Sequence[str]] = None) -> List[Dict]:
-    """Each timed record (with ``timed`` and ``median_ms``), in the file's order, with its window's summary."""
+    """Each timed record (with ``timed`` and ``median_ms``), in the file's order, with its window's summary and
+    energy per call (``joules``: mean power x median time; None without power samples)."""
     out = []
     for r in records:
         if "timed" not in r or "median_ms" not in r:
             continue
         if (impls and r["impl"] not in impls) or (passes and r["pass"] not in passes):
             continue
-        out.append({**{k: r[k] for k in ("workload", "dtype", "impl", "pass", "median_ms")},
-                    **window_summary(samples, _time(r["timed"][0]), _time(r["timed"][1]))})
+        summary = window_summary(samples, _time(r["timed"][0]), _time(r["timed"][1]))
+        watts = summary["mean_power_w"]
+        out.append({**{k: r[k] for k in ("workload", "dtype", "impl", "pass", "median_ms")}, **summary,
+                    "joules": None if watts is None else watts * r["median_ms"] * 1e-3})
     return out
 
 
 def line(j: Dict) -> str:
     clocks = "no samples" if j["sm_mhz"] is None else "SM {:.0f} / {:.0f} / {:.0f} MHz".format(*j["sm_mhz"])
     extra = "".join([f", {j['power_w']:.0f} W" if j["power_w"] is not None else "",
-                     f", {j['temp_c']:.0f} C" if j["temp_c"] is not None else ""])
+                     f", {j['temp_c']:.0f} C" if j["temp_c"] is not None else "",
+                     f", {j['joules']:.2f} J per call" if j["joules"] is not None else ""])
     return (f"{j['workload']:16s} {j['dtype']:8s} {j['impl']:16s} {j['pass']:8s} {j['median_ms']:9.3f} ms  "
             f"{clocks}{extra}, reasons {j['reasons']:#x} ({j['samples']} samples)")
 
