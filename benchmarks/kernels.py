@@ -18,7 +18,8 @@ md_accel alone runs the process's settings (the defaults).
         [--graph cu:4000:6.0 | random:NODES:EDGES | random_sym:NODES:EDGES]
         [--impls md_accel,md_accel_atomic,md_accel_scratch,md_accel_gwrows,e3nn,cueq,oeq_det,oeq_atomic]
         [--passes fwd,fwd_bwd,dbwd]
-        [--repeats 20] [--min-seconds S] [--warmup 3] [--budget SECONDS] [--check-nodes N] [--reference-cache DIR] [--out DIR]
+        [--repeats 20] [--min-seconds S] [--warmup 3] [--budget SECONDS] [--check-nodes N] [--reference-cache DIR]
+        [--out DIR]
 """
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ import common  # noqa: E402
 from workloads import WORKLOADS, Workload, byte_floor, parse_irreps  # noqa: E402
 
 PASSES = ("fwd", "fwd_bwd", "dbwd")
+# Each CUDA cell is timed over at least this many seconds: the H200 holds its 700 W board cap by lowering the SM
+# clock, and a 10-call window (0.1-0.4 s) caught md_accel's float64 double backward while the clock fell from 1980 to
+# 1470 MHz, which made its time vary by 10-18 % between processes (session 44, benchmarks/smi_join.py).
+MIN_SECONDS_CUDA = 1.5
 IMPLS = ("md_accel", "md_accel_atomic", "e3nn", "cueq", "oeq_det", "oeq_atomic")
 
 
@@ -574,9 +579,9 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--min-seconds", type=float, default=0.0,
-                    help="time each cell over at least this long (more calls than --repeats): the GPU's power-capped "
-                         "clock settles (session 44: 1-2 s on an H200)")
+    ap.add_argument("--min-seconds", type=float, default=None,
+                    help="time each cell over at least this long (more calls than --repeats), so that a power-capped "
+                         "GPU's clock has settled (session 44, H200); default 1.5 on CUDA, 0 elsewhere")
     ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tag", default="kernels")
@@ -588,6 +593,8 @@ def main(argv=None):
         ap.error(f"--passes: a subset of {','.join(PASSES)}")
     budget = common.Budget(args.budget)
     device = torch.device(args.device)
+    if args.min_seconds is None:
+        args.min_seconds = MIN_SECONDS_CUDA if device.type == "cuda" else 0.0
     out = common.out_dir(args.out)
     log = lambda s: print(s, flush=True)  # noqa: E731
 
@@ -644,7 +651,8 @@ def main(argv=None):
 
     dnames = [str(d).removeprefix("torch.") for d in dtypes]
     md = [f"{gnp['name']} ({g.num_nodes} nodes, {g.num_edges} edges), {env['device']}, "
-          f"copy bandwidth {bw:.0f} GB/s, ms (median of {args.repeats} calls or more, over at least {args.min_seconds:g} s)" if bw else gnp["name"]]
+          f"copy bandwidth {bw:.0f} GB/s, ms (median of {args.repeats} calls or more, over at least "
+          f"{args.min_seconds:g} s)" if bw else gnp["name"]]
     for wl in workloads:
         floors = {(r["dtype"], r["pass"]): r["floor_ms"] for r in records
                   if r["workload"] == wl.name and "floor_ms" in r}
