@@ -421,7 +421,7 @@ def bench_workload(wl: Workload, dtype, impl_names, g: GraphT, gc: GraphT, devic
     if "dbwd" in args.passes:
         try:
             loss_ms = common.time_gpu(loss_alone([t.shape for t in (x, y, w)], dtype, device), device, args.warmup,
-                                      args.repeats)["median_ms"]
+                                      args.repeats, min_seconds=args.min_seconds)["median_ms"]
             log(f"  the double backward's loss alone: {loss_ms:.3f} ms")
         except Exception as e:  # noqa: BLE001
             log(f"  the double backward's loss alone: {common.failure(e)}")

@@ -5,15 +5,18 @@ during the run. It answers whether a cell that ran slow in one process ran at a 
 On the GPU machine, beside the run (``SMI_LOG=100 source tools/gpu_call_env.sh`` starts such a log in ``$R/smi.csv``,
 ``smi_stop`` ends it):
 
-    nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \\
-        --format=csv,nounits -lms 100 > smi.csv &
+    q=timestamp,clocks.sm,clocks.mem,power.draw,power.draw.instant,temperature.gpu,clocks_event_reasons.active
+    nvidia-smi --query-gpu=$q --format=csv,nounits -lms 100 > smi.csv &
 
     python benchmarks/smi_join.py RUN/kernels.json smi.csv [--impls md_accel,cueq] [--passes dbwd]
 
 One line per timed record: its median, then over the log's samples inside its window the SM clock (min / median /
 max, MHz), the peak power (W), the peak temperature, the event reasons seen (hex masks OR-ed; 0x0 none; 0x4 is the
-software power cap) and the energy per call, the samples' mean power times the median (J). Where the GPU runs at its
-power cap (session 44, H200: 700 W), that energy decides a kernel's sustained time.
+software power cap) and the energy per call, the mean power times the median (J). Where the GPU runs at its power cap
+(session 44, H200: 700 W), that energy decides a kernel's sustained time. The mean is over ``power.draw.instant``
+where the log has it; else over the ``power.draw`` samples at least AVERAGE_S after the window opened, since on
+Ampere and newer GPUs ``power.draw`` is the average of the last second and its first second in a window still holds
+what ran before (None when the window is too short for that).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import statistics
 from typing import Dict, List, Optional, Sequence
 
 STAMP = "%Y/%m/%d %H:%M:%S.%f"
+AVERAGE_S = 1.0  # power.draw: the board's mean power over the last second (Ampere and newer)
 
 
 def _time(text: str) -> datetime.datetime:
@@ -66,11 +70,15 @@ def _field(sample: Dict, *names: str) -> Optional[str]:
 
 
 def window_summary(samples: Sequence[Dict], start: datetime.datetime, end: datetime.datetime) -> Dict:
-    """The samples inside [start, end]: their count, SM clock min / median / max, peak power and temperature, and
-    the event reasons' masks OR-ed together."""
+    """The samples inside [start, end]: their count, SM clock min / median / max, peak power and temperature, the
+    event reasons' masks OR-ed together, and the mean power of the window's own work (module docstring)."""
     inside = [s for s in samples if start <= s["time"] <= end]
     clocks = [c for c in (_number(_field(s, "clocks.current.sm", "clocks.sm") or "") for s in inside) if c is not None]
     power = [p for p in (_number(_field(s, "power.draw") or "") for s in inside) if p is not None]
+    own_power = [p for p in (_number(_field(s, "power.draw.instant") or "") for s in inside) if p is not None]
+    if not own_power:  # the 1 s averages that began inside the window
+        late = [s for s in inside if (s["time"] - start).total_seconds() >= AVERAGE_S]
+        own_power = [p for p in (_number(_field(s, "power.draw") or "") for s in late) if p is not None]
     temp = [t for t in (_number(_field(s, "temperature.gpu") or "") for s in inside) if t is not None]
     reasons = 0
     for s in inside:
@@ -81,7 +89,8 @@ def window_summary(samples: Sequence[Dict], start: datetime.datetime, end: datet
             pass
     return {"samples": len(inside),
             "sm_mhz": (min(clocks), statistics.median(clocks), max(clocks)) if clocks else None,
-            "power_w": max(power) if power else None, "mean_power_w": statistics.fmean(power) if power else None,
+            "power_w": max(power) if power else None,
+            "mean_power_w": statistics.fmean(own_power) if own_power else None,
             "temp_c": max(temp) if temp else None, "reasons": reasons}
 
 

@@ -164,12 +164,16 @@ def test_forward_float64_minimum_where_it_spills():
     inner = _ptxas_lines(fwd64, 168, 560).replace("ptxas info    : Used", callee + "ptxas info    : Used")
     assert _codegen.ptxas_kernels(inner)[fwd64] == (168, 560)
     assert _codegen.ptxas_registers(spilling) == {k: v.registers for k, v in kernels.items()}
-    on = _codegen.Tuning(fwd_auto_warps64=8, dbwd_auto_warps32=0)
+    on = _codegen.Tuning(dbwd_auto_warps32=0)  # the default forward rule (GEN 31), the float32 cap off
+    assert on.fwd_auto_warps64 == 8
     revised = _codegen._register_capped(struct, on, spilling)
     assert revised == _codegen.generate(struct, on._replace(fwd_min_warps64=8)) != _codegen.generate(struct, on)
     assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 150, 0)) is None
     assert on.fwd_spill_bytes == _codegen.FWD_SPILL_BYTES > 24  # sevennet_l3i5's 24 bytes: not worth a block
     assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 168, 24)) is None
+    at = on.fwd_spill_bytes
+    assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 168, at)) == revised
+    assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 168, at - 1)) is None
     assert _codegen._register_capped(struct, on._replace(fwd_spill_bytes=24),
                                      quiet + _ptxas_lines(fwd64, 168, 24)) == revised
     assert _codegen._register_capped(struct, on._replace(fwd_auto_warps64=0), spilling) is None

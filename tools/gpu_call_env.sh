@@ -21,8 +21,11 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # EXIT trap of its own.
 smi_stop() { [[ -n ${SMI_PID:-} ]] && { kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; SMI_PID=; }; true; }
 if [[ -n ${SMI_LOG:-} ]]; then
-  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-    --format=csv,nounits -lms "$SMI_LOG" > "$R/smi.csv" 2> "$R/smi.err" &
+  # power.draw is the mean of the last second on Ampere and newer; power.draw.instant (newer drivers) where queried
+  instant=,power.draw.instant
+  nvidia-smi --query-gpu=power.draw.instant --format=csv,noheader > /dev/null 2>&1 || instant=
+  query=timestamp,clocks.sm,clocks.mem,power.draw$instant,temperature.gpu,clocks_event_reasons.active
+  nvidia-smi --query-gpu=$query --format=csv,nounits -lms "$SMI_LOG" > "$R/smi.csv" 2> "$R/smi.err" &
   SMI_PID=$!
   if [[ -z $(trap -p EXIT) ]]; then trap smi_stop EXIT; fi
 fi

@@ -10,7 +10,8 @@
 # "default" is the defaults. Each run writes $R/<variant>.<second>.log and its results folder, and prints one line
 # per run: the variant, its exit status and md_accel's median per workload, dtype and pass (kernels.py; e3nn's check
 # results are kept across runs, --reference-cache .gpu/refcache) or its table row per backend, ms (peak GiB) per
-# size (model_step.py). A run gets at most SWEEP_RUN_S seconds (default 120).
+# size (model_step.py). A run gets at most SWEEP_RUN_S seconds (default 120). kernels.py times each CUDA cell over at
+# least 1.5 s (--min-seconds): 36 cells take ~60 s of that; pass --min-seconds 0 where a short A/B window will do.
 set -u
 limit=$1 variants=$2
 shift 2

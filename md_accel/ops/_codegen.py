@@ -148,7 +148,7 @@ class Tuning(NamedTuple):
     dbwd_auto_warps32: int = DBWD_AUTO_WARPS32  # that minimum, set by itself where the first build exceeds it (0: never)
     fwd_min_warps64: int = 0  # min_warps64 of the forward kernel alone (0: min_warps64)
     fwd_auto_warps64: int = FWD_AUTO_WARPS64  # that minimum, set by itself where the f64 forward spills (0: never)
-    fwd_spill_bytes: int = FWD_SPILL_BYTES  # ... at least this many bytes
+    fwd_spill_bytes: int = FWD_SPILL_BYTES  # ... at least this many bytes (0: any spill)
     prefetch: int = PF_DEFAULT  # PF_* bits: where each thread asks the caches for its next edge's data first
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
