@@ -158,6 +158,26 @@ def local_stamp() -> str:
 
 
 MAX_REPEATS = 10000
+# The timing window the benchmarks give each CUDA cell by default (``--min-seconds``): the H200 holds its 700 W board
+# cap by lowering the SM clock, and a 10-call window (0.1-0.4 s) caught md_accel's float64 double backward while the
+# clock fell from 1980 to 1470 MHz, so its time varied by 10-18 % between processes (session 44, smi_join.py).
+MIN_SECONDS_CUDA = 1.5
+
+
+def min_seconds(value: Optional[float], device) -> float:
+    """A ``--min-seconds`` option's value: as given, else MIN_SECONDS_CUDA on CUDA and 0 elsewhere."""
+    if value is not None:
+        return value
+    return MIN_SECONDS_CUDA if torch.device(device).type == "cuda" else 0.0
+
+
+def _timed_calls(repeats: int, seconds: float):
+    """Call indices for a timing loop: ``repeats`` of them, and more until ``seconds`` have passed (at most
+    MAX_REPEATS)."""
+    t0, n = time.perf_counter(), 0
+    while n < repeats or (time.perf_counter() - t0 < seconds and n < MAX_REPEATS):
+        yield n
+        n += 1
 
 
 def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20,
@@ -173,8 +193,7 @@ def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 2
     if window is not None:
         window.append(local_stamp())
     ms = []
-    t0 = time.perf_counter()
-    while len(ms) < repeats or (time.perf_counter() - t0 < min_seconds and len(ms) < MAX_REPEATS):
+    for _ in _timed_calls(repeats, min_seconds):
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -191,12 +210,13 @@ def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 2
     return _stats(ms)
 
 
-def time_wall(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20) -> Dict[str, float]:
+def time_wall(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20,
+              min_seconds: float = 0.0) -> Dict[str, float]:
     """Wall time per call with a device synchronisation after each call (a whole MD step: host
-    work, launches and syncs included)."""
+    work, launches and syncs included), over ``repeats`` calls or more until ``min_seconds`` (as ``time_gpu``)."""
     warm_up(fn, device, warmup)
     ms = []
-    for _ in range(repeats):
+    for _ in _timed_calls(repeats, min_seconds):
         t = time.perf_counter()
         fn()
         sync(device)

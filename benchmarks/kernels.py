@@ -41,10 +41,6 @@ import common  # noqa: E402
 from workloads import WORKLOADS, Workload, byte_floor, parse_irreps  # noqa: E402
 
 PASSES = ("fwd", "fwd_bwd", "dbwd")
-# Each CUDA cell is timed over at least this many seconds: the H200 holds its 700 W board cap by lowering the SM
-# clock, and a 10-call window (0.1-0.4 s) caught md_accel's float64 double backward while the clock fell from 1980 to
-# 1470 MHz, which made its time vary by 10-18 % between processes (session 44, benchmarks/smi_join.py).
-MIN_SECONDS_CUDA = 1.5
 IMPLS = ("md_accel", "md_accel_atomic", "e3nn", "cueq", "oeq_det", "oeq_atomic")
 
 
@@ -581,7 +577,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--min-seconds", type=float, default=None,
                     help="time each cell over at least this long (more calls than --repeats), so that a power-capped "
-                         "GPU's clock has settled (session 44, H200); default 1.5 on CUDA, 0 elsewhere")
+                         "GPU's clock has settled (session 44, H200); default 1.5 on CUDA (common.MIN_SECONDS_CUDA), "
+                         "0 elsewhere")
     ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tag", default="kernels")
@@ -593,8 +590,7 @@ def main(argv=None):
         ap.error(f"--passes: a subset of {','.join(PASSES)}")
     budget = common.Budget(args.budget)
     device = torch.device(args.device)
-    if args.min_seconds is None:
-        args.min_seconds = MIN_SECONDS_CUDA if device.type == "cuda" else 0.0
+    args.min_seconds = common.min_seconds(args.min_seconds, device)
     out = common.out_dir(args.out)
     log = lambda s: print(s, flush=True)  # noqa: E731
 

@@ -7,7 +7,8 @@ md_accel converts too (``--nequip-model``, default the copper test model l3).
 The neighbour list is built once per size (CPU) and excluded from the timing; every backend
 gets the same edges in its own convention. A step = the model's forward and the autograd
 backward giving forces, timed by wall clock with a device synchronisation (host work, launches
-and syncs included), median of ``--repeats``; peak memory from torch's allocator, counted from
+and syncs included), median of ``--repeats`` steps or more, over at least ``--min-seconds`` (1.5 s on CUDA: a
+power-capped GPU's clock settles, session 44); peak memory from torch's allocator, counted from
 what was allocated before the backend was loaded (its model, inputs and, for a CUDA graph, the
 warm-up and capture included; what earlier backends left behind excluded; torch's per-stream
 cuBLAS workspaces made before the first backend, so no row includes them). Sizes grow
@@ -31,7 +32,7 @@ MD_ACCEL_GEMM_CUBLAS, MD_ACCEL_GEMM_UNBIASED and MD_ACCEL_SAVE_WEIGHTS_MIB (whic
     python benchmarks/model_step.py [--backends md_accel:sevennet-l3i5,sevenn:e3nn,...]
         [--sizes 864,4000,16384,32000,62500] [--dtype float32] [--mdx FILE.mdx ...]
         [--mace-model FILE.model] [--sevenn-checkpoint SevenNet_l3i5] [--nequip-model FILE.ckpt]
-        [--repeats 20] [--budget S]
+        [--repeats 20] [--min-seconds S] [--budget S]
 
 nequip computes the stress too (its ForceStressOutput always does when a cell is given); its
 inputs are float64 positions/cell/shifts (nequip's convention), its model runs in ``--dtype``.
@@ -491,9 +492,9 @@ def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, make_budget: C
             common.sync(device)
             per_call = time.perf_counter() - t1
             repeats = args.repeats
-            if not budget.allows(per_call * (repeats + args.warmup) + 2):
+            if not budget.allows(max(per_call * repeats, args.min_seconds) + per_call * args.warmup + 2):
                 raise TimeoutError(f"skipped: time budget (second call {per_call:.1f} s)")
-            rec.update(common.time_wall(fn, device, args.warmup, repeats))
+            rec.update(common.time_wall(fn, device, args.warmup, repeats, args.min_seconds))
             lifetime = torch.cuda.max_memory_allocated(device) if b.keeps_pool and device.type == "cuda" else 0
             peak = max(common.peak_memory(fn, device) or 0, lifetime)
             rec["peak_bytes"] = peak - before if peak else None
@@ -565,6 +566,10 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--min-seconds", type=float, default=None,
+                    help="time each step over at least this long (more steps than --repeats), so that a power-capped "
+                         "GPU's clock has settled (session 44); default 1.5 on CUDA (common.MIN_SECONDS_CUDA), 0 "
+                         "elsewhere")
     ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tag", default="model_step")
@@ -572,6 +577,7 @@ def main(argv=None):
     args.dtype_t = getattr(torch, args.dtype)
     budget = common.Budget(args.budget)
     device = torch.device(args.device)
+    args.min_seconds = common.min_seconds(args.min_seconds, device)
     out = common.out_dir(args.out)
     log = lambda s: print(s, flush=True)  # noqa: E731
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -621,7 +627,7 @@ def main(argv=None):
                 row.append(r["status"][:40])
         rows.append(row)
     md = (f"Energy + forces per step, fcc Cu, {args.dtype}, {env['device']}; ms (peak GiB), median of "
-          f"{args.repeats}; neighbour list excluded\n\n"
+          f"{args.repeats} steps or more over at least {args.min_seconds:g} s; neighbour list excluded\n\n"
           + common.markdown_table(["backend"] + [f"{n:,}" for n in sizes], rows))
     if checks:
         md += "\n\ncross-check at {} atoms\n\n".format(sizes[0]) + common.markdown_table(

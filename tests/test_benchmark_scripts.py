@@ -117,8 +117,9 @@ def test_random_graphs_directed_and_symmetric():
 
 
 def test_time_gpu_times_at_least_min_seconds():
-    """``time_gpu(min_seconds=...)``: at least ``repeats`` calls, and more until the timed window has lasted
-    ``min_seconds`` (the window the power-capped GPU needs to settle); without it, exactly ``repeats``."""
+    """``time_gpu(min_seconds=...)`` and ``time_wall``: at least ``repeats`` calls, and more until the timed window
+    has lasted ``min_seconds`` (the window the power-capped GPU needs to settle); without it, exactly ``repeats``.
+    The benchmarks' ``--min-seconds`` default: MIN_SECONDS_CUDA on CUDA, none elsewhere, a given value as given."""
     sys.path.insert(0, BENCH)
     try:
         import common
@@ -133,6 +134,10 @@ def test_time_gpu_times_at_least_min_seconds():
     assert long["mean_ms"] * long["repeats"] >= 140.0 and long["repeats"] <= 0.15 / 0.01 + 1
     assert len(calls) == 3 + long["repeats"]
     assert len(window) == 2
+    wall = common.time_wall(fn, "cpu", warmup=0, repeats=3, min_seconds=0.15)
+    assert wall["mean_ms"] * wall["repeats"] >= 140.0 and common.time_wall(fn, "cpu", 0, 3)["repeats"] == 3
+    assert common.min_seconds(None, "cpu") == 0.0 and common.min_seconds(0.5, "cuda") == 0.5
+    assert common.min_seconds(None, "cuda") == common.MIN_SECONDS_CUDA > 0
 
 
 def test_kernels_reference_cache(tmp_path):
