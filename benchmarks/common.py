@@ -211,16 +211,21 @@ def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 2
 
 
 def time_wall(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20,
-              min_seconds: float = 0.0) -> Dict[str, float]:
+              min_seconds: float = 0.0, window: Optional[List[str]] = None) -> Dict[str, float]:
     """Wall time per call with a device synchronisation after each call (a whole MD step: host
-    work, launches and syncs included), over ``repeats`` calls or more until ``min_seconds`` (as ``time_gpu``)."""
+    work, launches and syncs included), over ``repeats`` calls or more until ``min_seconds``; ``window`` as
+    ``time_gpu``'s."""
     warm_up(fn, device, warmup)
+    if window is not None:
+        window.append(local_stamp())
     ms = []
     for _ in _timed_calls(repeats, min_seconds):
         t = time.perf_counter()
         fn()
         sync(device)
         ms.append((time.perf_counter() - t) * 1e3)
+    if window is not None:
+        window.append(local_stamp())
     return _stats(ms)
 
 

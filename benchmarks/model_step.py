@@ -494,7 +494,9 @@ def run_backend(b: Backend, sizes: List[int], graphs: Dict, args, make_budget: C
             repeats = args.repeats
             if not budget.allows(max(per_call * repeats, args.min_seconds) + per_call * args.warmup + 2):
                 raise TimeoutError(f"skipped: time budget (second call {per_call:.1f} s)")
-            rec.update(common.time_wall(fn, device, args.warmup, repeats, args.min_seconds))
+            window: List[str] = []
+            rec.update(common.time_wall(fn, device, args.warmup, repeats, args.min_seconds, window))
+            rec["timed"] = window  # for smi_join.py: the GPU's clocks and power meanwhile
             lifetime = torch.cuda.max_memory_allocated(device) if b.keeps_pool and device.type == "cuda" else 0
             peak = max(common.peak_memory(fn, device) or 0, lifetime)
             rec["peak_bytes"] = peak - before if peak else None

@@ -1,6 +1,7 @@
-"""The GPU's clocks, power and clock-event reasons while each cell of ``kernels.py`` was timed: the records' ``timed``
-windows (local wall time, ``common.local_stamp``) matched with an ``nvidia-smi`` CSV log written on the same machine
-during the run. It answers whether a cell that ran slow in one process ran at a lower SM clock than in another.
+"""The GPU's clocks, power and clock-event reasons while each cell of ``kernels.py`` (or each step of
+``model_step.py``) was timed: the records' ``timed`` windows (local wall time, ``common.local_stamp``) matched with an
+``nvidia-smi`` CSV log written on the same machine during the run. It answers whether a cell that ran slow in one
+process ran at a lower SM clock than in another, and what energy each implementation spends per call.
 
 On the GPU machine, beside the run (``SMI_LOG=100 source tools/gpu_call_env.sh`` starts such a log in ``$R/smi.csv``,
 ``smi_stop`` ends it):
@@ -9,6 +10,7 @@ On the GPU machine, beside the run (``SMI_LOG=100 source tools/gpu_call_env.sh``
     nvidia-smi --query-gpu=$q --format=csv,nounits -lms 100 > smi.csv &
 
     python benchmarks/smi_join.py RUN/kernels.json smi.csv [--impls md_accel,cueq] [--passes dbwd]
+    python benchmarks/smi_join.py RUN/model_step.json smi.csv [--impls md_accel:FILE.mdx+graph]
 
 One line per timed record: its median, then over the log's samples inside its window the SM clock (min / median /
 max, MHz), the peak power (W), the peak temperature, the event reasons seen (hex masks OR-ed; 0x0 none; 0x4 is the
@@ -97,18 +99,24 @@ def window_summary(samples: Sequence[Dict], start: datetime.datetime, end: datet
 def join(records: Sequence[Dict], samples: Sequence[Dict], impls: Optional[Sequence[str]] = None,
          passes: Optional[Sequence[str]] = None) -> List[Dict]:
     """Each timed record (with ``timed`` and ``median_ms``), in the file's order, with its window's summary and
-    energy per call (``joules``: mean power x median time; None without power samples)."""
+    energy per call (``joules``: mean power x median time; None without power samples). ``impls`` selects
+    kernels.py's implementations or model_step.py's backends, ``passes`` kernels.py's passes."""
     out = []
     for r in records:
         if "timed" not in r or "median_ms" not in r:
             continue
-        if (impls and r["impl"] not in impls) or (passes and r["pass"] not in passes):
+        keys = KERNEL_KEYS if "impl" in r else STEP_KEYS
+        if (impls and r[keys[2]] not in impls) or (passes and r.get("pass") not in passes):
             continue
         summary = window_summary(samples, _time(r["timed"][0]), _time(r["timed"][1]))
         watts = summary["mean_power_w"]
-        out.append({**{k: r[k] for k in ("workload", "dtype", "impl", "pass", "median_ms")}, **summary,
+        out.append({**{k: r[k] for k in keys + ("median_ms",)}, **summary,
                     "joules": None if watts is None else watts * r["median_ms"] * 1e-3})
     return out
+
+
+KERNEL_KEYS = ("workload", "dtype", "impl", "pass")  # a kernels.py cell
+STEP_KEYS = ("model", "atoms", "backend")  # a model_step.py step (the dtype is the run's)
 
 
 def line(j: Dict) -> str:
@@ -116,15 +124,18 @@ def line(j: Dict) -> str:
     extra = "".join([f", {j['power_w']:.0f} W" if j["power_w"] is not None else "",
                      f", {j['temp_c']:.0f} C" if j["temp_c"] is not None else "",
                      f", {j['joules']:.2f} J per call" if j["joules"] is not None else ""])
-    return (f"{j['workload']:16s} {j['dtype']:8s} {j['impl']:16s} {j['pass']:8s} {j['median_ms']:9.3f} ms  "
-            f"{clocks}{extra}, reasons {j['reasons']:#x} ({j['samples']} samples)")
+    if "impl" in j:
+        cell = f"{j['workload']:16s} {j['dtype']:8s} {j['impl']:16s} {j['pass']:8s}"
+    else:
+        cell = f"{j['model']:16s} {j['atoms']:>8} atoms  {j['backend']:32s}"
+    return f"{cell} {j['median_ms']:9.3f} ms  {clocks}{extra}, reasons {j['reasons']:#x} ({j['samples']} samples)"
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kernels_json")
+    ap.add_argument("kernels_json", help="kernels.py's or model_step.py's JSON")
     ap.add_argument("smi_csv")
-    ap.add_argument("--impls", default="", help="comma-separated; default all")
+    ap.add_argument("--impls", default="", help="comma-separated implementations (model_step.py: backends); all")
     ap.add_argument("--passes", default="", help="comma-separated; default all")
     args = ap.parse_args(argv)
     with open(args.kernels_json) as f:

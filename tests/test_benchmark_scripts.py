@@ -134,8 +134,10 @@ def test_time_gpu_times_at_least_min_seconds():
     assert long["mean_ms"] * long["repeats"] >= 140.0 and long["repeats"] <= 0.15 / 0.01 + 1
     assert len(calls) == 3 + long["repeats"]
     assert len(window) == 2
-    wall = common.time_wall(fn, "cpu", warmup=0, repeats=3, min_seconds=0.15)
+    window = []
+    wall = common.time_wall(fn, "cpu", warmup=0, repeats=3, min_seconds=0.15, window=window)
     assert wall["mean_ms"] * wall["repeats"] >= 140.0 and common.time_wall(fn, "cpu", 0, 3)["repeats"] == 3
+    assert len(window) == 2 and window[0] <= window[1]
     assert common.min_seconds(None, "cpu") == 0.0 and common.min_seconds(0.5, "cuda") == 0.5
     assert common.min_seconds(None, "cuda") == common.MIN_SECONDS_CUDA > 0
 
@@ -232,6 +234,12 @@ def test_smi_join_matches_cells_with_the_clock_log(tmp_path):
     log.write_text("timestamp, clocks.current.sm\n2026/11/30 01:00:01.500, 1500\n")  # no power logged
     assert smi_join.join(records[:1], smi_join.read_smi(str(log)))[0]["joules"] is None
     assert smi_join._time(local_stamp()) <= smi_join._time(local_stamp())  # kernels.py's stamps parse
+    # model_step.py's steps: backend and size instead of workload and pass; --impls picks backends
+    steps = [{"backend": b, "model": "cu", "atoms": 4000, "median_ms": 12.0,
+              "timed": ["2026/11/30 01:00:00.400", "2026/11/30 01:00:01.600"]} for b in ("md_accel:m.mdx", "mace")]
+    joined = smi_join.join(steps + records[:1], smi_join.read_smi(str(log)), impls=["mace"])
+    assert [j["backend"] for j in joined] == ["mace"] and "4000 atoms  mace" in smi_join.line(joined[0])
+    assert len(smi_join.join(steps + records[:1], smi_join.read_smi(str(log)))) == 3
 
 
 def test_kernels_loss_is_the_sum_of_squares():
