@@ -171,13 +171,17 @@ def min_seconds(value: Optional[float], device) -> float:
     return MIN_SECONDS_CUDA if torch.device(device).type == "cuda" else 0.0
 
 
-def _timed_calls(repeats: int, seconds: float):
-    """Call indices for a timing loop: ``repeats`` of them, and more until ``seconds`` have passed (at most
-    MAX_REPEATS)."""
-    t0, n = time.perf_counter(), 0
-    while n < repeats or (time.perf_counter() - t0 < seconds and n < MAX_REPEATS):
-        yield n
-        n += 1
+def _timed(one: Callable[[], float], repeats: int, seconds: float, window: Optional[List[str]]) -> Dict[str, float]:
+    """Statistics of ``one()`` (a call's milliseconds) over ``repeats`` calls, and more until ``seconds`` have passed
+    (at most MAX_REPEATS); ``window`` gets the first call's start and the last one's end (``local_stamp``)."""
+    if window is not None:
+        window.append(local_stamp())
+    ms, t0 = [], time.perf_counter()
+    while len(ms) < repeats or (time.perf_counter() - t0 < seconds and len(ms) < MAX_REPEATS):
+        ms.append(one())
+    if window is not None:
+        window.append(local_stamp())
+    return _stats(ms)
 
 
 def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20,
@@ -189,25 +193,21 @@ def time_gpu(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 2
     1980 to 1470 MHz at the 700 W cap). ``window``: a list that gets the timed calls' start and end (``local_stamp``),
     warm-up excluded."""
     cuda = torch.device(device).type == "cuda"
-    warm_up(fn, device, warmup)
-    if window is not None:
-        window.append(local_stamp())
-    ms = []
-    for _ in _timed_calls(repeats, min_seconds):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            ms.append(start.elapsed_time(end))
-        else:
+
+    def one() -> float:
+        if not cuda:
             t = time.perf_counter()
             fn()
-            ms.append((time.perf_counter() - t) * 1e3)
-    if window is not None:
-        window.append(local_stamp())
-    return _stats(ms)
+            return (time.perf_counter() - t) * 1e3
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    warm_up(fn, device, warmup)
+    return _timed(one, repeats, min_seconds, window)
 
 
 def time_wall(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 20,
@@ -215,18 +215,14 @@ def time_wall(fn: Callable[[], object], device, warmup: int = 3, repeats: int = 
     """Wall time per call with a device synchronisation after each call (a whole MD step: host
     work, launches and syncs included), over ``repeats`` calls or more until ``min_seconds``; ``window`` as
     ``time_gpu``'s."""
-    warm_up(fn, device, warmup)
-    if window is not None:
-        window.append(local_stamp())
-    ms = []
-    for _ in _timed_calls(repeats, min_seconds):
+    def one() -> float:
         t = time.perf_counter()
         fn()
         sync(device)
-        ms.append((time.perf_counter() - t) * 1e3)
-    if window is not None:
-        window.append(local_stamp())
-    return _stats(ms)
+        return (time.perf_counter() - t) * 1e3
+
+    warm_up(fn, device, warmup)
+    return _timed(one, repeats, min_seconds, window)
 
 
 def kernel_times(fn, calls: int) -> dict:

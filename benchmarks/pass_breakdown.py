@@ -1,8 +1,9 @@
 """One conv pass per workload, dtype and implementation (md_accel by default), timed as ``kernels.py`` times it but
 over ``--repeats`` calls only (no minimum window: on a GPU at its power cap the time then depends on what ran
 before, session 44), with each CUDA kernel's device time per call (torch.profiler) and the caching allocator's
-device mallocs and frees during the timed calls. Its job: say which kernel moves when the same pass runs in differently prepared processes
-(the order of the dtypes, a peer imported or run first, a large allocation freed before), e.g. on the GPU machine
+device mallocs and frees during the timed calls. Its job: say which kernel moves when the same pass runs in
+differently prepared processes (the order of the dtypes, a peer imported or run first, a large allocation freed
+before), e.g. on the GPU machine
 
     python benchmarks/pass_breakdown.py --workloads mace_mp0_medium,mace_large --dtypes float64 --prelude alloc:20
     python benchmarks/pass_breakdown.py --workloads mace_mp0_medium,mace_large --dtypes float32,float64

@@ -71,17 +71,21 @@ def _field(sample: Dict, *names: str) -> Optional[str]:
     return None
 
 
+def _values(samples: Sequence[Dict], *names: str) -> List[float]:
+    """The samples' numeric values of the first of ``names`` each has (missing and "[N/A]" left out)."""
+    return [v for v in (_number(_field(s, *names) or "") for s in samples) if v is not None]
+
+
 def window_summary(samples: Sequence[Dict], start: datetime.datetime, end: datetime.datetime) -> Dict:
     """The samples inside [start, end]: their count, SM clock min / median / max, peak power and temperature, the
     event reasons' masks OR-ed together, and the mean power of the window's own work (module docstring)."""
     inside = [s for s in samples if start <= s["time"] <= end]
-    clocks = [c for c in (_number(_field(s, "clocks.current.sm", "clocks.sm") or "") for s in inside) if c is not None]
-    power = [p for p in (_number(_field(s, "power.draw") or "") for s in inside) if p is not None]
-    own_power = [p for p in (_number(_field(s, "power.draw.instant") or "") for s in inside) if p is not None]
+    clocks = _values(inside, "clocks.current.sm", "clocks.sm")
+    power = _values(inside, "power.draw")
+    own_power = _values(inside, "power.draw.instant")
     if not own_power:  # the 1 s averages that began inside the window
-        late = [s for s in inside if (s["time"] - start).total_seconds() >= AVERAGE_S]
-        own_power = [p for p in (_number(_field(s, "power.draw") or "") for s in late) if p is not None]
-    temp = [t for t in (_number(_field(s, "temperature.gpu") or "") for s in inside) if t is not None]
+        own_power = _values([s for s in inside if (s["time"] - start).total_seconds() >= AVERAGE_S], "power.draw")
+    temp = _values(inside, "temperature.gpu")
     reasons = 0
     for s in inside:
         r = _field(s, "clocks_event_reasons.active", "clocks_throttle_reasons.active")
