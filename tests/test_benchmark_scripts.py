@@ -92,6 +92,20 @@ def test_kernels_double_backward_split_into_loss_and_op(tmp_path):
     assert "(op " in out
 
 
+def test_conv_profile_runs_the_chosen_implementation():
+    """conv_profile.py (a profiler's target) runs kernels.py's implementations by name (md_accel's variants under
+    their settings) and refuses an unknown one."""
+    for impl in ("md_accel_gwrows", "e3nn"):
+        out = run_script("conv_profile.py", "--device", "cpu", "--impl", impl, "--graph", "random_sym:20:80",
+                         "--workloads", "mace_first", "--dtypes", "float64", "--passes", "fwd_bwd,dbwd")
+        assert "mace_first float64" in out
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "conv_profile.py"), "--device", "cpu", "--impl",
+                           "nope", "--graph", "random_sym:20:80", "--workloads", "mace_first"],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode != 0 and "unknown implementation 'nope'" in proc.stderr
+
+
 def test_random_graphs_directed_and_symmetric():
     """The kernel benchmark's random graphs: sorted by receiver; the symmetric one holds every edge's
     reverse with the vector negated (a neighbour list's pairs), the directed one not."""

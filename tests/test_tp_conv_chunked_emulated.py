@@ -34,10 +34,11 @@ _LIB = {}
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
-# host emulation reads as plain loads)
+# host emulation reads as plain loads), and grad_y summed through shared memory (gy_smem)
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
-           "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0)}
+           "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
+           "gy_smem": _codegen.Tuning(gy_smem=1)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -518,6 +519,39 @@ def test_forward_with_two_channels_per_thread(dtype, tuning):
     assert rel_err(out, out_default.double()) <= TOL[dtype]
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_grad_y_through_shared_memory(dtype, monkeypatch):
+    """``Tuning.gy_smem``: part 1's grad_y summed over each warp's lanes through shared memory, in the passes of one
+    warp per edge slot and in those of two warps (64 channels: s_red adds the warps); the backward and the double
+    backward against the references, outputs poisoned. Where the buffers would exceed GY_SMEM_BYTES, the butterfly."""
+    tune = _codegen.Tuning(gy_smem=1)
+    plan, lib = wide_plan_and_library(tune)
+    struct = _codegen.plan_structure(plan)
+    src = _codegen.generate(struct, tune)
+    assert "__shared__ T s_gy" in src and "= warp_butterfly<T" not in src
+    assert src.count("= warp_sum_smem<T") == _codegen.generate(struct).count("= warp_butterfly<T") > 0
+    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 11)
+    e = g.src.numel()
+    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+    nan = float("nan")
+    xs, ys, ws, gos = (t.to(dtype).contiguous() for t in (x, y, w, go))
+    gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
+    lib.bwd(gos, xs, ys, ws, chunk_graph(g, 0, e), gx, gy, gw, torch.full((e, plan.dim_in1), nan, dtype=dtype),
+            accumulate=False)
+    for what, a, b in zip(("grad_x", "grad_y", "grad_w"), (gx, gy, gw),
+                          tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)):
+        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
+    ref = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
+    outs = [torch.full_like(t, nan) for t in (gos, xs, ys, ws)]
+    lib.dbwd(*(t.to(dtype).contiguous() for t in (ggx, ggy, ggw, go, x, y, w)), graph, *outs,
+             torch.full((e, plan.dim_in1), nan, dtype=dtype))
+    for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), outs, ref):
+        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
+    monkeypatch.setattr(_codegen, "GY_SMEM_BYTES", 1024)
+    src = _codegen.generate(struct, tune)
+    assert "s_gy" not in src and "= warp_sum_smem<T" not in src and "= warp_butterfly<T" in src
+
+
 def test_forward_float64_minimum_is_its_own():
     """Tuning.fwd_min_warps64: the float64 minimum of resident warps asked of the compiler (__launch_bounds__) in the
     forward kernel, and in no other kernel (g_grad_out's forward-shaped kernel keeps min_warps64)."""
@@ -546,7 +580,7 @@ def test_double_backward_register_cap_is_its_own():
 
 def test_tuning_names_and_checks(monkeypatch):
     """A variant's cache name hashes only the fields that differ from the defaults (a field added later leaves
-    the earlier names as they were); fwd_cpl takes 1 or 2."""
+    the earlier names as they were); fwd_cpl takes 1 or 2, the switches 0 or 1."""
     assert _codegen.Tuning(fwd_cpl=1).suffix() == ""
     assert _codegen.Tuning(fwd_cpl=2).suffix() != _codegen.Tuning(fwd_acc=64).suffix() != ""
     assert _codegen.Tuning(fwd_acc=64, fwd_cpl=2).suffix() not in (_codegen.Tuning(fwd_cpl=2).suffix(), "")
@@ -555,5 +589,8 @@ def test_tuning_names_and_checks(monkeypatch):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "w_evict=2")
     with pytest.raises(ValueError, match="w_evict is 0 or 1"):
+        _codegen.tuning()
+    monkeypatch.setenv(_codegen.TUNING_ENV, "gy_smem=2")
+    with pytest.raises(ValueError, match="gy_smem is 0 or 1"):
         _codegen.tuning()
 

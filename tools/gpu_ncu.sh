@@ -2,8 +2,9 @@
 # On the GPU machine, after tools/gpu_stage.sh on the same warm machine (the op library built): Nsight Compute of
 # md_accel's conv kernels, the first matching launch per cell (conv_profile.py runs each pass once), with session
 # 28's sections plus the source counters (warp stall samples per SASS instruction). Cells:
-# TAG:WORKLOAD:DTYPE:PASS:KERNEL_REGEX (benchmarks/conv_profile.py on the symmetric random graph of
-# benchmarks/kernels.py's tables). Per cell in $OUT/r: ncu_TAG.txt (the sections), ncu_TAG_top.txt
+# TAG:WORKLOAD:DTYPE:PASS:KERNEL_REGEX[:IMPL] (benchmarks/conv_profile.py on the symmetric random graph of
+# benchmarks/kernels.py's tables; IMPL, default md_accel, one of kernels.py's: cueq profiles cuEquivariance's
+# kernels, with its peers installed). Per cell in $OUT/r: ncu_TAG.txt (the sections), ncu_TAG_top.txt
 # (benchmarks/ncu_sass_summary.py: stall samples by reason and by instruction, the instruction mix) and
 # ncu_TAG_sass.csv.gz (the source page).
 # Carry: .gpu/gpu_prebuilt.tar.xz .peers/full/wheels
@@ -15,13 +16,13 @@ source tools/gpu_call_env.sh
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 LIMIT=${LIMIT:-560}
 for cell in "$@"; do
-  IFS=: read -r tag wl dt pass regex <<<"$cell"
+  IFS=: read -r tag wl dt pass regex impl <<<"$cell"
   left=$((LIMIT - SECONDS)); ((left < 40)) && { echo "skipped $tag: ${left}s left"; continue; }
   rep=/tmp/ncu_$tag
   timeout $left "$NCU" --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
     --section LaunchStats --section MemoryWorkloadAnalysis --section SourceCounters -k "regex:$regex" \
     --launch-count 1 --export "$rep" --force-overwrite \
-    python benchmarks/conv_profile.py --workloads "$wl" --dtypes "$dt" --passes "$pass" \
+    python benchmarks/conv_profile.py --impl "${impl:-md_accel}" --workloads "$wl" --dtypes "$dt" --passes "$pass" \
     --graph random_sym:4000:312000 > "$R/ncu_$tag.log" 2>&1
   echo "== $tag rc=$? (${SECONDS}s)"
   "$NCU" --import "$rep.ncu-rep" --page details > "$R/ncu_$tag.txt" 2>&1

@@ -33,8 +33,9 @@ Tuning experiments: ``MD_ACCEL_TP_TUNING="bwd_g32=24,min_warps32=32,prefetch=15,
 overrides the register budgets below, asks the compiler for a minimum of resident warps per SM
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
 and the edge loops that prefetch its y and x lines too (``PF_*`` bits), whether backward passes merge
-in1 blocks of one multiplicity, up to how many components in float64, and the forward's channels per thread
-(fields of ``Tuning``); such builds
+in1 blocks of one multiplicity, up to how many components in float64, the forward's channels per thread and
+whether part 1 sums grad_y through shared memory (``gy_smem``: nequip_l3's float64 double backward 0.91x the time,
+the MACE shapes up to 1.05x slower, session 45) (fields of ``Tuning``); such builds
 are cached under a name of their own
 (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
@@ -89,6 +90,7 @@ MIN_WARPS64 = 12
 GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one barrier
 W_SLOTS = 4           # the deferred paths' weight-gradient kernel: threads per block over part 1's (_rows_source)
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
+GY_SMEM_BYTES = 40 * 1024  # Tuning.gy_smem: a part-1 kernel's float64 grad_y buffers and s_red at most this (static)
 DBWD_AUTO_WARPS32 = 12  # _register_capped: the float32 double backward's per-edge kernel, capped where it needs it
 # _register_capped: where the first build's float64 forward spills at least FWD_SPILL_BYTES (ptxas's spill stores
 # per thread), the second build gives the forward alone a minimum of FWD_AUTO_WARPS64 warps per SM (255 registers for
@@ -154,6 +156,7 @@ class Tuning(NamedTuple):
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
+    gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory, not the shuffle butterfly
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -177,8 +180,9 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_ALL} (PF_* in {__name__})")
     if values.get("fwd_cpl", 1) not in (1, 2):
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
-    if values.get("w_evict", 0) not in (0, 1):
-        raise ValueError(f"{TUNING_ENV}: w_evict is 0 or 1")
+    for key in ("w_evict", "gy_smem"):
+        if values.get(key, 0) not in (0, 1):
+            raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
 
 
@@ -661,13 +665,15 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
-               w_only: bool = False, evict: bool = False) -> Tuple[str, str]:
+               w_only: bool = False, evict: bool = False, gy_smem: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
     edge's weights are prefetched; ``prefetch_xy``: the next edge's y and x lines too (PF_PART1_XY).
     ``rows``: where the grad_x rows go with d.rows_in_gw (deferred paths' weight gradients are then not
-    written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``evict``: as _fwd_group."""
+    written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``evict``: as _fwd_group;
+    ``gy_smem``: grad_y summed over each warp's lanes by warp_sum_smem (the kernel declares s_gy) instead of
+    warp_butterfly."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -834,11 +840,14 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
 """)
     s.append(f"{I2}}}\n")
     gop = "=" if gy_first else "+="
-    s.append(f"{I2}// grad_y: sum over channels, fixed order: butterfly inside each warp, then the slot's warps in order.\n")
+    how = "through shared memory" if gy_smem else "butterfly"
+    s.append(f"{I2}// grad_y: sum over channels, fixed order: {how} inside each warp, then the slot's warps in order.\n")
     s.append(f"{I2}const int lane = threadIdx.x & 31;\n")
+    warp_sum = (f"warp_sum_smem<T, {V}>(gy, lane, s_gy[threadIdx.x >> 5])" if gy_smem
+                else f"warp_butterfly<T, {V}>(gy, lane)")
     if WPS == 1:
         s.append(f"{I2}if (act) {{\n")
-        s.append(f"{I2}  const T mine = warp_butterfly<T, {V}>(gy, lane);\n")
+        s.append(f"{I2}  const T mine = {warp_sum};\n")
         s.append(f"{I2}  const int col = kColOf{G}[butterfly_slot<{V}>(lane)];\n")
         s.append(f"{I2}  if ((lane & plain_mask<{V}>()) == 0 && col >= 0) gyo[e * d.in2 + col] {gop} mine;\n")
         if gy_first:
@@ -849,7 +858,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         # partial sums of GY_CHUNK consecutive edge iterations meet in s_red, then one barrier
         s.append(f"{I2}const int warp = threadIdx.x >> 5, c = it % {GY_CHUNK};\n")
         s.append(f"{I2}if (act) {{\n")
-        s.append(f"{I2}  const T mine = warp_butterfly<T, {V}>(gy, lane);\n")
+        s.append(f"{I2}  const T mine = {warp_sum};\n")
         s.append(f"{I2}  if ((lane & plain_mask<{V}>()) == 0) s_red[c][warp][butterfly_slot<{V}>(lane)] = mine;\n")
         s.append(f"{I2}}}\n")
         s.append(f"{I2}if (c == {GY_CHUNK - 1} || e0 + {S} >= e_end) {{  // uniform over the block\n")
@@ -1011,21 +1020,27 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
         if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
             return None
     rows = rows_in_grad_w(groups, live)
-    first: dict = {}
-    bodies, tables = [], []
-    for gi, g in enumerate(groups):
-        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
-                          bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict))
-        bodies.append(b)
-        tables.append(t)
     vmax = 1
     for g in groups:
         n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
         while vmax < n:
             vmax *= 2
-    name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
     multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
     red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
+    # warp_sum_smem's buffers: a row of vmax + 1 elements per lane (the odd stride spreads a warp's rows over the
+    # banks), where they fit beside s_red in float64
+    gy_bytes = threads * (vmax + 1) * 8 + (GY_CHUNK * threads // 32 * vmax * 8 if multi else 0)
+    gy_smem = bool(tune.gy_smem) and gy_bytes <= GY_SMEM_BYTES
+    if gy_smem:
+        red += f"  __shared__ T s_gy[kThreads / 32][32 * {vmax + 1}];\n"
+    first: dict = {}
+    bodies, tables = [], []
+    for gi, g in enumerate(groups):
+        b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
+                          bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem)
+        bodies.append(b)
+        tables.append(t)
+    name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
     head = f"""
 // {'Double backward (g_x, g_y, g_w)' if dbwd else 'Backward'}, part 1: {len(groups)} pass(es) over a receiver's edges, those in
 // [pass_lo, pass_hi) in this launch. kParts: the
@@ -1144,6 +1159,35 @@ __global__ void __launch_bounds__(256) gx_sum_kernel(const T* __restrict__ work,
     gx[n * in1 + c] = accumulate ? gx[n * in1 + c] + s : s;
   }}
 }}
+"""
+
+_GY_SMEM = r"""
+// warp_butterfly's sum through the warp's buffer buf (32 rows of V + 1 elements, Tuning.gy_smem): each lane
+// stores a[] as its row; lane l then adds column butterfly_slot<V>(l) over the V rows of its part
+// (l & plain_mask<V>()), rows t into partial sum t % 4, the partials pairwise, and xor-adds finish over the parts as
+// in warp_butterfly (a fixed order; four partials keep the chain of dependent adds short). Same result lanes and
+// slots as warp_butterfly, without its selects and shuffles (float64: two of each per value).
+template <typename T, int V>
+__device__ __forceinline__ T warp_sum_smem(const T (&a)[V], int lane, T* buf) {
+  constexpr int kRow = V + 1, kSums = V < 4 ? V : 4;
+  __syncwarp();  // the previous sum's reads of buf are done
+#pragma unroll
+  for (int v = 0; v < V; ++v) buf[lane * kRow + v] = a[v];
+  __syncwarp();
+  const T* col = buf + (lane & plain_mask<V>()) * V * kRow + butterfly_slot<V>(lane);
+  T r[kSums];
+#pragma unroll
+  for (int t = 0; t < kSums; ++t) r[t] = col[t * kRow];
+#pragma unroll
+  for (int t = kSums; t < V; ++t) r[t % kSums] += col[t * kRow];
+#pragma unroll
+  for (int h = kSums / 2; h > 0; h /= 2)
+#pragma unroll
+    for (int t = 0; t < h; ++t) r[t] += r[t + h];
+#pragma unroll
+  for (int off = 16 / V; off > 0; off /= 2) r[0] += __shfl_xor_sync(0xffffffffu, r[0], off);
+  return r[0];
+}
 """
 
 _PREFETCH = r"""
@@ -1394,6 +1438,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:
         src += _LD_STREAM
+    if tune.gy_smem:
+        src += _GY_SMEM
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
