@@ -42,9 +42,9 @@ def main(argv=None) -> None:
             with impl.settings():
                 for kind in args.passes.split(","):
                     run_pass(impl, kind, prepared, grad_out)()
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                print(f"[conv_profile] {name} {dname} {kind}: {g.num_edges} edges", flush=True)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    print(f"[conv_profile] {name} {dname} {kind}: {g.num_edges} edges", flush=True)
 
 
 if __name__ == "__main__":

@@ -98,7 +98,8 @@ def test_conv_profile_runs_the_chosen_implementation():
     for impl in ("md_accel_gwrows", "e3nn"):
         out = run_script("conv_profile.py", "--device", "cpu", "--impl", impl, "--graph", "random_sym:20:80",
                          "--workloads", "mace_first", "--dtypes", "float64", "--passes", "fwd_bwd,dbwd")
-        assert "mace_first float64" in out
+        assert [line.split(":")[0] for line in out.splitlines() if line.startswith("[conv_profile]")] == [
+            "[conv_profile] mace_first float64 fwd_bwd", "[conv_profile] mace_first float64 dbwd"]  # a line per pass
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, os.path.join(BENCH, "conv_profile.py"), "--device", "cpu", "--impl",
                            "nope", "--graph", "random_sym:20:80", "--workloads", "mace_first"],

@@ -34,11 +34,10 @@ _LIB = {}
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
-# host emulation reads as plain loads), and grad_y summed through shared memory (gy_smem)
+# host emulation reads as plain loads); grad_y through shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
-           "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
-           "gy_smem": _codegen.Tuning(gy_smem=1)}
+           "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -519,17 +518,24 @@ def test_forward_with_two_channels_per_thread(dtype, tuning):
     assert rel_err(out, out_default.double()) <= TOL[dtype]
 
 
+# y irreps -> the warp_sum_smem widths V (used y columns of a pass, to a power of two) of the wide plan's passes
+GY_SMEM_Y = {"1x0e": {1}, "1x0e+1x0o": {2}, "1x0e+1x2e": {8}, "1x0e+1x1o+1x2e+1x3o+1x4e": {4, 16, 32}}
+
+
+@pytest.mark.parametrize("in2", list(GY_SMEM_Y))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_grad_y_through_shared_memory(dtype, monkeypatch):
-    """``Tuning.gy_smem``: part 1's grad_y summed over each warp's lanes through shared memory, in the passes of one
-    warp per edge slot and in those of two warps (64 channels: s_red adds the warps); the backward and the double
-    backward against the references, outputs poisoned. Where the buffers would exceed GY_SMEM_BYTES, the butterfly."""
+def test_grad_y_through_shared_memory(dtype, in2, monkeypatch):
+    """``Tuning.gy_smem``: part 1's grad_y summed over each warp's lanes through shared memory, for every width V,
+    in the passes of one warp per edge slot and in those of two warps (64 channels: s_red adds the warps); the
+    backward and the double backward against the references, outputs poisoned, the double backward bit-identical
+    run after run. Where the buffers would exceed GY_SMEM_BYTES, the butterfly."""
     tune = _codegen.Tuning(gy_smem=1)
-    plan, lib = wide_plan_and_library(tune)
+    plan, lib = _library(f"wide {in2}", lambda: TPProblem.all_uvu("64x0e+32x1o+8x2e", in2, 2), tune)
     struct = _codegen.plan_structure(plan)
     src = _codegen.generate(struct, tune)
-    assert "__shared__ T s_gy" in src and "= warp_butterfly<T" not in src
+    assert "__shared__ T s_gy" in src and "= warp_butterfly<T" not in src and "s_red[c][warp]" in src
     assert src.count("= warp_sum_smem<T") == _codegen.generate(struct).count("= warp_butterfly<T") > 0
+    assert {int(v) for v in re.findall(r"= warp_sum_smem<T, (\d+)>", src)} == GY_SMEM_Y[in2]
     n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 11)
     e = g.src.numel()
     graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
@@ -542,11 +548,17 @@ def test_grad_y_through_shared_memory(dtype, monkeypatch):
                           tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)):
         assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
     ref = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
-    outs = [torch.full_like(t, nan) for t in (gos, xs, ys, ws)]
-    lib.dbwd(*(t.to(dtype).contiguous() for t in (ggx, ggy, ggw, go, x, y, w)), graph, *outs,
-             torch.full((e, plan.dim_in1), nan, dtype=dtype))
-    for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), outs, ref):
+
+    def double_backward():
+        outs = [torch.full_like(t, nan) for t in (gos, xs, ys, ws)]
+        lib.dbwd(*(t.to(dtype).contiguous() for t in (ggx, ggy, ggw, go, x, y, w)), graph, *outs,
+                 torch.full((e, plan.dim_in1), nan, dtype=dtype))
+        return outs
+
+    outs = double_backward()
+    for what, a, b, again in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), outs, ref, double_backward()):
         assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
+        assert torch.equal(a, again), what
     monkeypatch.setattr(_codegen, "GY_SMEM_BYTES", 1024)
     src = _codegen.generate(struct, tune)
     assert "s_gy" not in src and "= warp_sum_smem<T" not in src and "= warp_butterfly<T" in src

@@ -90,7 +90,7 @@ MIN_WARPS64 = 12
 GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one barrier
 W_SLOTS = 4           # the deferred paths' weight-gradient kernel: threads per block over part 1's (_rows_source)
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
-GY_SMEM_BYTES = 40 * 1024  # Tuning.gy_smem: a part-1 kernel's float64 grad_y buffers and s_red at most this (static)
+GY_SMEM_BYTES = 48 * 1024  # Tuning.gy_smem: a block's static shared memory limit, for s_gy and s_red in float64
 DBWD_AUTO_WARPS32 = 12  # _register_capped: the float32 double backward's per-edge kernel, capped where it needs it
 # _register_capped: where the first build's float64 forward spills at least FWD_SPILL_BYTES (ptxas's spill stores
 # per thread), the second build gives the forward alone a minimum of FWD_AUTO_WARPS64 warps per SM (255 registers for
@@ -156,7 +156,7 @@ class Tuning(NamedTuple):
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
-    gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory, not the shuffle butterfly
+    gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -1026,13 +1026,14 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
         while vmax < n:
             vmax *= 2
     multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
-    red = f"  __shared__ T s_red[{GY_CHUNK}][kThreads / 32][{vmax}];\n" if multi else ""
-    # warp_sum_smem's buffers: a row of vmax + 1 elements per lane (the odd stride spreads a warp's rows over the
-    # banks), where they fit beside s_red in float64
-    gy_bytes = threads * (vmax + 1) * 8 + (GY_CHUNK * threads // 32 * vmax * 8 if multi else 0)
-    gy_smem = bool(tune.gy_smem) and gy_bytes <= GY_SMEM_BYTES
+    # shared arrays: (declaration, elements of T); s_gy (warp_sum_smem's buffers, a row of vmax + 1 elements per
+    # lane) where it fits beside s_red in float64, else the butterfly
+    shared = [(f"s_red[{GY_CHUNK}][kThreads / 32][{vmax}]", GY_CHUNK * threads // 32 * vmax)] if multi else []
+    s_gy = (f"s_gy[kThreads / 32][32 * {vmax + 1}]", threads * (vmax + 1))
+    gy_smem = bool(tune.gy_smem) and 8 * sum(n for _, n in shared + [s_gy]) <= GY_SMEM_BYTES
     if gy_smem:
-        red += f"  __shared__ T s_gy[kThreads / 32][32 * {vmax + 1}];\n"
+        shared.append(s_gy)
+    red = "".join(f"  __shared__ T {decl};\n" for decl, _ in shared)
     first: dict = {}
     bodies, tables = [], []
     for gi, g in enumerate(groups):
@@ -1162,11 +1163,13 @@ __global__ void __launch_bounds__(256) gx_sum_kernel(const T* __restrict__ work,
 """
 
 _GY_SMEM = r"""
-// warp_butterfly's sum through the warp's buffer buf (32 rows of V + 1 elements, Tuning.gy_smem): each lane
-// stores a[] as its row; lane l then adds column butterfly_slot<V>(l) over the V rows of its part
-// (l & plain_mask<V>()), rows t into partial sum t % 4, the partials pairwise, and xor-adds finish over the parts as
-// in warp_butterfly (a fixed order; four partials keep the chain of dependent adds short). Same result lanes and
-// slots as warp_butterfly, without its selects and shuffles (float64: two of each per value).
+// warp_butterfly's sum through the warp's buffer buf (32 rows of V + 1 elements, Tuning.gy_smem): each lane stores
+// a[] as its row; lane l then adds column butterfly_slot<V>(l) over the V rows of its part (l & plain_mask<V>()) into
+// four partial sums (row t into sum t % 4: a short chain of dependent adds), adds the partials pairwise, and xor-adds
+// finish over the parts as in warp_butterfly. A fixed order, and the same result lanes and slots as warp_butterfly,
+// without its selects and shuffles (float64: four selects and two shuffles per exchanged value). Rows of V + 1
+// elements put a warp's stores in distinct banks; in float64 the column reads of two parts meet in the same banks
+// (2-way conflicts, session 45: rotating the upper parts' rows removed them but cost nequip_l3 registers).
 template <typename T, int V>
 __device__ __forceinline__ T warp_sum_smem(const T (&a)[V], int lane, T* buf) {
   constexpr int kRow = V + 1, kSums = V < 4 ? V : 4;
