@@ -100,6 +100,10 @@ def window_summary(samples: Sequence[Dict], start: datetime.datetime, end: datet
             "temp_c": max(temp) if temp else None, "reasons": reasons}
 
 
+KERNEL_KEYS = ("workload", "dtype", "impl", "pass")  # a kernels.py cell
+STEP_KEYS = ("model", "atoms", "backend")  # a model_step.py step (the dtype is the run's)
+
+
 def join(records: Sequence[Dict], samples: Sequence[Dict], impls: Optional[Sequence[str]] = None,
          passes: Optional[Sequence[str]] = None) -> List[Dict]:
     """Each timed record (with ``timed`` and ``median_ms``), in the file's order, with its window's summary and
@@ -117,10 +121,6 @@ def join(records: Sequence[Dict], samples: Sequence[Dict], impls: Optional[Seque
         out.append({**{k: r[k] for k in keys + ("median_ms",)}, **summary,
                     "joules": None if watts is None else watts * r["median_ms"] * 1e-3})
     return out
-
-
-KERNEL_KEYS = ("workload", "dtype", "impl", "pass")  # a kernels.py cell
-STEP_KEYS = ("model", "atoms", "backend")  # a model_step.py step (the dtype is the run's)
 
 
 def line(j: Dict) -> str:

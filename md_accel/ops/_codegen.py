@@ -1016,15 +1016,13 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     what d.rows_in_gw launches. (source, whether rows in grad_w are available).
     ``budget``, ``merge``: as _bwd_groups."""
     groups = _bwd_groups(live, budget, merge)
-    for g in groups:
-        if len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) > MAX_IN2:
-            return None
+    y_used = max((len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) for g in groups), default=1)
+    if y_used > MAX_IN2:
+        return None
     rows = rows_in_grad_w(groups, live)
-    vmax = 1
-    for g in groups:
-        n = len({p.in2_off + j for p in g for (_, _, j, _) in p.nz})
-        while vmax < n:
-            vmax *= 2
+    vmax = 1  # the widest pass's used y columns, to a power of two (as _bwd_group's V)
+    while vmax < y_used:
+        vmax *= 2
     multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
     # shared arrays: (declaration, elements of T); s_gy (warp_sum_smem's buffers, a row of vmax + 1 elements per
     # lane) where it fits beside s_red in float64, else the butterfly
