@@ -1027,7 +1027,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     # shared arrays: (declaration, elements of T); s_gy (warp_sum_smem's buffers, a row of vmax + 1 elements per
     # lane) where it fits beside s_red in float64, else the butterfly
     shared = [(f"s_red[{GY_CHUNK}][kThreads / 32][{vmax}]", GY_CHUNK * threads // 32 * vmax)] if multi else []
-    s_gy = (f"s_gy[kThreads / 32][32 * {vmax + 1}]", threads * (vmax + 1))
+    s_gy = (f"s_gy[kThreads / 32][32 * {vmax + 1} + {vmax // 2}]", threads // 32 * (32 * (vmax + 1) + vmax // 2))
     gy_smem = bool(tune.gy_smem) and 8 * sum(n for _, n in shared + [s_gy]) <= GY_SMEM_BYTES
     if gy_smem:
         shared.append(s_gy)
@@ -1161,21 +1161,24 @@ __global__ void __launch_bounds__(256) gx_sum_kernel(const T* __restrict__ work,
 """
 
 _GY_SMEM = r"""
-// warp_butterfly's sum through the warp's buffer buf (32 rows of V + 1 elements, Tuning.gy_smem): each lane stores
-// a[] as its row; lane l then adds column butterfly_slot<V>(l) over the V rows of its part (l & plain_mask<V>()) into
-// four partial sums (row t into sum t % 4: a short chain of dependent adds), adds the partials pairwise, and xor-adds
-// finish over the parts as in warp_butterfly. A fixed order, and the same result lanes and slots as warp_butterfly,
-// without its selects and shuffles (float64: four selects and two shuffles per exchanged value). Rows of V + 1
-// elements put a warp's stores in distinct banks; in float64 the column reads of two parts meet in the same banks
-// (2-way conflicts, session 45: rotating the upper parts' rows removed them but cost nequip_l3 registers).
+// warp_butterfly's sum through the warp's buffer buf (32 rows of V + 1 elements, and in float64 V / 2 more: the
+// rows of the parts in the upper half of the warp start that much further on, Tuning.gy_smem): each lane stores a[]
+// as its row; lane l then adds column butterfly_slot<V>(l) over the V rows of its part (l & plain_mask<V>()) into
+// four partial sums (row t into sum t % 4: a short chain of dependent adds), adds the partials pairwise, and
+// xor-adds finish over the parts as in warp_butterfly. A fixed order, and the same result lanes and slots as
+// warp_butterfly, without its selects and shuffles (float64: four selects and two shuffles per exchanged value).
+// Rows of V + 1 elements put a warp's stores in distinct banks, the float64 offset a half-warp's column reads.
 template <typename T, int V>
 __device__ __forceinline__ T warp_sum_smem(const T (&a)[V], int lane, T* buf) {
-  constexpr int kRow = V + 1, kSums = V < 4 ? V : 4;
+  constexpr int kRow = V + 1, kSums = V < 4 ? V : 4, kParts = 32 / V;
+  constexpr int kPad = sizeof(T) == 8 && kParts > 1 ? V / 2 : 0;
   __syncwarp();  // the previous sum's reads of buf are done
+  T* row = buf + lane * kRow + (lane >> 4) * kPad;  // lanes 16..31: the rows of the upper parts
 #pragma unroll
-  for (int v = 0; v < V; ++v) buf[lane * kRow + v] = a[v];
+  for (int v = 0; v < V; ++v) row[v] = a[v];
   __syncwarp();
-  const T* col = buf + (lane & plain_mask<V>()) * V * kRow + butterfly_slot<V>(lane);
+  const int part = lane & plain_mask<V>();
+  const T* col = buf + part * V * kRow + (part >= kParts / 2 ? kPad : 0) + butterfly_slot<V>(lane);
   T r[kSums];
 #pragma unroll
   for (int t = 0; t < kSums; ++t) r[t] = col[t * kRow];
