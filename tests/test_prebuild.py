@@ -114,6 +114,7 @@ def test_register_cap_from_the_first_build(tmp_path):
     f32 = {name: n for name, n in used.items() if "dbwd_kernel_dsIf" in name}
     assert len(used) == 4 and len(f32) == 2, used  # float and double, one block per receiver or receiver parts
     assert {name for name in registers if _codegen._DBWD_F32_KERNEL.search(name)} == set(f32)  # the rule's kernels
+    assert {name for name in registers if _codegen._DBWD_F64_KERNEL.search(name)} == set(used) - set(f32)  # grad_y's
     kernels = _codegen.ptxas_kernels(r.stderr)  # the forward rule's kernel too, and spills read from a real report
     assert [name for name in kernels if _codegen._FWD_F64_KERNEL.search(name)] == [
         name for name in kernels if "fwd_kernelIdE" in name and "dfwd_kernel" not in name] != []
@@ -154,7 +155,9 @@ def test_forward_float64_minimum_where_it_spills():
     fwd32 = fwd64.replace("kernelIdE", "kernelIfE")
     dfwd64 = "_ZN8md_accel12_GLOBAL__N_111dfwd_kernelIdEEvPKT_S4_S4_S4_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE"
     dbwd32 = "_ZN8md_accel12_GLOBAL__N_113dbwd_kernel_dsIfLb0EEEvPKT_"
-    quiet = _ptxas_lines(dbwd32, 40, 0) + _ptxas_lines(fwd32, 90, 64) + _ptxas_lines(dfwd64, 168, 1328)
+    dbwd64 = dbwd32.replace("dsIfL", "dsIdL")
+    quiet = (_ptxas_lines(dbwd32, 40, 0) + _ptxas_lines(dbwd64, 168, 0) + _ptxas_lines(fwd32, 90, 64)
+             + _ptxas_lines(dfwd64, 168, 1328))
     spilling = quiet + _ptxas_lines(fwd64, 168, 560)
     kernels = _codegen.ptxas_kernels(spilling)
     assert kernels[fwd64] == (168, 560) and kernels[fwd32] == (90, 64) and kernels[dbwd32] == (40, 0)
@@ -189,6 +192,45 @@ def test_forward_float64_minimum_where_it_spills():
     both = on._replace(dbwd_auto_warps32=64)  # 64 warps of 64 threads leave 32 registers: the 40 above exceed it
     assert _codegen._register_capped(struct, both, spilling) == _codegen.generate(
         struct, both._replace(fwd_min_warps64=8, dbwd_min_warps32=64))
+
+
+def test_grad_y_through_shared_memory_where_the_double_backward_spills():
+    """``Tuning.gy_spill_bytes``: where the first build's float64 double backward (part 1, either of its kernels)
+    spills at least that many bytes, the library is built again with grad_y summed through shared memory
+    (``gy_smem``); fewer spilled bytes, spills in other kernels, the rule off or gy_smem asked for keep the first
+    build, and a plan whose buffers would not fit (so that the source would not change) is not built again."""
+    struct = _codegen.plan_structure(_conv(mul=40))
+    name = "_ZN8md_accel12_GLOBAL__N_113dbwd_kernel_dsI{}Lb{}EEEvPKT_"
+    f64_whole, f64_parts, f32 = name.format("d", 0), name.format("d", 1), name.format("f", 0)
+    fwd64 = "_ZN8md_accel12_GLOBAL__N_110fwd_kernelIdEEvPKT_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE"
+    on = _codegen.Tuning(dbwd_auto_warps32=0, fwd_auto_warps64=0)  # the grad_y rule alone
+    at = on.gy_spill_bytes
+    assert at == _codegen.GY_SPILL_BYTES and 412 < at <= 2204  # mace_large's spills: not; sevennet_l3i5's: yes
+
+    def report(whole, parts, others=0):
+        return (_ptxas_lines(f32, 168, others) + _ptxas_lines(fwd64, 168, others)
+                + _ptxas_lines(f64_whole, 168, whole) + _ptxas_lines(f64_parts, 168, parts))
+
+    revised = _codegen.generate(struct, on._replace(gy_smem=1))
+    assert "= warp_sum_smem<T" in revised and revised != _codegen.generate(struct, on)
+    assert _codegen._register_capped(struct, on, report(at, 0)) == revised
+    assert _codegen._register_capped(struct, on, report(0, at)) == revised
+    assert _codegen._register_capped(struct, on, report(at - 1, at - 1, others=4096)) is None
+    assert _codegen._register_capped(struct, on._replace(gy_spill_bytes=0), report(at, at)) is None
+    assert _codegen._register_capped(struct, on._replace(gy_smem=1), report(at, at)) is None
+    with pytest.warns(UserWarning, match="no float64 double-backward kernel"):
+        assert _codegen._register_capped(struct, on, _ptxas_lines(f32, 168, at)) is None
+    big = _codegen.plan_structure(_conv(mul=40))
+    old = _codegen.GY_SMEM_BYTES
+    try:
+        _codegen.GY_SMEM_BYTES = 0  # no plan's buffers fit: the revised source would be the first
+        assert _codegen._register_capped(big, on, report(at, at)) is None
+    finally:
+        _codegen.GY_SMEM_BYTES = old
+    # with the forward's rule: one second build with both
+    both = on._replace(fwd_auto_warps64=8)
+    assert _codegen._register_capped(struct, both, report(at, 0, others=560)) == _codegen.generate(
+        struct, both._replace(gy_smem=1, fwd_min_warps64=8))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),

@@ -34,8 +34,8 @@ overrides the register budgets below, asks the compiler for a minimum of residen
 (``__launch_bounds__``), chooses the kernels that prefetch each thread's next edge weights into L2
 and the edge loops that prefetch its y and x lines too (``PF_*`` bits), whether backward passes merge
 in1 blocks of one multiplicity, up to how many components in float64, the forward's channels per thread and
-whether part 1 sums grad_y through shared memory (``gy_smem``: nequip_l3's float64 double backward 0.91x the time,
-the MACE shapes up to 1.05x slower, session 45) (fields of ``Tuning``); such builds
+whether part 1 sums grad_y through shared memory (``gy_smem``, set by itself where the float64 double backward spills:
+below) (fields of ``Tuning``); such builds
 are cached under a name of their own
 (``...-v<GEN_VERSION>-t<hash>.so``).
 Without it the generated source is the measured default.
@@ -45,7 +45,8 @@ Register cap by measurement (``Tuning.dbwd_auto_warps32``): the first nvcc build
 ``dbwd_auto_warps32`` resident warps per SM allows, the library is built again with that minimum
 (``dbwd_min_warps32``), under the same cache name. Likewise (``Tuning.fwd_auto_warps64``): where the float64 forward
 kernel spilled at least ``fwd_spill_bytes``, the second build gives the forward alone that (lower) minimum
-(``fwd_min_warps64``).
+(``fwd_min_warps64``); where the float64 double backward's part 1 spilled at least ``gy_spill_bytes``, the second
+build sums grad_y through shared memory (``gy_smem``).
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 31  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 32  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -100,6 +101,11 @@ DBWD_AUTO_WARPS32 = 12  # _register_capped: the float32 double backward's per-ed
 # one resident block less.
 FWD_AUTO_WARPS64 = 8
 FWD_SPILL_BYTES = 128
+# _register_capped: where the first build's float64 double backward, part 1, spills at least GY_SPILL_BYTES (either
+# instantiation), the second build sums grad_y through shared memory (gy_smem). Session 46 (H200, kernels.py, default
+# and gy_smem in turn twice): nequip_l3 (2,704 bytes) float64 double backward 0.91x the time, sevennet_l3i5 (2,204)
+# 0.985x, their other passes 0.98-1.00x; the MACE shapes (at most 412 bytes) 1.01x slower in float64.
+GY_SPILL_BYTES = 1024
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
 MAX_THREADS = 1024
 TUNING_ENV = "MD_ACCEL_TP_TUNING"
@@ -157,6 +163,7 @@ class Tuning(NamedTuple):
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
+    gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -1442,8 +1449,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:
         src += _LD_STREAM
-    if tune.gy_smem:
-        src += _GY_SMEM
+    gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
@@ -1473,6 +1479,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         bwd_per_sm="bwd_per_sm" if bwd is not None else "nullptr",
         dbwd_per_sm="dbwd_per_sm" if dbwd is not None else "nullptr",
         rows_in_gw=(bwd[3] if bwd is not None else 0) | 4 * (dbwd[3] if dbwd is not None else 0))
+    if "warp_sum_smem<T, " in src:
+        src = src[:gy_at] + _GY_SMEM + src[gy_at:]
     return src
 
 
@@ -1573,6 +1581,7 @@ def cap_registers(threads: int, warps: int) -> int:
 
 _DBWD_F32_KERNEL = re.compile(r"\d+dbwd_kernel_[a-z]+IfL")  # mangled dbwd_kernel_<tag><float, ...>
 _FWD_F64_KERNEL = re.compile(r"\d+fwd_kernelIdE")  # mangled fwd_kernel<double> (not dfwd_kernel)
+_DBWD_F64_KERNEL = re.compile(r"\d+dbwd_kernel_[a-z]+IdL")  # mangled dbwd_kernel_<tag><double, ...>
 
 
 def _dbwd_capped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
@@ -1611,14 +1620,33 @@ def _fwd_uncapped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) -
     return tune.fwd_auto_warps64 if max(spills) >= max(1, tune.fwd_spill_bytes) else None
 
 
+def _gy_through_smem(tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
+    """``gy_smem`` for the second build: 1 where the float64 double backward's part-1 kernel (one block per receiver
+    or receiver parts) spilled at least ``gy_spill_bytes`` (GY_SPILL_BYTES: the shapes that gained), else None.
+    Only without ``gy_smem`` asked for. The switch is the library's: the backward and float32 kernels take it too."""
+    if not tune.gy_spill_bytes or tune.gy_smem:
+        return None
+    spills = [k.spill_stores for name, k in kernels.items() if _DBWD_F64_KERNEL.search(name)]
+    if not spills:
+        if any("dbwd_kernel_" in name for name in kernels):  # a double backward, but not as the rule knows it
+            warnings.warn("the ptxas report names no float64 double-backward kernel that _DBWD_F64_KERNEL matches: "
+                          "the grad_y rule was not applied")
+        return None
+    return 1 if max(spills) >= tune.gy_spill_bytes else None
+
+
 def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
     """The source to build instead of ``generate(struct, tune)`` after its first build's ptxas report (the
-    double backward's float32 cap of ``_dbwd_capped``, the forward's float64 minimum of ``_fwd_uncapped``), None
-    to keep the first build."""
+    double backward's float32 cap of ``_dbwd_capped``, the forward's float64 minimum of ``_fwd_uncapped``, grad_y
+    through shared memory of ``_gy_through_smem``), None to keep the first build."""
     kernels, threads = ptxas_kernels(report), _analyse(struct)[2]  # threads per block: the plan analysed once
     changes = {k: v for k, v in (("dbwd_min_warps32", _dbwd_capped(threads, tune, kernels)),
-                                 ("fwd_min_warps64", _fwd_uncapped(threads, tune, kernels))) if v is not None}
-    return generate(struct, tune._replace(**changes)) if changes else None
+                                 ("fwd_min_warps64", _fwd_uncapped(threads, tune, kernels)),
+                                 ("gy_smem", _gy_through_smem(tune, kernels))) if v is not None}
+    if not changes:
+        return None
+    revised = generate(struct, tune._replace(**changes))
+    return None if revised == generate(struct, tune) else revised  # gy_smem alone, its buffers too large: no change
 
 
 def build(struct, arch: str) -> str:
