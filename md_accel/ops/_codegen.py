@@ -1584,6 +1584,18 @@ _FWD_F64_KERNEL = re.compile(r"\d+fwd_kernelIdE")  # mangled fwd_kernel<double> 
 _DBWD_F64_KERNEL = re.compile(r"\d+dbwd_kernel_[a-z]+IdL")  # mangled dbwd_kernel_<tag><double, ...>
 
 
+def _rule_kernels(kernels: Dict[str, PtxasKernel], pattern: "re.Pattern[str]", family: str, what: str,
+                  rule: str) -> List[PtxasKernel]:
+    """The report's kernels that a build-time rule reads (mangled names matching ``pattern``). None where the report
+    has kernels of the ``family`` (a name part) warns: the mangled names are not what the rule knows, so the
+    ``rule`` was not applied."""
+    found = [k for name, k in kernels.items() if pattern.search(name)]
+    if not found and any(family in name for name in kernels):
+        warnings.warn(f"the ptxas report names no {what} kernel that {pattern.pattern!r} matches: the {rule} was not "
+                      "applied")
+    return found
+
+
 def _dbwd_capped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
     """``dbwd_min_warps32`` for the second build: ``dbwd_auto_warps32`` where the double backward's float32 per-edge
     kernel needed more registers than that minimum of warps per SM leaves (session 40, H200: mace_large's 222 ->
@@ -1591,13 +1603,9 @@ def _dbwd_capped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) ->
     None. Only without a cap asked for (``dbwd_min_warps32``, ``min_warps32``)."""
     if not tune.dbwd_auto_warps32 or tune.dbwd_min_warps32 or tune.min_warps32:
         return None
-    used = [k.registers for name, k in kernels.items() if _DBWD_F32_KERNEL.search(name)]
-    if not used:
-        if any("dbwd_kernel_" in name for name in kernels):  # a double backward, but not as the rule knows it
-            warnings.warn("the ptxas report names no float32 double-backward kernel that _DBWD_F32_KERNEL matches: "
-                          "the register cap rule was not applied")
-        return None
-    if max(used) <= cap_registers(threads, tune.dbwd_auto_warps32):
+    used = [k.registers for k in _rule_kernels(kernels, _DBWD_F32_KERNEL, "dbwd_kernel_", "float32 double-backward",
+                                               "register cap rule")]
+    if not used or max(used) <= cap_registers(threads, tune.dbwd_auto_warps32):
         return None
     return tune.dbwd_auto_warps32
 
@@ -1611,13 +1619,9 @@ def _fwd_uncapped(threads: int, tune: Tuning, kernels: Dict[str, PtxasKernel]) -
         return None
     if max(1, tune.fwd_auto_warps64 * 32 // threads) >= max(1, tune.min_warps64 * 32 // threads):
         return None
-    spills = [k.spill_stores for name, k in kernels.items() if _FWD_F64_KERNEL.search(name)]
-    if not spills:
-        if any("fwd_kernel" in name for name in kernels):  # a forward, but not as the rule knows it
-            warnings.warn("the ptxas report names no float64 forward kernel that _FWD_F64_KERNEL matches: "
-                          "the forward's register rule was not applied")
-        return None
-    return tune.fwd_auto_warps64 if max(spills) >= max(1, tune.fwd_spill_bytes) else None
+    spills = [k.spill_stores for k in _rule_kernels(kernels, _FWD_F64_KERNEL, "fwd_kernel", "float64 forward",
+                                                    "forward's register rule")]
+    return tune.fwd_auto_warps64 if spills and max(spills) >= max(1, tune.fwd_spill_bytes) else None
 
 
 def _gy_through_smem(tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
@@ -1626,13 +1630,9 @@ def _gy_through_smem(tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[
     Only without ``gy_smem`` asked for. The switch is the library's: the backward and float32 kernels take it too."""
     if not tune.gy_spill_bytes or tune.gy_smem:
         return None
-    spills = [k.spill_stores for name, k in kernels.items() if _DBWD_F64_KERNEL.search(name)]
-    if not spills:
-        if any("dbwd_kernel_" in name for name in kernels):  # a double backward, but not as the rule knows it
-            warnings.warn("the ptxas report names no float64 double-backward kernel that _DBWD_F64_KERNEL matches: "
-                          "the grad_y rule was not applied")
-        return None
-    return 1 if max(spills) >= tune.gy_spill_bytes else None
+    spills = [k.spill_stores for k in _rule_kernels(kernels, _DBWD_F64_KERNEL, "dbwd_kernel_", "float64 double-backward",
+                                                    "grad_y rule")]
+    return 1 if spills and max(spills) >= tune.gy_spill_bytes else None
 
 
 def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
