@@ -194,7 +194,7 @@ def test_forward_float64_minimum_where_it_spills():
         struct, both._replace(fwd_min_warps64=8, dbwd_min_warps32=64))
 
 
-def test_grad_y_through_shared_memory_where_the_double_backward_spills():
+def test_grad_y_through_shared_memory_where_the_double_backward_spills(monkeypatch):
     """``Tuning.gy_spill_bytes``: where the first build's float64 double backward (part 1, either of its kernels)
     spills at least that many bytes, the library is built again with grad_y summed through shared memory
     (``gy_smem``); fewer spilled bytes, spills in other kernels, the rule off or gy_smem asked for keep the first
@@ -220,13 +220,9 @@ def test_grad_y_through_shared_memory_where_the_double_backward_spills():
     assert _codegen._register_capped(struct, on._replace(gy_smem=1), report(at, at)) is None
     with pytest.warns(UserWarning, match="no float64 double-backward kernel"):
         assert _codegen._register_capped(struct, on, _ptxas_lines(f32, 168, at)) is None
-    big = _codegen.plan_structure(_conv(mul=40))
-    old = _codegen.GY_SMEM_BYTES
-    try:
-        _codegen.GY_SMEM_BYTES = 0  # no plan's buffers fit: the revised source would be the first
-        assert _codegen._register_capped(big, on, report(at, at)) is None
-    finally:
-        _codegen.GY_SMEM_BYTES = old
+    monkeypatch.setattr(_codegen, "GY_SMEM_BYTES", 0)  # no plan's buffers fit: the revised source would be the first
+    assert _codegen._register_capped(struct, on, report(at, at)) is None
+    monkeypatch.undo()
     # with the forward's rule: one second build with both
     both = on._replace(fwd_auto_warps64=8)
     assert _codegen._register_capped(struct, both, report(at, 0, others=560)) == _codegen.generate(

@@ -17,7 +17,7 @@ calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/ker
   kernel writes per-edge rows only); one pass per in1 block (split over its output blocks when their
   grad_out components exceed BWD_G_BUDGET per channel, per dtype; consecutive whole blocks of one
   multiplicity share a pass while they fit, in float64 at most MERGE_G64), grad_out of the pass held in
-  registers; per edge grad_w (direct), grad_y (fixed-order warp butterfly + cross-warp sum,
+  registers; per edge grad_w (direct), grad_y (fixed-order warp butterfly, or shared memory: gy_smem, + cross-warp sum,
   accumulated over passes) and the edge's contribution to grad_x, written to a scratch row; a
   second kernel sums the scratch rows of each sender in src_perm order (with TPDims::atomic_gx,
   opt-in: added atomically into grad_x instead, no rows, no second kernel). Same edge slots.
@@ -104,7 +104,8 @@ FWD_SPILL_BYTES = 128
 # _register_capped: where the first build's float64 double backward, part 1, spills at least GY_SPILL_BYTES (either
 # instantiation), the second build sums grad_y through shared memory (gy_smem). Session 46 (H200, kernels.py, default
 # and gy_smem in turn twice): nequip_l3 (2,704 bytes) float64 double backward 0.91x the time, sevennet_l3i5 (2,204)
-# 0.985x, their other passes 0.98-1.00x; the MACE shapes (at most 412 bytes) 1.01x slower in float64.
+# 0.985x, their other passes 0.98-1.00x; mace_mp0_medium (240 bytes) 1.012x slower in float64 (mace_large,
+# 412 bytes: 1.005x in session 45's form).
 GY_SPILL_BYTES = 1024
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
 MAX_THREADS = 1024
@@ -1032,7 +1033,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
         vmax *= 2
     multi = any((g[0].mul + 31) // 32 > 1 for g in groups)
     # shared arrays: (declaration, elements of T); s_gy (warp_sum_smem's buffers, a row of vmax + 1 elements per
-    # lane) where it fits beside s_red in float64, else the butterfly
+    # lane and in float64 vmax / 2 more per warp) where it fits beside s_red in float64, else the butterfly
     shared = [(f"s_red[{GY_CHUNK}][kThreads / 32][{vmax}]", GY_CHUNK * threads // 32 * vmax)] if multi else []
     s_gy = (f"s_gy[kThreads / 32][32 * {vmax + 1} + {vmax // 2}]", threads // 32 * (32 * (vmax + 1) + vmax // 2))
     gy_smem = bool(tune.gy_smem) and 8 * sum(n for _, n in shared + [s_gy]) <= GY_SMEM_BYTES
