@@ -12,7 +12,8 @@ a check that could not compare leaves the peer in). md_accel's own wrong cells g
 peer's time (or peak) over md_accel's: above 1, md_accel is faster (or needs less memory).
 
 A summary comes first: per md_accel implementation and pass, the ranges over all cells and the cells under
-``--target``.
+``--target``; beside them e3nn's time over md_accel's where e3nn ran in the same file (#3 asks for at least
+``--e3nn-target``, 10x), and the cells where it did not finish (out of memory, say).
 
 Where the file has its copy bandwidth and graph, each cell also gets its byte floor (``workloads.byte_floor``,
 recomputed with today's count from the file's graph and workload shapes) and every time over it, in a second
@@ -90,6 +91,7 @@ def ratios(results: List[dict], source: str = "", floors: Optional[Dict] = None,
                  and not (check_verdict(by_cell, r) or "").startswith("wrong")]
         fastest, least = _best(peers, "median_ms"), _best(peers, "peak_bytes")
         fastest_op = _best(peers, "op_ms")
+        e3nn = next((r for r in rows if r["impl"] == "e3nn"), None)
         for r in rows:
             if r["impl"] not in OURS or r.get("status") != "ok":
                 continue
@@ -107,6 +109,11 @@ def ratios(results: List[dict], source: str = "", floors: Optional[Dict] = None,
                 rec.update(memory_ratio=r["peak_bytes"] / least[0])
             if fastest_op and r.get("op_ms"):
                 rec.update(op_ms=r["op_ms"], peer_op=fastest_op[1], op_speedup=fastest_op[0] / r["op_ms"])
+            if e3nn is not None:  # e3nn's time over md_accel's, or why e3nn has none
+                if e3nn.get("status") == "ok" and e3nn.get("median_ms"):
+                    rec["e3nn_speedup"] = e3nn["median_ms"] / r["median_ms"]
+                else:
+                    rec["e3nn_status"] = e3nn.get("status", "no time")
             floor = (floors or {}).get((workload, dtype, kind))
             if floor:
                 rec.update(floor_ms=floor, over_floor=r["median_ms"] / floor)
@@ -151,25 +158,33 @@ def table(records: List[dict], target: float = 1.3) -> str:
     return "\n".join(rows)
 
 
-def summary(records: List[dict], target: float = 1.3) -> str:
+def summary(records: List[dict], target: float = 1.3, e3nn_target: float = 10.0) -> str:
     """Markdown: per md_accel implementation and pass, over every cell with a peer: the range of the speedups,
-    of the peak-memory ratios and of the times over the byte floor, and the cells under ``target``."""
+    of the peak-memory ratios and of the times over the byte floor, the cells under ``target``; e3nn's time over
+    md_accel's (its range, the cells under ``e3nn_target``, the cells where e3nn has no time)."""
     def span(values: List[float], fmt: str) -> str:
         return f"{min(values):{fmt}}-{max(values):{fmt}}" if values else "-"
 
-    rows = ["| impl | pass | cells | speedup | peak memory ratio | time over floor | under the target |",
-            "|---|---|---|---|---|---|---|"]
+    def named(r: dict, what: str) -> str:
+        return f"{r['workload']} {r['dtype']} {what}" + (f" ({r['source']})" if r["source"] else "")
+
+    rows = ["| impl | pass | cells | speedup | peak memory ratio | time over floor | under the target | e3nn over it |",
+            "|---|---|---|---|---|---|---|---|"]
     for impl in OURS:
         for kind in ("fwd", "fwd_bwd", "dbwd"):
             recs = [r for r in records if r["impl"] == impl and r["pass"] == kind and "speedup" in r]
             if not recs:
                 continue
-            under = ", ".join(f"{r['workload']} {r['dtype']} {r['speedup']:.3f}x"
-                              + (f" ({r['source']})" if r["source"] else "")
-                              for r in recs if r["speedup"] < target)
+            under = ", ".join(named(r, f"{r['speedup']:.3f}x") for r in recs if r["speedup"] < target)
+            e3nn = [r["e3nn_speedup"] for r in recs if "e3nn_speedup" in r]
+            e3nn_text = f"{span(e3nn, '.1f')}x" if e3nn else "-"
+            e3nn_text += "".join(f"; under {e3nn_target:g}x: " + named(r, f"{r['e3nn_speedup']:.1f}x") for r in recs
+                                 if r.get("e3nn_speedup", e3nn_target) < e3nn_target)
+            e3nn_text += "".join("; e3nn " + named(r, r["e3nn_status"]) for r in recs if "e3nn_status" in r)
             rows.append(f"| {impl} | {kind} | {len(recs)} | {span([r['speedup'] for r in recs], '.2f')}x | "
                         f"{span([r['memory_ratio'] for r in recs if 'memory_ratio' in r], '.3f')} | "
-                        f"{span([r['over_floor'] for r in recs if 'over_floor' in r], '.2f')} | {under or '-'} |")
+                        f"{span([r['over_floor'] for r in recs if 'over_floor' in r], '.2f')} | {under or '-'} | "
+                        f"{e3nn_text} |")
     return "\n".join(rows)
 
 
@@ -203,6 +218,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", help="kernels.json files, each from one run")
     ap.add_argument("--target", type=float, default=1.3, help="speedups at or above it in bold")
+    ap.add_argument("--e3nn-target", type=float, default=10.0,
+                    help="e3nn's time over md_accel's: cells under it listed")
     ap.add_argument("--out", default=None, help="directory for kernel_ratios.json / .md")
     args = ap.parse_args(argv)
     records = []
@@ -210,8 +227,8 @@ def main(argv=None) -> None:
         with open(path) as f:
             data = json.load(f)
         records += ratios(data["results"], source=run_name(path), floors=floors_ms(data), checks=data.get("checks"))
-    text = (f"Summary (speedups under {args.target}x listed)\n\n" + summary(records, args.target) + "\n\n"
-            + table(records, args.target))
+    text = (f"Summary (speedups under {args.target}x listed)\n\n" + summary(records, args.target, args.e3nn_target)
+            + "\n\n" + table(records, args.target))
     if any("floor_ms" in r for r in records):
         text += (f"\n\nAgainst the byte floor (ms), then time over it: {' / '.join(ours_in(records))} / the fastest peer"
                  "\n\n" + floor_table(records))

@@ -352,7 +352,7 @@ def test_tuning_table_ratios_and_wrong_variants(tmp_path):
 def test_kernel_ratios_only_within_one_run(tmp_path):
     """kernel_ratios.py: md_accel's time and peak against the fastest / least of the other implementations of
     the same file and cell (a faster peer in another file must not count), the op share for the double
-    backward, and cells without a peer or with a failed peer."""
+    backward, cells without a peer or with a failed peer, and e3nn's time over md_accel's where e3nn ran."""
     def res(impl, kind, ms, peak, status="ok", op=None):
         r = {"workload": "w", "dtype": "float32", "impl": impl, "pass": kind, "status": status, "median_ms": ms,
              "peak_bytes": peak}
@@ -366,6 +366,8 @@ def test_kernel_ratios_only_within_one_run(tmp_path):
             res("md_accel", "fwd_bwd", 2.0, 200)]
     # oeq_atomic: fast, but its first gradients failed the check: a peer for the forward only
     run1 += [res("oeq_atomic", "fwd", 1.5, 500), res("oeq_atomic", "fwd_bwd", 0.1, 1)]
+    # e3nn: 8x md_accel's forward (under #3's 10x), out of memory in the double backward
+    run1 += [res("e3nn", "fwd", 8.0, 900), res("e3nn", "dbwd", 0.0, 0, status="OOM")]
     checks1 = [{"workload": "w", "dtype": "float32", "impl": "oeq_atomic", "status": "ok", "fwd": 1e-7, "bwd": 1.3,
                 "dbwd": 1.0}]
     run2 = [res("md_accel", "fwd", 1.0, 100), res("cueq", "fwd", 0.5, 50)]
@@ -413,10 +415,16 @@ def test_kernel_ratios_only_within_one_run(tmp_path):
     assert (f"| a | w | float32 | 4.24: 0.24 / - / OEq atomic 0.35 | {fwd_bwd_floor:.3g}: {2 / fwd_bwd_floor:.2f} / - | "
             f"{dbwd_floor:.3g}: {10 / dbwd_floor:.2f} / {9 / dbwd_floor:.2f} / cueq {12 / dbwd_floor:.2f} |") in out
     # the summary: md_accel's forwards with a peer are a (1.5x), b (0.5x) and c's unchecked atomic one (2.0x)
-    assert "| md_accel | fwd | 2 | 0.50-1.50x | 1.111-2.000 | 0.24-0.24 | w float32 0.500x (b) |" in out
+    assert fwd_a["e3nn_speedup"] == pytest.approx(8.0) and "e3nn_speedup" not in fwd_b
+    assert dbwd["e3nn_status"] == "OOM" and "e3nn_speedup" not in dbwd and atomic["e3nn_status"] == "OOM"
+    assert ("| md_accel | fwd | 2 | 0.50-1.50x | 1.111-2.000 | 0.24-0.24 | w float32 0.500x (b) | "
+            "8.0-8.0x; under 10x: w float32 8.0x (a) |") in out
     f = f"{10 / dbwd_floor:.2f}"
-    assert f"| md_accel | dbwd | 1 | 1.20-1.20x | 1.154-1.154 | {f}-{f} | w float32 1.200x (a) |" in out
+    assert (f"| md_accel | dbwd | 1 | 1.20-1.20x | 1.154-1.154 | {f}-{f} | w float32 1.200x (a) | "
+            "-; e3nn w float32 OOM (a) |") in out
     assert "| md_accel_atomic | dbwd | 1 | 1.33-1.33x |" in out and out.count("| md_accel_atomic | dbwd |") == 1
+    lower = run_script("kernel_ratios.py", str(tmp_path / "a" / "kernels.json"), "--e3nn-target", "5")
+    assert "| 8.0-8.0x |" in lower and "under 10x" not in lower  # 8x is over a 5x target
 
 
 def test_profile_parts_of_kernel_names():
