@@ -92,6 +92,7 @@ GY_CHUNK = 8          # edge iterations whose cross-warp grad_y sums share one b
 W_SLOTS = 4           # the deferred paths' weight-gradient kernel: threads per block over part 1's (_rows_source)
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
 GY_SMEM_BYTES = 48 * 1024  # Tuning.gy_smem: a block's static shared memory limit, for s_gy and s_red in float64
+_GY_SMEM_CALL = "warp_sum_smem<T, "  # how a kernel calls _GY_SMEM's template (generate includes it only then)
 DBWD_AUTO_WARPS32 = 12  # _register_capped: the float32 double backward's per-edge kernel, capped where it needs it
 # _register_capped: where the first build's float64 forward spills at least FWD_SPILL_BYTES (ptxas's spill stores
 # per thread), the second build gives the forward alone a minimum of FWD_AUTO_WARPS64 warps per SM (255 registers for
@@ -851,7 +852,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     how = "through shared memory" if gy_smem else "butterfly"
     s.append(f"{I2}// grad_y: sum over channels, fixed order: {how} inside each warp, then the slot's warps in order.\n")
     s.append(f"{I2}const int lane = threadIdx.x & 31;\n")
-    warp_sum = (f"warp_sum_smem<T, {V}>(gy, lane, s_gy[threadIdx.x >> 5])" if gy_smem
+    warp_sum = (f"{_GY_SMEM_CALL}{V}>(gy, lane, s_gy[threadIdx.x >> 5])" if gy_smem
                 else f"warp_butterfly<T, {V}>(gy, lane)")
     if WPS == 1:
         s.append(f"{I2}if (act) {{\n")
@@ -1480,7 +1481,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         bwd_per_sm="bwd_per_sm" if bwd is not None else "nullptr",
         dbwd_per_sm="dbwd_per_sm" if dbwd is not None else "nullptr",
         rows_in_gw=(bwd[3] if bwd is not None else 0) | 4 * (dbwd[3] if dbwd is not None else 0))
-    if "warp_sum_smem<T, " in src:
+    if _GY_SMEM_CALL in src:
         src = src[:gy_at] + _GY_SMEM + src[gy_at:]
     return src
 
@@ -1647,7 +1648,9 @@ def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
     if not changes:
         return None
     revised = generate(struct, tune._replace(**changes))
-    return None if revised == generate(struct, tune) else revised  # gy_smem alone, its buffers too large: no change
+    if set(changes) == {"gy_smem"} and _GY_SMEM_CALL not in revised:
+        return None  # gy_smem alone, its buffers too large: the source would be the first
+    return revised
 
 
 def build(struct, arch: str) -> str:
