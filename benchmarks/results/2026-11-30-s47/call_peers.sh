@@ -6,17 +6,6 @@
 # modes and e3nn, the six workloads, the three passes, one dtype per call ($1), at least 1.5 s per cell, the clocks
 # logged. The graph has both directions of every edge (OpenEquivariance's deterministic backward needs it).
 # Carry: .peers/oeq (openequivariance 0.7.0 alone, from .peers/full) .gpu/gpu_lib.tar.xz .gpu/gpu_gen32.tar.xz
-set -u
-cd "$(dirname "$0")/../../.."
-export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peers/tab/wheels SMI_LOG=100
-export TORCH_EXTENSIONS_DIR=$PWD/.gpu/torch_ext  # OpenEquivariance's JIT extension, kept for the next call
-PEERS_SITE=$PWD/.gpu/site source .peers/oeq/setup-on-gpu.sh > /dev/null 2>&1
-source tools/gpu_call_env.sh 2> /dev/null
-timeout $((580 - SECONDS)) python benchmarks/kernels.py --impls md_accel,cueq,oeq_det,oeq_atomic,e3nn \
-  --dtypes $1 --repeats 10 --min-seconds 1.5 --budget $((560 - SECONDS)) --graph random_sym:4000:312000 \
-  --reference-cache .gpu/refcache --out $R/peers_$1 > $R/peers_$1.log 2>&1
-echo "== table rc=$? (${SECONDS}s)"
-smi_stop
-grep -E "^\[kernels\] [a-z_0-9]+ float| (fwd|fwd_bwd|dbwd) |check:" $R/peers_$1.log | cut -c1-100 | head -150
-python benchmarks/smi_join.py $R/peers_$1/kernels.json $R/smi.csv > $R/smi_join.txt 2>&1
-(cd $OUT && tar czf results.tar.gz r)
+# The commands are session 46's call_peers.sh, unchanged (its lines 9-22 were this file's as it ran); only the
+# generated kernels carried differ (GEN 32).
+exec bash "$(dirname "$0")/../2026-11-30-s46/call_peers.sh" "$@"
