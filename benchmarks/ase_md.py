@@ -11,6 +11,10 @@ in try/except; a failure or OOM is recorded and the run goes on.
         [--mdx FILE.mdx ...] [--mace-model FILE.model] [--nequip-model FILE.ckpt] [--steps 20]
         [--budget S] [--out DIR]
 
+An md_accel calculator takes ``+graph=on`` / ``+graph=off`` (``md_accel:FILE.mdx+graph=off``): the
+Calculator's ``cuda_graph=True`` / ``False`` instead of its default (None: the graph up to AUTO_MAX_EDGES
+edges, above that the faster of the two by its own timing; the row's record names what it chose).
+
 NequIP rows: ``md_accel:nequip`` (``--nequip-model`` converted by md_accel) and
 ``nequip:e3nn|oeq|cueq`` (nequip_peer.calculator: the same file, eager, in ``--dtype``, with
 nequip's default neighbour list, matscipy, or ``--nequip-nl``).
@@ -31,6 +35,7 @@ import nequip_peer  # noqa: E402
 
 DEFAULT_CALCS = "md_accel:sevennet-l3i5,sevenn:oeq,sevenn:cueq,sevenn:e3nn"
 SEVENN_NAMES = {"sevennet-l3i5": "7net-l3i5", "sevennet-0": "7net-0"}
+GRAPH_MODES = {"": None, "on": True, "off": False}  # md_accel's +graph=: the Calculator's cuda_graph
 
 
 def _atoms(n_atoms: int):
@@ -49,8 +54,12 @@ def _make_calc(name: str, args) -> Callable[[], object]:
     if family == "md_accel":
         import md_accel
 
+        variant, _, graph = variant.partition("+graph=")
+        if graph not in GRAPH_MODES:
+            raise ValueError(f"{name}: +graph= takes one of {sorted(m for m in GRAPH_MODES if m)}")
+        cuda_graph = GRAPH_MODES[graph]
         if variant.endswith(".mdx"):
-            return lambda: md_accel.Calculator(variant, device="cuda")
+            return lambda: md_accel.Calculator(variant, device="cuda", cuda_graph=cuda_graph)
         os.makedirs(args.out, exist_ok=True)
         files = {"nequip": args.nequip_model, "mace": args.mace_model}  # md_accel:nequip / md_accel:mace
         source = files.get(variant) or variant
@@ -61,7 +70,7 @@ def _make_calc(name: str, args) -> Callable[[], object]:
         path = os.path.join(args.out, f"{stem}-{args.dtype}.mdx")
         if not os.path.exists(path):
             md_accel.convert(source, path, dtype=args.dtype)
-        return lambda: md_accel.Calculator(path, device="cuda")
+        return lambda: md_accel.Calculator(path, device="cuda", cuda_graph=cuda_graph)
     if family == "sevenn":
         from sevenn.calculator import SevenNetCalculator
 
@@ -83,6 +92,10 @@ def _make_calc(name: str, args) -> Callable[[], object]:
     raise ValueError(f"unknown calculator {name!r}")
 
 
+def _ms(seconds: List[float]) -> str:
+    return "/".join(f"{1e3 * t:.1f}" for t in seconds) or "-"
+
+
 def _run_md(make_calc, n_atoms: int, warmup: int, steps: int) -> Dict:
     from ase import units
     from ase.md.verlet import VelocityVerlet
@@ -98,8 +111,13 @@ def _run_md(make_calc, n_atoms: int, warmup: int, steps: int) -> Dict:
     dyn.run(steps)
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t) * 1e3 / steps
-    return {"ms_per_step": ms, "atom_steps_per_s": n_atoms / ms * 1e3,
-            "ns_per_day": 86400e3 / ms * 1e-6, "peak_bytes": int(torch.cuda.max_memory_allocated())}
+    rec = {"ms_per_step": ms, "atom_steps_per_s": n_atoms / ms * 1e3,
+           "ns_per_day": 86400e3 / ms * 1e-6, "peak_bytes": int(torch.cuda.max_memory_allocated())}
+    choice = getattr(atoms.calc, "step_choice", None)  # md_accel's: graph or plain per size, and the trials' times
+    if choice is not None and choice.times:
+        rec["step_choice"] = [{"key": list(k), "chosen": choice.chosen.get(k), "seconds": t}
+                              for k, t in choice.times.items()]
+    return rec
 
 
 def main(argv: List[str] | None = None) -> int:
@@ -139,8 +157,10 @@ def main(argv: List[str] | None = None) -> int:
             try:
                 results[name][n] = _run_md(make, n, args.warmup, args.steps)
                 r = results[name][n]
+                chosen = "".join(f" {c['chosen']} (trials, ms: graph {_ms(c['seconds']['graph'])}, plain "
+                                 f"{_ms(c['seconds']['plain'])})" for c in r.get("step_choice", []))
                 print(f"[ase_md] {name:28s} {n:7d} atoms {r['ms_per_step']:9.2f} ms/step "
-                      f"{r['atom_steps_per_s']:.3g} atom-steps/s {r['peak_bytes'] / 2**30:.2f} GiB", flush=True)
+                      f"{r['atom_steps_per_s']:.3g} atom-steps/s {r['peak_bytes'] / 2**30:.2f} GiB{chosen}", flush=True)
             except Exception as e:  # noqa: BLE001
                 results[name][n] = "OOM" if common.is_oom(e) else common.failure(e)
                 print(f"[ase_md] {name} {n}: {results[name][n]}", flush=True)

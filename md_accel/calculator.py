@@ -7,7 +7,8 @@ Stress is ASE's: ``sigma = (1/V) dE/d(strain)`` in eV/A^3, Voigt order xx yy zz 
 from __future__ import annotations
 
 import os
-from typing import Dict, List, NoReturn, Optional, Tuple, Union
+import time
+from typing import Dict, Hashable, List, NoReturn, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -20,7 +21,8 @@ from md_accel import io as _io
 from md_accel.model import Potential, energy_forces_virial
 from md_accel.neighbors import Edges, VerletNeighborList
 from md_accel.ops.prebuild import prebuild_for
-from md_accel.step import AUTO_MAX_EDGES
+from md_accel.step import AUTO_MAX_EDGES, capacity
+from md_accel.step_choice import StepChoice
 from md_accel.verlet_step import VerletGraphStep
 
 
@@ -45,11 +47,11 @@ class Calculator(_AseCalculator):
                   virial, the results' packing) in a CUDA graph and replay it while the atom count
                   and padded edge and pair capacities are unchanged: one host wait per step
                   (``md_accel.verlet_step.VerletGraphStep``; ``self.step`` holds its counters). ``None``
-                  (default): only while the step is launch-bound, i.e. up to
-                  ``md_accel.step.AUTO_MAX_EDGES`` edges; above that the padding (up to 25 % more
-                  edges) costs more than the launches it saves (measured: MACE-medium shape,
-                  32k Cu atoms, H200: 689 ms graphed vs 614 ms plain). True: always; False:
-                  never. Ignored off CUDA.
+                  (default): up to ``md_accel.step.AUTO_MAX_EDGES`` edges, where the step is
+                  launch-bound; above that the graph's padding (up to 25 % more edges) may cost
+                  more than the launches it saves, or less (``md_accel.step_choice``), so the first
+                  steps of each system size run both ways, timed, and the rest the faster
+                  (``self.step_choice.chosen``). True: always; False: never. Ignored off CUDA.
     pair_weights: on CUDA, compute the radial weights once per pair of edges (the two
                   directions of a bond have the same length, and md_accel's radial MLPs see
                   only the length; ``energy_forces_virial``'s ``edge_partner``): half the
@@ -95,8 +97,8 @@ class Calculator(_AseCalculator):
         self.stats: Dict[str, int] = {"atoms": 0, "edges": 0}
         use_graph = self.device.type == "cuda" and (cuda_graph is None or bool(cuda_graph))
         self.step: Optional[VerletGraphStep] = VerletGraphStep(
-            self.model, self.device, dtype=self.dtype, pair_weights=self.pair_weights,
-            max_edges=AUTO_MAX_EDGES if cuda_graph is None else None) if use_graph else None
+            self.model, self.device, dtype=self.dtype, pair_weights=self.pair_weights) if use_graph else None
+        self.step_choice: Optional[StepChoice] = StepChoice() if use_graph and cuda_graph is None else None
 
     # -- input checks and conversion -------------------------------------------------------
     def _species(self, atoms) -> torch.Tensor:
@@ -179,6 +181,17 @@ class Calculator(_AseCalculator):
             self._out_of_memory(atoms, e, edges.src.numel())
         return positions, out, edges
 
+    def _way(self, n: int) -> Tuple[str, Optional[Hashable]]:
+        """("graph" or "plain", the ``step_choice`` key where it decides) for a call on ``n`` atoms,
+        sized by the last call's edges."""
+        edges = self.stats["edges"]
+        if self.step is None or (self.step.max_edges is not None and edges > self.step.max_edges):
+            return "plain", None
+        if self.step_choice is None or edges <= AUTO_MAX_EDGES:
+            return "graph", None
+        key = (n, capacity(edges))
+        return self.step_choice.next(key), key
+
     def _graphed(self, atoms) -> Optional[np.ndarray]:
         """The packed results of the graphed step (``VerletGraphStep``), or None where it declines
         (more edges than its ``max_edges``)."""
@@ -209,9 +222,20 @@ class Calculator(_AseCalculator):
         n = len(atoms)
         # [node energies, forces, virial, shortest edge, edge count] in float64 on the host: from the
         # graphed step, or one concatenation, cast and copy here; the energy is their float64 sum
-        max_edges = None if self.step is None else self.step.max_edges
-        use_graph = self.step is not None and (max_edges is None or self.stats["edges"] <= max_edges)
-        flat = self._graphed(atoms) if use_graph else None
+        way, key = self._way(n)
+        start = time.perf_counter()
+        flat = None
+        if way == "graph":
+            try:
+                flat = self._graphed(atoms)
+            except torch.OutOfMemoryError:
+                if key is None:
+                    raise
+                self.step_choice.decline(key, "graph")  # the plain step may still fit
+            way = "graph" if flat is not None else "plain"
+        if way == "plain" and self.step is not None and self.step.layout is not None:
+            self.step.release()  # its graph's memory pool and padded buffers: never held beside a plain step
+            torch.cuda.empty_cache()
         edges = None
         if flat is None:
             _, out, edges = self._evaluate(atoms)
@@ -220,6 +244,8 @@ class Calculator(_AseCalculator):
             flat = torch.cat(parts + tail).cpu().numpy()
             flat[-1] = edges.src.numel()
         self.stats = {"atoms": n, "edges": int(flat[-1])}
+        if key is not None:
+            self.step_choice.record(key, way, time.perf_counter() - start)
         if self.min_distance > 0:
             self._check_min_distance(atoms, float(flat[4 * n + 9]), edges)  # before any result is kept
         energy = float(flat[:n].sum())

@@ -185,3 +185,34 @@ def test_graph_follows_atom_count_changes(model):
         assert np.abs(f - plain.get_forces(a)).max() <= 1e-12
         assert graphed.step.layout.num_nodes == len(a) and graphed.stats == plain.stats
     assert graphed.step.mode == "graph" and graphed.step.num_captures == 4
+
+
+def test_measured_choice_above_the_limit(model, monkeypatch):
+    """The default Calculator past AUTO_MAX_EDGES (lowered below the lattice's edge count), one call per
+    configuration: its first calls time the captured step and the plain one (the graph released before the plain
+    trials, captured again if it wins); every call within rounding of cuda_graph=False, the choice made once for
+    the size, and afterwards the graph held exactly when it was chosen."""
+    from md_accel import calculator as calculator_module
+    from md_accel.calculator import Calculator
+
+    plain = Calculator(copy.deepcopy(model), device="cuda", skin=0.3, cuda_graph=False)
+    auto = Calculator(copy.deepcopy(model), device="cuda", skin=0.3)
+    base = _hot_copper()
+    plain.get_potential_energy(base)
+    monkeypatch.setattr(calculator_module, "AUTO_MAX_EDGES", plain.stats["edges"] // 2)
+    rng = np.random.default_rng(1)
+    held = []
+    for _ in range(12):
+        atoms = base.copy()
+        atoms.positions += rng.normal(scale=0.01, size=atoms.positions.shape)
+        auto.reset()
+        e, f = auto.get_potential_energy(atoms), auto.get_forces(atoms)
+        assert abs(e - plain.get_potential_energy(atoms)) <= 1e-12 * abs(e)
+        assert np.abs(f - plain.get_forces(atoms)).max() <= 1e-12
+        held.append(auto.step.layout is not None)
+    (key, chosen), = auto.step_choice.chosen.items()
+    assert key[0] == len(base) and {w: len(t) for w, t in auto.step_choice.times[key].items()} == \
+        {"graph": 3, "plain": 3}
+    # call 0 sized by no earlier call (the graph, outside the trials), 1-4 the graph's trials, 5-8 plain's
+    assert held[:9] == [True] * 5 + [False] * 4 and held[9:] == [chosen == "graph"] * 3
+    assert auto.step.num_captures == (2 if chosen == "graph" else 1)
