@@ -96,7 +96,13 @@ def _ms(seconds: List[float]) -> str:
     return "/".join(f"{1e3 * t:.1f}" for t in seconds) or "-"
 
 
-def _run_md(make_calc, n_atoms: int, warmup: int, steps: int) -> Dict:
+def _run_md(make_calc, n_atoms: int, warmup: int, steps: int, host_profile: int = 0) -> Dict:
+    """``host_profile`` N > 0: the timed steps also under cProfile, the N functions with the most own time
+    (host time, the waits for the GPU included) kept as the record's ``host_profile`` text."""
+    import cProfile
+    import io
+    import pstats
+
     from ase import units
     from ase.md.verlet import VelocityVerlet
 
@@ -107,12 +113,20 @@ def _run_md(make_calc, n_atoms: int, warmup: int, steps: int) -> Dict:
     dyn = VelocityVerlet(atoms, timestep=1.0 * units.fs)
     dyn.run(warmup)
     torch.cuda.synchronize()
+    profiler = cProfile.Profile() if host_profile > 0 else None
     t = time.perf_counter()
+    if profiler is not None:
+        profiler.enable()
     dyn.run(steps)
     torch.cuda.synchronize()
     ms = (time.perf_counter() - t) * 1e3 / steps
     rec = {"ms_per_step": ms, "atom_steps_per_s": n_atoms / ms * 1e3,
            "ns_per_day": 86400e3 / ms * 1e-6, "peak_bytes": int(torch.cuda.max_memory_allocated())}
+    if profiler is not None:
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(host_profile)
+        rec["host_profile"] = text.getvalue()
     choice = getattr(atoms.calc, "step_choice", None)  # md_accel's: graph or plain per size, and the trials' times
     if choice is not None and choice.times:
         rec["step_choice"] = [{"key": list(k), "chosen": choice.chosen.get(k), "seconds": t}
@@ -134,6 +148,8 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--budget", type=float, default=0)
+    ap.add_argument("--host-profile", type=int, default=0, metavar="N",
+                    help="cProfile the timed steps; print the N functions with the most own host time")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.out = common.out_dir(args.out)
@@ -155,8 +171,10 @@ def main(argv: List[str] | None = None) -> int:
                 results[name][n] = "budget"
                 continue
             try:
-                results[name][n] = _run_md(make, n, args.warmup, args.steps)
+                results[name][n] = _run_md(make, n, args.warmup, args.steps, args.host_profile)
                 r = results[name][n]
+                if "host_profile" in r:
+                    print(f"[ase_md] {name} {n} atoms, host profile of the timed steps:\n{r['host_profile']}", flush=True)
                 chosen = "".join(f" {c['chosen']} (trials, ms: graph {_ms(c['seconds']['graph'])}, plain "
                                  f"{_ms(c['seconds']['plain'])})" for c in r.get("step_choice", []))
                 print(f"[ase_md] {name:28s} {n:7d} atoms {r['ms_per_step']:9.2f} ms/step "

@@ -33,12 +33,10 @@ _LIB = {}
 # the default kernels (L2 prefetch of the next edge's weights in the forward, the float32 backward and
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
-# small enough to split every pass and the weights asked for three edges ahead (pf_ahead), and neither prefetch, merged
-# passes nor the weights' evict-first loads (which the host emulation reads as plain loads); grad_y through shared
-# memory: test_grad_y_through_shared_memory
+# small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
+# host emulation reads as plain loads); grad_y through shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
-           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4,
-                                                 pf_ahead=3),
+           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0)}
 
 
@@ -168,32 +166,6 @@ def test_xy_prefetch_only_where_asked():
     assert count(_codegen.PF_PART1_XY, "prefetch_l1(x + snext") == part1_passes
     assert count(_codegen.PF_FWD_XY, "prefetch_l2(ggy + (e + ") == count(_codegen.PF_FWD_XY, "prefetch_l1(ggx + snext") > 0
     assert "prefetch_l1" not in _codegen.generate(struct)
-
-
-def test_weight_prefetch_distance():
-    """Tuning.pf_ahead = D: every weight prefetch (w in the forward and part 1, ggw too in dfwd and the double
-    backward) asks for the edge D iterations on, e + D * S (S = the pass's edge slots), under the same guards;
-    the default (1) the next iteration's. MD_ACCEL_TP_TUNING takes 1 to 8."""
-    plan, _ = plan_and_library()
-    struct = _codegen.plan_structure(plan)
-    near, far = _codegen.generate(struct), _codegen.generate(struct, _codegen.Tuning(pf_ahead=3))
-    pf = re.compile(r"prefetch_l2\((w|ggw) \+ (?:w_index\(w_row, |\()e \+ (\d+)\)")
-    slots_near = [int(s) for _, s in pf.findall(near)]
-    slots_far = [int(s) for _, s in pf.findall(far)]
-    assert len(slots_near) >= 4 and {r for r, _ in pf.findall(near)} == {"w", "ggw"}
-    assert slots_far == [3 * s for s in slots_near]
-    guards = re.compile(r"if \((.*)e \+ (\d+) < e_end\) \{  // the")
-    assert [g for g, _ in guards.findall(far)] == [g for g, _ in guards.findall(near)]
-    assert [3 * int(s) for _, s in guards.findall(near)] == [int(s) for _, s in guards.findall(far)]
-
-
-def test_pf_ahead_checked(monkeypatch):
-    monkeypatch.setenv(_codegen.TUNING_ENV, "pf_ahead=8")
-    assert _codegen.tuning().pf_ahead == 8
-    for bad in ("0", "9"):
-        monkeypatch.setenv(_codegen.TUNING_ENV, f"pf_ahead={bad}")
-        with pytest.raises(ValueError, match="pf_ahead is 1 to 8"):
-            _codegen.tuning()
 
 
 def test_weights_loaded_evict_first_only_where_asked():

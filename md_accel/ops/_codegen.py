@@ -166,7 +166,6 @@ class Tuning(NamedTuple):
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
     gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
-    pf_ahead: int = 1  # the weight prefetch asks for the rows of the edge this many iterations ahead (PF_AHEAD)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -188,8 +187,6 @@ def tuning() -> Tuning:
         values[key.strip()] = int(value)
     if values.get("prefetch", 0) & ~PF_ALL:
         raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_ALL} (PF_* in {__name__})")
-    if not 1 <= values.get("pf_ahead", 1) <= 8:
-        raise ValueError(f"{TUNING_ENV}: pf_ahead is 1 to 8")
     if values.get("fwd_cpl", 1) not in (1, 2):
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
     for key in ("w_evict", "gy_smem"):
@@ -448,20 +445,17 @@ def _line_loop(I: str, name: str, offsets: Callable[[int], List[int]], mul: int,
     return tables, code
 
 
-def _prefetch_next(I: str, group: List[_Path], name: str, e: str, step: int, ahead: int, cond: str, dbwd: bool,
+def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool,
                    lanes: Optional[int] = None) -> Tuple[str, str]:
-    """(tables, device code): the threads of a slot ask L2 for the lines of the group's weights (and ggw) in
-    the rows of edge ``e`` + ``ahead`` * ``step`` (the slot's edge ``ahead`` iterations on), where ``cond``
-    holds and that edge is before e_end, so that they are L2 hits rather than DRAM accesses when that edge is
-    processed; thread u of the slot takes lines u, u + mul, ... (``lanes``: threads per slot where not mul).
-    Emitted first in the edge iteration, where nothing else is live yet. Nothing asks for the slot's first
-    ``ahead`` edges (a prologue asking for them cost the float32 forward 8 registers: ptxas, nvcc 13.0)."""
+    """(tables, device code): where ``cond`` holds, the threads of a slot ask L2 for the lines of the
+    group's weights (and ggw) in the rows of edge ``nxt``, one line each, so that they are L2 hits
+    rather than DRAM accesses when that edge is processed; thread u of the slot takes lines u, u + mul,
+    ... (``lanes``: threads per slot where not mul). Emitted first in the edge iteration, where nothing else is
+    live yet."""
     rows = ["w"] + (["ggw"] if dbwd else [])
-    nxt = f"{e} + {ahead * step}"
     tables, loop = _line_loop(I + "  ", name, lambda elem: _prefetch_lines(group, elem), lanes or group[0].mul,
                               [f"prefetch_l2({r} + {_w_index(r, nxt)} * d.w + off);" for r in rows])
-    what = "the next edge's weight lines" if ahead == 1 else f"the weight lines of the edge {ahead} iterations on"
-    return tables, f"{I}if ({cond + ' && ' if cond else ''}{nxt} < e_end) {{  // {what} into L2\n" + loop + f"{I}}}\n"
+    return tables, f"{I}if ({cond}) {{  // the next edge's weight lines into L2\n" + loop + f"{I}}}\n"
 
 
 def _prefetch_next_xy(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool,
@@ -491,14 +485,13 @@ def _w_load(ptr: str, evict: bool) -> str:
 
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
-               evict: bool = False, ahead: int = 1) -> Tuple[str, str]:
+               evict: bool = False) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
     w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward).
     ``cpl`` (``_fwd_cpl``): channels per thread, u, u + L, ..: each product of a CG value and a y (the edge's,
     the same in every lane) then serves them all. ``evict``: the weights loaded by ``_w_load`` (Tuning.w_evict).
-    ``ahead``: the weight prefetch's distance in edge iterations (Tuning.pf_ahead).
     Returns (device code, constant tables)."""
     mul = group[0].mul
     out_keys = []
@@ -515,16 +508,17 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
          + f"; {M} channels x {S} edge slot(s)" + (f", {cpl} channels per thread" if cpl > 1 else "") + "\n"]
     I2 = I + "  "
     s.append(f"{I2}const int slot = threadIdx.x / {L}, u = threadIdx.x % {L};\n")
-    lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
-    I3 = I2 + "  "
     for cs, _ in copies:
         for key in out_keys:
             s.append(f"{I2}T " + ", ".join(f"{_bname('acc', key)}{cs}_{k} = T(0)" for k in range(key[2])) + ";\n")
+    lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
     s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
     s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
+    I3 = I2 + "  "
     tables = ""
     if prefetch:
-        tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", "e", S, ahead, "", dbwd, lanes)
+        tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
+                                      dbwd, lanes)
         s.append(code)
     if prefetch_xy:
         t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd,
@@ -614,7 +608,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
     parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), tune.pf_ahead)
+                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict))
              for gi, g in enumerate(groups)]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
@@ -680,7 +674,7 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
-               w_only: bool = False, evict: bool = False, gy_smem: bool = False, ahead: int = 1) -> Tuple[str, str]:
+               w_only: bool = False, evict: bool = False, gy_smem: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
@@ -688,7 +682,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     ``rows``: where the grad_x rows go with d.rows_in_gw (deferred paths' weight gradients are then not
     written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``evict``: as _fwd_group;
     ``gy_smem``: grad_y summed over each warp's lanes by warp_sum_smem (the kernel declares s_gy) instead of
-    warp_butterfly; ``ahead``: as _fwd_group."""
+    warp_butterfly."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -731,7 +725,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I2}const int64_t e = e0 + slot;\n")
     s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
     if prefetch:
-        pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", "e", S, ahead, f"{prefetch} && act && u < {mul}", dbwd)
+        pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}",
+                                         f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd)
         tables += pf_tables
         s.append(code)
     if prefetch_xy:
@@ -1050,8 +1045,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     bodies, tables = [], []
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
-                          bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem,
-                          ahead=tune.pf_ahead)
+                          bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem)
         bodies.append(b)
         tables.append(t)
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
