@@ -29,6 +29,46 @@ from md_accel.verlet_step import VerletGraphStep
 HostProbe = Tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # positions, cell, atomic numbers (CPU)
 
 
+def _close(a, b, tol: float) -> bool:
+    """ASE's test of an unchanged property (``np.allclose(a, b, rtol=0, atol=tol)``), after an exact comparison
+    that answers most calls at a fraction of its cost, and a plain |a - b| <= tol where every value is finite."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return False
+    if np.array_equal(a, b):
+        return True
+    diff = np.abs(np.subtract(a, b, dtype=np.float64))
+    if np.isfinite(diff).all():
+        return bool((diff <= tol).all())
+    return bool(np.allclose(a, b, rtol=0, atol=tol))  # infinities: as ASE decides
+
+
+def system_changes(old, new, tol: float, excluded=()) -> List[str]:
+    """The properties of ``all_changes`` that differ between the atoms of the last calculation ``old`` (None:
+    all) and ``new``, by ASE's rule (``ase.calculators.calculator.compare_atoms``: an array present in one only
+    has changed; values within ``tol``, absolute, have not), tested faster: ASE's ``np.allclose`` on the
+    positions of every force request cost 2.9 of velocity Verlet's 22.9 ms per step at 32,000 atoms (H200,
+    session 48)."""
+    if old is None:
+        return list(all_changes)
+    changes = []
+    for prop in all_changes:
+        if prop in excluded:
+            continue
+        if prop in ("cell", "pbc"):
+            a, b = getattr(old, prop), getattr(new, prop)
+        elif (prop in old.arrays) != (prop in new.arrays):
+            changes.append(prop)
+            continue
+        elif prop in old.arrays:
+            a, b = old.arrays[prop], new.arrays[prop]
+        else:
+            continue
+        if not _close(a, b, tol):
+            changes.append(prop)
+    return changes
+
+
 class Calculator(_AseCalculator):
     """ASE calculator running an md_accel potential.
 
@@ -216,6 +256,10 @@ class Calculator(_AseCalculator):
         ) from error
 
     # -- ASE interface ------------------------------------------------------------------------
+    def check_state(self, atoms, tol: float = 1e-15) -> List[str]:
+        """ASE's (``system_changes``): which properties changed since the last calculation."""
+        return system_changes(self.atoms, atoms, tol, set(self.ignored_changes))
+
     def calculate(self, atoms=None, properties=None, system_changes=all_changes) -> None:
         super().calculate(atoms, properties or ["energy"], system_changes)
         atoms = self.atoms

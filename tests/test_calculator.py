@@ -311,3 +311,66 @@ def test_out_of_memory_is_explained(lj_potential, monkeypatch):
     atoms.calc = calc
     with pytest.raises(torch.OutOfMemoryError, match=r"32 atoms .*float32"):
         atoms.get_forces()
+
+
+def test_system_changes_follow_ase():
+    """md_accel's check_state (``system_changes``) names exactly the properties ASE's ``compare_atoms`` names:
+    unchanged copies, changes below, at and above the tolerance (positions, cell), another element, pbc, an
+    array present on one side only, non-finite positions, and the excluded properties."""
+    from ase.calculators.calculator import compare_atoms
+
+    from md_accel.calculator import system_changes
+
+    base = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((2, 2, 2))
+    base.rattle(0.05, seed=1)
+    variants = {"same": base.copy()}
+    for name, dx in (("tiny", 4e-16), ("at_tol", 1e-15), ("small", 1e-12), ("move", 1e-3)):
+        a = base.copy()
+        a.positions[3, 1] += dx
+        variants[name] = a
+    a = base.copy()
+    a.cell[0, 0] += 1e-9
+    variants["cell"] = a
+    a = base.copy()
+    a.numbers[5] = 47
+    variants["element"] = a
+    a = base.copy()
+    a.pbc = (True, False, True)
+    variants["pbc"] = a
+    a = base.copy()
+    a.set_initial_charges(np.zeros(len(a)))
+    variants["charges"] = a
+    for value in (np.nan, np.inf):
+        a = base.copy()
+        a.positions[0, 0] = value
+        variants[f"pos_{value}"] = a
+    old_inf = base.copy()
+    old_inf.positions[0, 0] = np.inf
+    cases = [(base, v, name) for name, v in variants.items()] + [(old_inf, variants["pos_inf"], "inf_both"),
+                                                                    (None, base, "first")]
+    seen = set()
+    for old, new, name in cases:
+        for tol in (1e-15, 1e-10):
+            for excluded in ((), ("positions", "initial_charges")):
+                ours = system_changes(old, new, tol, set(excluded))
+                theirs = compare_atoms(old, new, tol=tol, excluded_properties=set(excluded))
+                assert sorted(ours) == sorted(theirs), (name, tol, excluded, ours, theirs)
+                seen.update(ours)
+    assert seen == {"positions", "numbers", "cell", "pbc", "initial_charges", "initial_magmoms"}
+
+
+def test_check_state_skips_unchanged_atoms(lj_potential):
+    """ASE returns the stored results for unchanged atoms (no second evaluation) and recomputes after a move."""
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((2, 2, 2))
+    calc = Calculator(lj_potential, device="cpu")
+    atoms.calc = calc
+    calls = []
+    original = calc.calculate
+    calc.calculate = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
+    atoms.get_potential_energy()
+    atoms.get_forces()
+    assert calc.check_state(atoms) == [] and len(calls) == 1
+    atoms.positions[0, 0] += 1e-3
+    assert calc.check_state(atoms) == ["positions"]
+    atoms.get_forces()
+    assert len(calls) == 2
