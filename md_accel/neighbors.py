@@ -121,6 +121,17 @@ def neighbor_list(positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[boo
     return _within_cutoff(positions, cell, pairs, float(cutoff))
 
 
+def _max_squared_displacement(pos: torch.Tensor, ref: torch.Tensor) -> float:
+    """max_i |pos_i - ref_i|^2 (0 without atoms). On the host through numpy: torch's CPU kernels took ~2 ms of
+    every velocity-Verlet step at 32,000 atoms for this (pow and sum, H200 machine, session 48), numpy ~0.2."""
+    if pos.shape[0] == 0:
+        return 0.0
+    if pos.device.type == "cpu":
+        d = pos.numpy() - ref.numpy()
+        return float(np.einsum("ij,ij->i", d, d).max())
+    return float((pos - ref).pow(2).sum(-1).max())
+
+
 class VerletNeighborList:
     """Neighbour list built with ``cutoff + skin`` and reused while no pair can have come
     within the cutoff unseen; every call filters the stored pairs to the true cutoff,
@@ -167,7 +178,7 @@ class VerletNeighborList:
             return True
         pos = positions.detach().to(torch.float64)
         if torch.equal(ref_cell, cell):
-            return not bool((pos - ref_pos).pow(2).sum(-1).max() < (0.5 * self.skin) ** 2)
+            return not _max_squared_displacement(pos, ref_pos) < (0.5 * self.skin) ** 2
         h_ref, h = ref_cell.to(torch.float64), cell.to(torch.float64)
         if torch.linalg.matrix_rank(h_ref) < 3 or torch.linalg.matrix_rank(h) < 3:
             return True
