@@ -96,9 +96,11 @@ def _ms(seconds: List[float]) -> str:
     return "/".join(f"{1e3 * t:.1f}" for t in seconds) or "-"
 
 
-def _run_md(make_calc, n_atoms: int, warmup: int, steps: int, host_profile: int = 0) -> Dict:
+def _run_md(make_calc, n_atoms: int, warmup: int, steps: int, host_profile: int = 0, kernel_profile: int = 0) -> Dict:
     """``host_profile`` N > 0: the timed steps also under cProfile, the N functions with the most own time
-    (host time, the waits for the GPU included) kept as the record's ``host_profile`` text."""
+    (host time, the waits for the GPU included) kept as the record's ``host_profile`` text. ``kernel_profile`` N > 0:
+    then ``steps`` more steps under torch.profiler: the GPU's kernel time per step (``kernel_ms_per_step``) and the
+    N kernels with the most time (``kernels``: name, us and launches per step)."""
     import cProfile
     import io
     import pstats
@@ -127,6 +129,11 @@ def _run_md(make_calc, n_atoms: int, warmup: int, steps: int, host_profile: int 
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(host_profile)
         rec["host_profile"] = text.getvalue()
+    if kernel_profile > 0:
+        kernels = common.kernel_times(lambda: dyn.run(1), steps)
+        rec["kernel_ms_per_step"] = sum(k["us"] for k in kernels.values()) / 1e3
+        top = sorted(kernels.items(), key=lambda kv: -kv[1]["us"])[:kernel_profile]
+        rec["kernels"] = [{"name": name, "us": k["us"], "launches": k["launches"]} for name, k in top]
     choice = getattr(atoms.calc, "step_choice", None)  # md_accel's: graph or plain per size, and the trials' times
     if choice is not None and choice.times:
         rec["step_choice"] = [{"key": list(k), "chosen": choice.chosen.get(k), "seconds": t}
@@ -150,6 +157,8 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=0)
     ap.add_argument("--host-profile", type=int, default=0, metavar="N",
                     help="cProfile the timed steps; print the N functions with the most own host time")
+    ap.add_argument("--kernel-profile", type=int, default=0, metavar="N",
+                    help="then as many steps under torch.profiler: kernel ms per step and the N longest kernels")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     args.out = common.out_dir(args.out)
@@ -171,10 +180,14 @@ def main(argv: List[str] | None = None) -> int:
                 results[name][n] = "budget"
                 continue
             try:
-                results[name][n] = _run_md(make, n, args.warmup, args.steps, args.host_profile)
+                results[name][n] = _run_md(make, n, args.warmup, args.steps, args.host_profile, args.kernel_profile)
                 r = results[name][n]
                 if "host_profile" in r:
                     print(f"[ase_md] {name} {n} atoms, host profile of the timed steps:\n{r['host_profile']}", flush=True)
+                if "kernels" in r:
+                    print(f"[ase_md] {name} {n} atoms: kernels {r['kernel_ms_per_step']:.2f} ms per step; longest:")
+                    for k in r["kernels"]:
+                        print(f"    {k['us'] / 1e3:8.3f} ms x{k['launches']:.0f}  {k['name'][:110]}", flush=True)
                 chosen = "".join(f" {c['chosen']} (trials, ms: graph {_ms(c['seconds']['graph'])}, plain "
                                  f"{_ms(c['seconds']['plain'])})" for c in r.get("step_choice", []))
                 print(f"[ase_md] {name:28s} {n:7d} atoms {r['ms_per_step']:9.2f} ms/step "
