@@ -58,8 +58,8 @@ def _make_calc(name: str, args) -> Callable[[], object]:
         if graph not in GRAPH_MODES:
             raise ValueError(f"{name}: +graph= takes one of {sorted(m for m in GRAPH_MODES if m)}")
         cuda_graph = GRAPH_MODES[graph]
-        if variant.endswith(".mdx"):
-            return lambda: md_accel.Calculator(variant, device="cuda", cuda_graph=cuda_graph)
+        if variant.endswith(".mdx"):  # run in --dtype, whatever the file's own (the table names one dtype)
+            return lambda: md_accel.Calculator(variant, device="cuda", dtype=args.dtype, cuda_graph=cuda_graph)
         os.makedirs(args.out, exist_ok=True)
         files = {"nequip": args.nequip_model, "mace": args.mace_model}  # md_accel:nequip / md_accel:mace
         source = files.get(variant) or variant
