@@ -4,6 +4,7 @@
 # benchmarks/ase_md.py (velocity Verlet, neighbour list included) for the copper MACE and SevenNet-0 at 4,000 and
 # 32,000 atoms, float32, the default Calculator beside cuda_graph=True and False (the default before this session
 # ran the plain step above 300,000 edges), clocks logged.
+# (Found in call H: ase_md.py ran the .mdx files in their own dtype, float64, not float32; README.md.)
 # Carry: .gpu/gpu_lib.tar.xz .gpu/gpu_steps32.tar.xz .gpu/sevennet0.mdx .peers/full/wheels
 set -u
 cd "$(dirname "$0")/../../.."

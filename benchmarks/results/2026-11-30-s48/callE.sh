@@ -4,6 +4,7 @@
 # on one machine, benchmarks/profile_step.py (the Calculator's step, graph on) and benchmarks/ase_md.py (velocity
 # Verlet, graph on) with the timed steps under cProfile (the 25 functions with the most own host time), 4,000 and
 # 32,000 atoms, float32.
+# (Found in call H: ase_md.py ran the .mdx files in their own dtype, float64, not float32; README.md.)
 # Carry: .gpu/gpu_lib.tar.xz .gpu/gpu_steps32.tar.xz .peers/full/wheels
 set -u
 cd "$(dirname "$0")/../../.."

@@ -2,6 +2,7 @@
 # Session 48, call F: velocity Verlet with md_accel's faster check_state (call E: ASE's np.allclose on the positions
 # took 2.9 of the 22.9 ms per step at 32,000 atoms): benchmarks/ase_md.py, the copper MACE at 4,000 and 32,000
 # atoms, float32, the default Calculator and cuda_graph=True / False, the timed steps under cProfile (15 functions).
+# (Found in call H: ase_md.py ran the .mdx files in their own dtype, float64, not float32; README.md.)
 # Carry: .gpu/gpu_lib.tar.xz .gpu/gpu_steps32.tar.xz .peers/full/wheels
 set -u
 cd "$(dirname "$0")/../../.."
