@@ -43,7 +43,7 @@ def _close(a, b, tol: float) -> bool:
     return bool(np.allclose(a, b, rtol=0, atol=tol))  # infinities: as ASE decides
 
 
-def system_changes(old, new, tol: float, excluded=()) -> List[str]:
+def changed_properties(old, new, tol: float, excluded=()) -> List[str]:
     """The properties of ``all_changes`` that differ between the atoms of the last calculation ``old`` (None:
     all) and ``new``, by ASE's rule (``ase.calculators.calculator.compare_atoms``: an array present in one only
     has changed; values within ``tol``, absolute, have not), tested faster: ASE's ``np.allclose`` on the
@@ -257,8 +257,8 @@ class Calculator(_AseCalculator):
 
     # -- ASE interface ------------------------------------------------------------------------
     def check_state(self, atoms, tol: float = 1e-15) -> List[str]:
-        """ASE's (``system_changes``): which properties changed since the last calculation."""
-        return system_changes(self.atoms, atoms, tol, set(self.ignored_changes))
+        """ASE's (``changed_properties``): which properties changed since the last calculation."""
+        return changed_properties(self.atoms, atoms, tol, set(self.ignored_changes))
 
     def calculate(self, atoms=None, properties=None, system_changes=all_changes) -> None:
         super().calculate(atoms, properties or ["energy"], system_changes)

@@ -314,12 +314,12 @@ def test_out_of_memory_is_explained(lj_potential, monkeypatch):
 
 
 def test_system_changes_follow_ase():
-    """md_accel's check_state (``system_changes``) names exactly the properties ASE's ``compare_atoms`` names:
+    """md_accel's check_state (``changed_properties``) names exactly the properties ASE's ``compare_atoms`` names:
     unchanged copies, changes below, at and above the tolerance (positions, cell), another element, pbc, an
     array present on one side only, non-finite positions, and the excluded properties."""
     from ase.calculators.calculator import compare_atoms
 
-    from md_accel.calculator import system_changes
+    from md_accel.calculator import changed_properties
 
     base = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((2, 2, 2))
     base.rattle(0.05, seed=1)
@@ -352,7 +352,7 @@ def test_system_changes_follow_ase():
     for old, new, name in cases:
         for tol in (1e-15, 1e-10):
             for excluded in ((), ("positions", "initial_charges")):
-                ours = system_changes(old, new, tol, set(excluded))
+                ours = changed_properties(old, new, tol, set(excluded))
                 theirs = compare_atoms(old, new, tol=tol, excluded_properties=set(excluded))
                 assert sorted(ours) == sorted(theirs), (name, tol, excluded, ours, theirs)
                 seen.update(ours)
