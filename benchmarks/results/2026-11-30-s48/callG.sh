@@ -4,14 +4,5 @@
 # atoms, float32, the default Calculator and cuda_graph=True / False, the timed steps under cProfile (15 functions).
 # (Found in call H: ase_md.py ran the .mdx files in their own dtype, float64, not float32; README.md.)
 # Carry: .gpu/gpu_lib.tar.xz .gpu/gpu_steps32.tar.xz .peers/full/wheels
-set -u
-cd "$(dirname "$0")/../../.."
-export WHEELS=.peers/full/wheels SMI_LOG=100
-source tools/gpu_call_env.sh 2> /dev/null
-python3 -m pip install -q --no-index --no-deps --target /tmp/site "$WHEELS"/vesin_torch-*.whl 2> /dev/null
-m=models/mace_cu/mace_cu.mdx
-timeout $((400 - SECONDS)) python benchmarks/ase_md.py --calcs md_accel:$m,md_accel:$m+graph=on,md_accel:$m+graph=off \
-  --sizes 4000,32000 --warmup 10 --steps 30 --host-profile 15 --out $R/ase_md > $R/ase_md.log 2>&1
-echo "ase_md rc=$?"; grep -E "^\[ase_md\].*ms/step|^\|" $R/ase_md.log; grep -E "needs_rebuild|_close|synchronize|calculator.py.*\(calculate\)" $R/ase_md.log | cut -c1-160
-smi_stop
-(cd $OUT && tar czf results.tar.gz r)
+# The same commands as call F's script (call G's own printed other function names of the profile).
+exec bash "$(dirname "$0")/callF.sh"
