@@ -152,7 +152,8 @@ def main(argv: List[str] | None = None) -> int:
     ap.add_argument("--nequip-model", default=nequip_peer.DEFAULT_MODEL,
                     help="nequip .ckpt (or .nequip.zip: e3nn only) for nequip:* and md_accel:nequip")
     ap.add_argument("--nequip-nl", default="matscipy", help="neighbour list of nequip's calculator")
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=10,
+                    help="untimed steps first (md_accel's graph-or-plain trials take ~10 above 300k edges)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--budget", type=float, default=0)
     ap.add_argument("--host-profile", type=int, default=0, metavar="N",

@@ -47,8 +47,8 @@ def changed_properties(old, new, tol: float, excluded=()) -> List[str]:
     """The properties of ``all_changes`` that differ between the atoms of the last calculation ``old`` (None:
     all) and ``new``, by ASE's rule (``ase.calculators.calculator.compare_atoms``: an array present in one only
     has changed; values within ``tol``, absolute, have not), tested faster: ASE's ``np.allclose`` on the
-    positions of every force request cost 2.9 of velocity Verlet's 22.9 ms per step at 32,000 atoms, this
-    0.8-1.0 ms (cProfile, H200 machines, session 48)."""
+    positions of every force request took 2.9 ms of a velocity-Verlet step at 32,000 atoms on one machine,
+    ``_close`` 0.7-1.0 ms on two others (cProfile, session 48)."""
     if old is None:
         return list(all_changes)
     changes = []
@@ -136,9 +136,13 @@ class Calculator(_AseCalculator):
         self._species_cache: Optional[Tuple[np.ndarray, torch.Tensor]] = None
         self.stats: Dict[str, int] = {"atoms": 0, "edges": 0}
         use_graph = self.device.type == "cuda" and (cuda_graph is None or bool(cuda_graph))
+        auto = use_graph and cuda_graph is None
+        # auto: a call on a size not yet known (no earlier call on this atom count) counts its edges and declines the
+        # graph above AUTO_MAX_EDGES (as before there was a choice); step_choice then decides for that size
         self.step: Optional[VerletGraphStep] = VerletGraphStep(
-            self.model, self.device, dtype=self.dtype, pair_weights=self.pair_weights) if use_graph else None
-        self.step_choice: Optional[StepChoice] = StepChoice() if use_graph and cuda_graph is None else None
+            self.model, self.device, dtype=self.dtype, pair_weights=self.pair_weights,
+            max_edges=AUTO_MAX_EDGES if auto else None) if use_graph else None
+        self.step_choice: Optional[StepChoice] = StepChoice() if auto else None
 
     # -- input checks and conversion -------------------------------------------------------
     def _species(self, atoms) -> torch.Tensor:
@@ -223,27 +227,34 @@ class Calculator(_AseCalculator):
 
     def _way(self, n: int) -> Tuple[str, Optional[Hashable]]:
         """("graph" or "plain", the ``step_choice`` key where it decides) for a call on ``n`` atoms,
-        sized by the last call's edges."""
-        edges = self.stats["edges"]
-        if self.step is None or (self.step.max_edges is not None and edges > self.step.max_edges):
+        sized by the last call's edges where it had as many atoms (else unknown: the graphed step counts them)."""
+        if self.step is None:
             return "plain", None
-        if self.step_choice is None or edges <= AUTO_MAX_EDGES:
-            return "graph", None
-        key = (n, capacity(edges))
-        return self.step_choice.next(key), key
+        edges = self.stats["edges"] if self.stats["atoms"] == n else 0
+        if self.step_choice is not None and edges > AUTO_MAX_EDGES:
+            key = (n, capacity(edges))
+            return self.step_choice.next(key), key
+        if self.step.max_edges is not None and edges > self.step.max_edges:
+            return "plain", None
+        return "graph", None
 
-    def _graphed(self, atoms) -> Optional[np.ndarray]:
+    def _graphed(self, atoms, unlimited: bool = False) -> Optional[np.ndarray]:
         """The packed results of the graphed step (``VerletGraphStep``), or None where it declines
-        (more edges than its ``max_edges``)."""
+        (more edges than its ``max_edges``, unless ``unlimited``: a ``step_choice`` trial or decision)."""
         assert self.step is not None
         positions_np, cell_np, species, host = self._host_inputs(atoms)
         up = lambda a: torch.from_numpy(a).to(self.device)  # noqa: E731
+        limit = self.step.max_edges
+        if unlimited:
+            self.step.max_edges = None
         try:
             pairs = self.neighbors.current_pairs(host, atoms.get_pbc(),
                                                  lambda: (up(positions_np), up(cell_np), species))
             return self.step(positions_np, cell_np, species, pairs)
         except torch.OutOfMemoryError as e:
             self._out_of_memory(atoms, e, self.step.num_edges)
+        finally:
+            self.step.max_edges = limit
 
     def _out_of_memory(self, atoms, error: Exception, num_edges: int) -> NoReturn:
         if self.device.type == "cuda":
@@ -271,7 +282,7 @@ class Calculator(_AseCalculator):
         flat = None
         if way == "graph":
             try:
-                flat = self._graphed(atoms)
+                flat = self._graphed(atoms, unlimited=key is not None)
             except torch.OutOfMemoryError:
                 if key is None:
                     raise

@@ -122,9 +122,9 @@ def neighbor_list(positions: torch.Tensor, cell: torch.Tensor, pbc: Sequence[boo
 
 
 def _max_squared_displacement(pos: torch.Tensor, ref: torch.Tensor) -> float:
-    """max_i |pos_i - ref_i|^2 (0 without atoms). On the host through numpy: with torch's CPU kernels the reuse
-    check took 0.7 and 2.2 ms of a velocity-Verlet step at 32,000 atoms on two H200 machines' hosts, this 0.57 ms
-    on a third (cProfile, session 48)."""
+    """max_i |pos_i - ref_i|^2 (0 without atoms). On the host through numpy: with torch's CPU ops the whole reuse
+    check took 0.5-2.2 ms of a velocity-Verlet step at 32,000 atoms on two machines' hosts, this function 0.57 ms on
+    a third (cProfile, session 48)."""
     if pos.shape[0] == 0:
         return 0.0
     if pos.device.type == "cpu":

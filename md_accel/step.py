@@ -40,7 +40,9 @@ GROWTH = 1.25  # capacity ladder ratio
 ALIGN = 32  # capacities are multiples of this
 PAD_DEGREE = 4  # a padding node receives at most ~PAD_DEGREE x the mean degree of the real graph
 MODES = ("graph", "padded", "plain")
-AUTO_MAX_EDGES = 300_000  # larger graphs run uncaptured: ~6k atoms at 50 neighbours, well past launch-bound
+# ~6k atoms at 50 neighbours: larger graphs run uncaptured in GraphedStep(max_edges=...) and LAMMPS' cuda_graph auto;
+# the Calculator times both ways there (md_accel.step_choice)
+AUTO_MAX_EDGES = 300_000
 T = TypeVar("T")
 
 

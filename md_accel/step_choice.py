@@ -3,12 +3,11 @@
 Up to ``md_accel.step.AUTO_MAX_EDGES`` edges a step is launch-bound and the graph always wins.
 Above it, which wins depends on more than the edge count: the graph pads the edges (up to
 ``GROWTH`` - 1 more) but saves every launch and host wait, so a light model on a slow host gains
-(the copper MACE in float32 at 32,000 atoms, 1.24M edges, H200: 14.8 ms captured against 22.9 ms
-launched, session 48) while a heavy one loses (a MACE-medium shape at 32,000 atoms, H200: 689
-against 614 ms, 2026-11-22). The host's speed moves the balance too: velocity Verlet with the copper
-MACE in float64 at 32,000 atoms ran 26.4 ms captured against 32.6 launched on one H200 machine and
-22.7 against 21.4 on another (session 48). ``StepChoice`` times both on the caller's own steps and
-keeps the faster per system size.
+(velocity Verlet with the copper MACE in float32 at 32,000 atoms, H200: 17.7 ms captured against
+25.4 ms launched, session 48) while a heavier one loses (SevenNet-0 in the same run: 94.8 against
+92.3 ms; a MACE-medium shape at 32,000 atoms, H200: 689 against 614 ms, 2026-11-22); the host's
+speed enters too. ``StepChoice`` times both on the caller's own steps and keeps the faster per system
+size. The trials time the calculator's call alone, and their peak memory is the graph's.
 """
 from __future__ import annotations
 

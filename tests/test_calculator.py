@@ -324,7 +324,7 @@ def test_system_changes_follow_ase():
     base = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((2, 2, 2))
     base.rattle(0.05, seed=1)
     variants = {"same": base.copy()}
-    for name, dx in (("tiny", 4e-16), ("at_tol", 1e-15), ("small", 1e-12), ("move", 1e-3)):
+    for name, dx in (("tiny", 4e-16), ("small", 1e-12), ("move", 1e-3)):
         a = base.copy()
         a.positions[3, 1] += dx
         variants[name] = a
@@ -346,8 +346,11 @@ def test_system_changes_follow_ase():
         variants[f"pos_{value}"] = a
     old_inf = base.copy()
     old_inf.positions[0, 0] = np.inf
+    at_zero, at_tol = base.copy(), base.copy()  # a difference of exactly 1e-15: unchanged at tol 1e-15 (<=)
+    at_zero.positions[3, 1] = 0.0
+    at_tol.positions[3, 1] = 1e-15
     cases = [(base, v, name) for name, v in variants.items()] + [(old_inf, variants["pos_inf"], "inf_both"),
-                                                                    (None, base, "first")]
+                                                                    (at_zero, at_tol, "at_tol"), (None, base, "first")]
     seen = set()
     for old, new, name in cases:
         for tol in (1e-15, 1e-10):

@@ -50,24 +50,26 @@ def test_keys_decided_apart_and_decline():
         StepChoice(trials=0)
 
 
-def test_calculator_times_both_ways_then_keeps_one(lj_potential, monkeypatch):
-    """Past AUTO_MAX_EDGES (lowered here) the Calculator asks its StepChoice per (atoms, edge capacity):
-    the graphed branch for its trials, then the plain one, which first releases the step's buffers;
-    afterwards only the chosen way runs (the step holds a layout exactly when it is the graph). The
-    results equal the plain Calculator's in every call."""
-    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((3, 3, 3))
-    plain = Calculator(copy.deepcopy(lj_potential), device="cpu")
+def _auto_calculator(potential, monkeypatch, atoms, trials=2):
+    """(a Calculator set up as the default one on CUDA, with AUTO_MAX_EDGES just under ``atoms``' edge count:
+    the eager step declining past it, a StepChoice; the plain Calculator; the choice's key for ``atoms``)."""
+    plain = Calculator(copy.deepcopy(potential), device="cpu")
     plain.get_potential_energy(atoms)
     edges = plain.stats["edges"]
     monkeypatch.setattr(calculator_module, "AUTO_MAX_EDGES", edges - 1)
-    stepped = Calculator(copy.deepcopy(lj_potential), device="cpu")
+    stepped = Calculator(copy.deepcopy(potential), device="cpu")
     assert stepped.step is None and stepped.step_choice is None  # no graph off CUDA: attach the eager step
-    stepped.step = VerletGraphStep(stepped.model, torch.device("cpu"))
-    stepped.step_choice = StepChoice(trials=2)
-    key = (len(atoms), capacity(edges))
+    stepped.step = VerletGraphStep(stepped.model, torch.device("cpu"), max_edges=edges - 1)
+    stepped.step_choice = StepChoice(trials=trials)
+    return stepped, plain, (len(atoms), capacity(edges))
+
+
+def _calls(stepped, plain, atoms, n):
+    """``n`` calls on jiggled copies of ``atoms``, each checked against ``plain``; whether the step held a
+    layout (a graph) after each."""
     held = []
     rng = np.random.default_rng(0)
-    for i in range(10):
+    for _ in range(n):
         a = atoms.copy()
         a.positions += rng.normal(scale=0.02, size=a.positions.shape)
         stepped.reset()
@@ -75,8 +77,42 @@ def test_calculator_times_both_ways_then_keeps_one(lj_potential, monkeypatch):
         assert e == pytest.approx(plain.get_potential_energy(a), rel=1e-12)
         assert np.abs(f - plain.get_forces(a)).max() < 1e-12
         held.append(stepped.step.layout is not None)
-    # call 0 sized by no earlier call (graph, outside the trials), calls 1-3 the graph's trials, 4-6 plain's
-    assert held[:7] == [True] * 4 + [False] * 3
+    return held
+
+
+def test_calculator_times_both_ways_then_keeps_one(lj_potential, monkeypatch):
+    """Past AUTO_MAX_EDGES (lowered here) the Calculator's first call on a size counts the edges and runs plain
+    (the graph declined, as without a choice); then it asks its StepChoice per (atoms, edge capacity): the
+    graphed branch for its trials, past the limit, then the plain one, which first releases the step's buffers;
+    afterwards only the chosen way runs (the step holds a layout exactly when it is the graph). The results equal
+    the plain Calculator's in every call."""
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((3, 3, 3))
+    stepped, plain, key = _auto_calculator(lj_potential, monkeypatch, atoms)
+    held = _calls(stepped, plain, atoms, 10)
+    # call 0: declined; calls 1-3 the graph's trials, 4-6 plain's
+    assert held[:7] == [False] + [True] * 3 + [False] * 3
     chosen = stepped.step_choice.chosen[key]
     assert held[7:] == [chosen == "graph"] * 3
     assert {w: len(t) for w, t in stepped.step_choice.times[key].items()} == {"graph": 2, "plain": 2}
+
+
+def test_calculator_graph_out_of_memory_in_a_trial(lj_potential, monkeypatch):
+    """A graphed trial that runs out of memory rules the graph out for that size: the call runs plain, with the
+    same results, and so do the later ones; a forced graph (no trial) raises as before."""
+    atoms = bulk("Cu", "fcc", a=3.61, cubic=True).repeat((3, 3, 3))
+    stepped, plain, key = _auto_calculator(lj_potential, monkeypatch, atoms)
+    graphed = stepped._graphed
+
+    def no_memory_past_the_limit(a, unlimited=False):
+        if unlimited:
+            raise torch.OutOfMemoryError("out of memory (test)")
+        return graphed(a, unlimited)
+
+    stepped._graphed = no_memory_past_the_limit
+    assert _calls(stepped, plain, atoms, 4) == [False] * 4
+    assert stepped.step_choice.chosen == {key: "plain"} and key not in stepped.step_choice.times
+    forced = Calculator(copy.deepcopy(lj_potential), device="cpu")
+    forced.step = VerletGraphStep(forced.model, torch.device("cpu"))
+    forced._graphed = lambda a, unlimited=False: (_ for _ in ()).throw(torch.OutOfMemoryError("oom"))
+    with pytest.raises(torch.OutOfMemoryError):
+        forced.get_potential_energy(atoms)
