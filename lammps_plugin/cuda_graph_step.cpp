@@ -5,6 +5,8 @@
 
 #include "cuda_graph_step.h"
 
+#include "host_threads.h"
+
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -20,12 +22,13 @@ using namespace md_accel_lammps;
 
 namespace {
 
+// Slots [begin, end) of the padded vectors: the real edges' (num_edges of them), then padding ones.
 template <typename T>
-void fill_vectors(T *out, const std::vector<double> &vec, int64_t num_edges, int64_t edge_capacity,
+void fill_vectors(T *out, const std::vector<double> &vec, int64_t num_edges, int64_t begin, int64_t end,
                   double pad_length)
 {
-  for (int64_t k = 0; k < 3 * num_edges; k++) out[k] = static_cast<T>(vec[k]);
-  for (int64_t s = num_edges; s < edge_capacity; s++) {
+  for (int64_t k = 3 * begin; k < 3 * std::min(end, num_edges); k++) out[k] = static_cast<T>(vec[k]);
+  for (int64_t s = std::max(begin, num_edges); s < end; s++) {
     out[3 * s] = static_cast<T>(pad_length);
     out[3 * s + 1] = out[3 * s + 2] = T(0);
   }
@@ -49,7 +52,7 @@ c10::Stream capture_stream(c10::DeviceIndex device)
 CudaGraphStep::CudaGraphStep(torch::jit::Module model, torch::Device device, torch::Dtype dtype,
                              double pad_length, int warmup) :
     model_(std::move(model)), device_(device), dtype_(dtype), pad_length_(pad_length),
-    warmup_(warmup), stream_(capture_stream(device.index()))
+    warmup_(warmup), threads_(host_threads()), stream_(capture_stream(device.index()))
 {
 }
 
@@ -82,16 +85,25 @@ void CudaGraphStep::fill(const std::vector<int64_t> &species, const std::vector<
   const int64_t n = layout_.num_nodes, n_cap = layout_.node_capacity;
   const int64_t e = static_cast<int64_t>(src.size()), e_cap = layout_.edge_capacity;
   int64_t *index = host_index_.data_ptr<int64_t>();
-  std::copy(species.begin(), species.end(), index);
-  std::fill(index + n, index + n_cap, int64_t(0));
   int64_t *s = index + n_cap, *d = s + e_cap;
-  std::copy(src.begin(), src.end(), s);
-  std::copy(dst.begin(), dst.end(), d);
-  for (int64_t slot = e; slot < e_cap; slot++) s[slot] = d[slot] = layout_.padding_node(slot);
-  if (dtype_ == torch::kFloat32)
-    fill_vectors(host_vec_.data_ptr<float>(), vec, e, e_cap, pad_length_);
-  else
-    fill_vectors(host_vec_.data_ptr<double>(), vec, e, e_cap, pad_length_);
+  // each thread fills its share of the nodes and of the edge slots (as GraphUpload does for the plain step)
+  const int64_t bytes = 8 * (n_cap + 2 * e_cap) + 3 * e_cap * static_cast<int64_t>(c10::elementSize(dtype_));
+  const int nthreads = copy_threads(threads_, bytes);
+  run_threads(nthreads, [&](int t) {
+    int64_t b, end;
+    thread_share(n_cap, t, nthreads, b, end);
+    for (int64_t i = b; i < end; i++) index[i] = i < n ? species[i] : 0;
+    thread_share(e_cap, t, nthreads, b, end);
+    for (int64_t slot = b; slot < std::min(end, e); slot++) {
+      s[slot] = src[slot];
+      d[slot] = dst[slot];
+    }
+    for (int64_t slot = std::max(b, e); slot < end; slot++) s[slot] = d[slot] = layout_.padding_node(slot);
+    if (dtype_ == torch::kFloat32)
+      fill_vectors(host_vec_.data_ptr<float>(), vec, e, b, end, pad_length_);
+    else
+      fill_vectors(host_vec_.data_ptr<double>(), vec, e, b, end, pad_length_);
+  });
 }
 
 void CudaGraphStep::evaluate()

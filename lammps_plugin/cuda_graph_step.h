@@ -66,6 +66,7 @@ class CudaGraphStep {
   torch::Dtype dtype_;
   double pad_length_;
   int warmup_;
+  int threads_;    // host threads filling the pinned buffers (host_threads())
   GraphLayout layout_;
   int64_t captures_ = 0;
   c10::Stream stream_;    // a pool stream of the device: warm-up, capture and replay

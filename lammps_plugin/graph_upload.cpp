@@ -14,9 +14,6 @@ namespace md_accel_lammps {
 
 namespace {
 
-// below this many bytes per thread the threads' start-up costs more than they save
-constexpr int64_t kMinBytesPerThread = 1 << 20;
-
 template <typename T>
 void convert(const double *from, T *to, int64_t begin, int64_t end)
 {
@@ -48,21 +45,17 @@ GraphOnDevice GraphUpload::upload(std::vector<int64_t> &species, std::vector<int
   char *host = static_cast<char *>(host_bytes.data_ptr());
 
   // each thread fills its share of every part
-  const int nthreads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads_, bytes / kMinBytesPerThread)));
+  const int nthreads = copy_threads(threads_, bytes);
   run_threads(nthreads, [&](int t) {
-    auto share = [&](int64_t n, int64_t &begin, int64_t &end) {
-      begin = n * t / nthreads;
-      end = n * (t + 1) / nthreads;
-    };
     int64_t b, e;
-    share(nodes, b, e);
+    thread_share(nodes, t, nthreads, b, e);
     if (e > b) std::memcpy(host + 8 * b, species.data() + b, 8 * (e - b));
-    share(edges, b, e);
+    thread_share(edges, t, nthreads, b, e);
     if (e > b) {
       std::memcpy(host + at_src + 8 * b, src.data() + b, 8 * (e - b));
       std::memcpy(host + at_dst + 8 * b, dst.data() + b, 8 * (e - b));
     }
-    share(3 * edges, b, e);
+    thread_share(3 * edges, t, nthreads, b, e);
     if (dtype == torch::kFloat32)
       convert(vec.data(), reinterpret_cast<float *>(host + at_vec), b, e);
     else

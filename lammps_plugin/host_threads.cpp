@@ -25,4 +25,10 @@ int host_threads()
   return threads;
 }
 
+int copy_threads(int threads, int64_t bytes)
+{
+  constexpr int64_t kMinBytesPerThread = 1 << 20;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, bytes / kMinBytesPerThread)));
+}
+
 }    // namespace md_accel_lammps
