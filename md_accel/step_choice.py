@@ -35,7 +35,7 @@ class StepChoice:
         """The way to run this call for ``key``."""
         if key in self.chosen:
             return self.chosen[key]
-        calls = self._calls.setdefault(key, {w: 0 for w in WAYS})
+        calls = self._calls.get(key, dict.fromkeys(WAYS, 0))
         for way in WAYS:
             if calls[way] <= self.trials:
                 return way

@@ -20,7 +20,8 @@ for v in $variants; do
   left=$((limit - SECONDS))
   if ((left < 40)); then echo "skipped $v: ${left}s left"; continue; fi
   t=$v; [[ $v == default ]] && t=""
-  base=${v//[=,]/}.$SECONDS tag=${v//[=,]/}.$SECONDS k=1
+  base=${v//[=,]/}.$SECONDS k=1
+  tag=$base
   while [[ -e $R/$tag.log ]]; do tag=$base.$((k++)); done  # a second sweep in the same call restarts SECONDS
   run=${SWEEP_RUN_S:-120}
   if [[ $script == model_step ]]; then
