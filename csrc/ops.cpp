@@ -4,6 +4,7 @@
 //   tp_conv_fwd  backward -> tp_conv_bwd
 //   tp_conv_bwd  backward -> tp_conv_dbwd   (third order is not supported)
 #include <ATen/core/Tensor.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros_like.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -11,7 +12,20 @@
 
 #include <tuple>
 
+#include "first_order_backward.h"
+
 namespace md_accel {
+
+namespace {
+thread_local bool t_first_order_backward = false;
+}  // namespace
+
+FirstOrderBackward::FirstOrderBackward(bool active) : previous_(t_first_order_backward) {
+  t_first_order_backward = active;
+}
+FirstOrderBackward::~FirstOrderBackward() { t_first_order_backward = previous_; }
+bool FirstOrderBackward::active() { return t_first_order_backward; }
+
 namespace {
 
 using at::Tensor;
@@ -70,6 +84,8 @@ class TpConvFwdFunction : public torch::autograd::Function<TpConvFwdFunction> {
     variable_list out(3 + kRest + 1);
     if (!grads[0].defined()) return out;
     const auto s = ctx->get_saved_variables();
+    // grad mode is on here only under create_graph (first_order_backward.h)
+    const FirstOrderBackward first_order(!at::GradMode::is_enabled());
     auto r = bwd_op().call(grads[0].contiguous(), s[0], s[1], s[2], s[3], s[4], s[5], s[6],
                            s[7], s[8], s[9], s[10], s[11]);
     out[0] = std::get<0>(r);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "first_order_backward.h"
 #include "tp_conv.h"
 #include "tp_conv_chunked.h"
 #include "spec_registry.h"
@@ -49,20 +50,34 @@ std::atomic<bool> g_deterministic{[] {
 bool set_deterministic(bool enabled) { return g_deterministic.exchange(enabled); }
 
 // Where the deterministic specialised backward and double backward keep each edge's grad_x row until the
-// per-sender sum: in a scratch buffer of E x in1 elements (off), or in grad_w columns that are written later
-// (on: TPDims::rows_in_gw, no scratch, where the library offers it; md_accel/ops/_rows_plan.py). From
-// MD_ACCEL_ROWS_IN_GRAD_W=1 / 0 or md_accel::set_rows_in_grad_w.
-std::atomic<bool> g_rows_in_gw{[] {
+// per-sender sum: in a scratch buffer of E x in1 elements, or in grad_w columns that are written later
+// (TPDims::rows_in_gw, no scratch, where the library offers it; md_accel/ops/_rows_plan.py). Modes: off (always
+// the scratch), on (grad_w wherever offered: the op's backward and double backward, the edge chunks of the
+// fused-radial and pair ops), auto (the default: grad_w only in the plain op's first-order backward,
+// first_order_backward.h, where the rows alone set the peak). From MD_ACCEL_ROWS_IN_GRAD_W=0 / 1 / auto or
+// md_accel::set_rows_in_grad_w.
+enum RowsMode : int64_t { kRowsOff = 0, kRowsOn = 1, kRowsAuto = 2 };
+std::atomic<int64_t> g_rows_mode{[] {
   const char* env = std::getenv("MD_ACCEL_ROWS_IN_GRAD_W");
-  return env != nullptr && std::strcmp(env, "1") == 0;
+  if (env == nullptr || std::strcmp(env, "auto") == 0) return int64_t(kRowsAuto);
+  if (std::strcmp(env, "0") == 0) return int64_t(kRowsOff);
+  if (std::strcmp(env, "1") == 0) return int64_t(kRowsOn);
+  TORCH_WARN("md_accel: MD_ACCEL_ROWS_IN_GRAD_W=", env, " is none of 0, 1, auto: auto");
+  return int64_t(kRowsAuto);
 }()};
 
-bool set_rows_in_grad_w(bool enabled) { return g_rows_in_gw.exchange(enabled); }
+int64_t set_rows_in_grad_w(int64_t mode) {
+  TORCH_CHECK(mode == kRowsOff || mode == kRowsOn || mode == kRowsAuto,
+              "md_accel: rows-in-grad_w mode must be 0 (off), 1 (on) or 2 (auto), got ", mode);
+  return g_rows_mode.exchange(mode);
+}
 
 // Whether a deterministic launch of spec's backward (dbwd: double backward) in x's dtype keeps its rows in grad_w.
 bool rows_in_grad_w(const TPSpec* spec, bool dbwd, const Tensor& x) {
   const int bit = (x.scalar_type() == at::kDouble ? 2 : 1) << (dbwd ? 2 : 0);
-  return g_rows_in_gw.load() && (spec->rows_in_gw & bit) != 0;
+  const int64_t mode = g_rows_mode.load();
+  const bool wanted = mode == kRowsOn || (mode == kRowsAuto && !dbwd && FirstOrderBackward::active());
+  return wanted && (spec->rows_in_gw & bit) != 0;
 }
 
 // Host-side facts about one plan, and its device tables. The paths/cg tables are read on the
@@ -534,7 +549,7 @@ TORCH_LIBRARY_FRAGMENT(md_accel, m) {
   m.def("_tp_conv_load_specialised(str path) -> int", md_accel::load_specialised);
   m.def("_tp_conv_set_specialised(bool enabled) -> bool", md_accel::set_specialised);
   m.def("_tp_conv_set_deterministic(bool enabled) -> bool", md_accel::set_deterministic);
-  m.def("_tp_conv_set_rows_in_grad_w(bool enabled) -> bool", md_accel::set_rows_in_grad_w);
+  m.def("_tp_conv_set_rows_in_grad_w(int mode) -> int", md_accel::set_rows_in_grad_w);
   m.def("_tp_conv_specialised_for(Tensor x, Tensor paths, Tensor cg_ptr, Tensor cg_idx, Tensor cg_val) -> bool",
         [](const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr, const at::Tensor& cg_idx,
            const at::Tensor& cg_val) {

@@ -84,3 +84,13 @@ def test_generated_constant_memory_fits_wide_plans():
             count *= int(d)
         total += size[typ] * count
     assert total < 64 * 1024, total
+
+
+@pytest.mark.parametrize("mode", [1, 0, "on", None, "Auto"])
+def test_set_rows_in_grad_w_refuses_unknown_modes(mode):
+    """The process-wide switch takes True, False or "auto" only: 1 / 0 (equal to True / False in Python but not
+    bools) and misspelt modes are refused before anything is set, with or without the CUDA library."""
+    from md_accel.ops import set_rows_in_grad_w
+
+    with pytest.raises(ValueError, match="True, False or 'auto'"):
+        set_rows_in_grad_w(mode)

@@ -18,7 +18,7 @@ import glob
 import importlib.util
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 
@@ -144,15 +144,24 @@ def set_deterministic(enabled: bool) -> bool:
     return bool(torch.ops.md_accel._tp_conv_set_deterministic(enabled))
 
 
-def set_rows_in_grad_w(enabled: bool) -> bool:
+_ROWS_MODES = {False: 0, True: 1, "auto": 2}
+
+
+def set_rows_in_grad_w(mode: Union[bool, str]) -> Union[bool, str]:
     """Where the deterministic backward and double backward keep each edge's grad_x contribution until the
-    per-sender sum: in grad_w columns that are written later (True: no E x in1 scratch, the per-edge kernel
-    launched once per run of passes; ``md_accel/ops/_rows_plan.py``) or in a scratch buffer (False).
-    Process-wide, also from ``MD_ACCEL_ROWS_IN_GRAD_W=1``; returns the previous setting. Without the CUDA
-    library there is nothing to set: False."""
+    per-sender sum: in a scratch buffer of E x in1 elements (False), or in grad_w columns that are written later
+    (True: no scratch, the per-edge kernel launched once per run of passes, ``md_accel/ops/_rows_plan.py``;
+    slower than the scratch in most cells of the kernel table). ``"auto"``, the default: in grad_w only in the
+    conv op's first-order backward (autograd without ``create_graph``), where those rows alone set the peak; a
+    backward that will be differentiated again, the double backward and the models' fused-radial and pair ops
+    keep the scratch. Either way the same bits. Process-wide, also from ``MD_ACCEL_ROWS_IN_GRAD_W=0|1|auto``;
+    returns the previous mode. Without the CUDA library there is nothing to set: "auto"."""
+    if not (isinstance(mode, bool) or mode == "auto"):
+        raise ValueError(f"rows-in-grad_w mode must be True, False or 'auto', got {mode!r}")
     if not load():
-        return False
-    return bool(torch.ops.md_accel._tp_conv_set_rows_in_grad_w(enabled))
+        return "auto"
+    previous = int(torch.ops.md_accel._tp_conv_set_rows_in_grad_w(_ROWS_MODES[mode]))
+    return {v: k for k, v in _ROWS_MODES.items()}[previous]
 
 
 _loaded_specs: list = []

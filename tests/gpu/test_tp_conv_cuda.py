@@ -378,6 +378,59 @@ def test_rows_in_grad_w(name, dtype, split, specs, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", [n for n, bwd in MUST_SPECIALISE.items() if bwd])
+def test_rows_auto_in_the_first_order_backward_only(name, dtype, specs, monkeypatch):
+    """set_rows_in_grad_w("auto"), the default: autograd's backward of tp_conv_fwd without create_graph keeps each
+    edge's grad_x row in grad_w (its peak that of the scratch less the rows, up to one row per node of slack);
+    under create_graph, and in a direct tp_conv_bwd call, the scratch (the peak of mode False, to that slack);
+    every gradient bitwise that of False and the reference's."""
+    from md_accel.ops import set_deterministic, set_rows_in_grad_w
+
+    monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)  # the scratch backward unchunked
+    plan, pl, g, n, (x, y, w, gout), _ = hub_problem(name, dtype, 23)
+    ga = graph_args(g)
+    rows = g.src.numel() * plan.dim_in1 * x.element_size()
+    slack = n * plan.dim_in1 * x.element_size()
+
+    def peak_of(fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        grads = [t.detach() for t in fn()]
+        torch.cuda.synchronize()
+        return grads, torch.cuda.max_memory_allocated() - base
+
+    def through_autograd(create_graph):
+        leaves = [t.clone().requires_grad_() for t in (x, y, w)]
+        out = OPS.tp_conv_fwd(*leaves, *ga, *pl, plan.dim_out)
+        return peak_of(lambda: torch.autograd.grad(out, leaves, gout, create_graph=create_graph))
+
+    def runs():
+        return {"first": through_autograd(False), "graph": through_autograd(True),
+                "direct": peak_of(lambda: OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl))}
+
+    previous = _cuda.set_specialised(True), set_deterministic(True), set_rows_in_grad_w(False)
+    try:
+        assert OPS._tp_conv_specialised_for(x, *pl)
+        runs()  # the plan's device tables, allocated once, outside the peaks compared
+        scratch = runs()
+        assert set_rows_in_grad_w("auto") is False
+        auto = runs()
+    finally:
+        _cuda.set_specialised(previous[0])
+        set_deterministic(previous[1])
+        set_rows_in_grad_w(previous[2])
+    assert auto["first"][1] <= scratch["first"][1] - rows + slack, (auto["first"][1], scratch["first"][1], rows)
+    for way in ("graph", "direct"):
+        assert abs(auto[way][1] - scratch[way][1]) <= slack, (way, auto[way][1], scratch[way][1])
+    want = ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan)
+    for way in auto:
+        for k, (a, b, ref) in enumerate(zip(auto[way][0], scratch[way][0], want)):
+            assert torch.equal(a, b), (way, k)
+            assert rel_err(a, ref) <= TOL[dtype], (way, k, rel_err(a, ref))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet_l3i5_like", "mace_mp_medium"])
 def test_graph_shapes(name, dtype, kernels):
     problem = CONFIGS[name]()
