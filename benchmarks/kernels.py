@@ -13,8 +13,8 @@ are deterministic (bit-identical results run after run); cueq, oeq_atomic and md
 ``set_deterministic(False)``: atomic adds into grad_x) are not. md_accel_scratch and md_accel_gwrows are the
 deterministic md_accel with each edge's grad_x row always in a scratch buffer or always in grad_w
 (``set_rows_in_grad_w(False / True)``); md_accel alone runs the process's settings (the defaults: deterministic,
-the rows in grad_w only in the first-order backward, so its forward + backward pass is md_accel_gwrows' and its
-double-backward pass md_accel_scratch's).
+the rows in grad_w only in the final backwards: the forward + backward pass's backward and the double backward, not
+the double-backward pass's first backward under create_graph).
 
     python benchmarks/kernels.py [--workloads mace_mp0_medium,...] [--dtypes float32,float64]
         [--graph cu:4000:6.0 | random:NODES:EDGES | random_sym:NODES:EDGES]

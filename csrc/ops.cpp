@@ -12,19 +12,17 @@
 
 #include <tuple>
 
-#include "first_order_backward.h"
+#include "final_backward.h"
 
 namespace md_accel {
 
 namespace {
-thread_local bool t_first_order_backward = false;
+thread_local bool t_final_backward = false;
 }  // namespace
 
-FirstOrderBackward::FirstOrderBackward(bool active) : previous_(t_first_order_backward) {
-  t_first_order_backward = active;
-}
-FirstOrderBackward::~FirstOrderBackward() { t_first_order_backward = previous_; }
-bool FirstOrderBackward::active() { return t_first_order_backward; }
+FinalBackward::FinalBackward(bool active) : previous_(t_final_backward) { t_final_backward = active; }
+FinalBackward::~FinalBackward() { t_final_backward = previous_; }
+bool FinalBackward::active() { return t_final_backward; }
 
 namespace {
 
@@ -84,8 +82,8 @@ class TpConvFwdFunction : public torch::autograd::Function<TpConvFwdFunction> {
     variable_list out(3 + kRest + 1);
     if (!grads[0].defined()) return out;
     const auto s = ctx->get_saved_variables();
-    // grad mode is on here only under create_graph (first_order_backward.h)
-    const FirstOrderBackward first_order(!at::GradMode::is_enabled());
+    // grad mode is on here only under create_graph (final_backward.h)
+    const FinalBackward mark(!at::GradMode::is_enabled());
     auto r = bwd_op().call(grads[0].contiguous(), s[0], s[1], s[2], s[3], s[4], s[5], s[6],
                            s[7], s[8], s[9], s[10], s[11]);
     out[0] = std::get<0>(r);
@@ -120,6 +118,7 @@ class TpConvBwdFunction : public torch::autograd::Function<TpConvBwdFunction> {
       gg[q] = grads[q].defined() ? grads[q].contiguous() : at::zeros_like(s[1 + q]);
     // the gradient to grad_out (a forward pass) only where grad_out requires one
     const bool need_grad_out = ctx->needs_input_grad(0);
+    const FinalBackward mark(!at::GradMode::is_enabled());  // final_backward.h
     auto r = dbwd_op().call(gg[0], gg[1], gg[2], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
                             s[8], s[9], s[10], s[11], s[12], need_grad_out);
     if (need_grad_out) out[0] = std::get<0>(r);

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "first_order_backward.h"
+#include "final_backward.h"
 #include "tp_conv.h"
 #include "tp_conv_chunked.h"
 #include "spec_registry.h"
@@ -53,9 +53,8 @@ bool set_deterministic(bool enabled) { return g_deterministic.exchange(enabled);
 // per-sender sum: in a scratch buffer of E x in1 elements, or in grad_w columns that are written later
 // (TPDims::rows_in_gw, no scratch, where the library offers it; md_accel/ops/_rows_plan.py). Modes: off (always
 // the scratch), on (grad_w wherever offered: the op's backward and double backward, the edge chunks of the
-// fused-radial and pair ops), auto (the default: grad_w only in the plain op's first-order backward,
-// first_order_backward.h, where the rows alone set the peak). From MD_ACCEL_ROWS_IN_GRAD_W=0 / 1 / auto or
-// md_accel::set_rows_in_grad_w.
+// fused-radial and pair ops), auto (the default: grad_w only in the plain op's final backwards, final_backward.h,
+// where the rows set the pass's peak). From MD_ACCEL_ROWS_IN_GRAD_W=0 / 1 / auto or md_accel::set_rows_in_grad_w.
 enum RowsMode : int64_t { kRowsOff = 0, kRowsOn = 1, kRowsAuto = 2 };
 std::atomic<int64_t> g_rows_mode{[] {
   const char* env = std::getenv("MD_ACCEL_ROWS_IN_GRAD_W");
@@ -76,7 +75,7 @@ int64_t set_rows_in_grad_w(int64_t mode) {
 bool rows_in_grad_w(const TPSpec* spec, bool dbwd, const Tensor& x) {
   const int bit = (x.scalar_type() == at::kDouble ? 2 : 1) << (dbwd ? 2 : 0);
   const int64_t mode = g_rows_mode.load();
-  const bool wanted = mode == kRowsOn || (mode == kRowsAuto && !dbwd && FirstOrderBackward::active());
+  const bool wanted = mode == kRowsOn || (mode == kRowsAuto && FinalBackward::active());
   return wanted && (spec->rows_in_gw & bit) != 0;
 }
 

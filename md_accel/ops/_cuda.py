@@ -152,9 +152,10 @@ def set_rows_in_grad_w(mode: Union[bool, str]) -> Union[bool, str]:
     per-sender sum: in a scratch buffer of E x in1 elements (False), or in grad_w columns that are written later
     (True: no scratch, the per-edge kernel launched once per run of passes, ``md_accel/ops/_rows_plan.py``;
     slower than the scratch in most cells of the kernel table). ``"auto"``, the default: in grad_w only in the
-    conv op's first-order backward (autograd without ``create_graph``), where those rows alone set the peak; a
-    backward that will be differentiated again, the double backward and the models' fused-radial and pair ops
-    keep the scratch. Either way the same bits. Process-wide, also from ``MD_ACCEL_ROWS_IN_GRAD_W=0|1|auto``;
+    conv op's final backwards, those autograd runs without ``create_graph`` (the first-order backward of a
+    forward + backward, the double backward of a training step on forces), where the rows set the pass's peak; a
+    backward under ``create_graph`` (a double backward follows and holds more), direct op calls and the models'
+    fused-radial and pair ops keep the scratch. Either way the same bits. Process-wide, also from ``MD_ACCEL_ROWS_IN_GRAD_W=0|1|auto``;
     returns the previous mode. Without the CUDA library there is nothing to set: "auto"."""
     if not (isinstance(mode, bool) or mode == "auto"):
         raise ValueError(f"rows-in-grad_w mode must be True, False or 'auto', got {mode!r}")
