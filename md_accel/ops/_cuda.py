@@ -155,8 +155,9 @@ def set_rows_in_grad_w(mode: Union[bool, str]) -> Union[bool, str]:
     conv op's final backwards, those autograd runs without ``create_graph`` (the first-order backward of a
     forward + backward, the double backward of a training step on forces), where the rows set the pass's peak; a
     backward under ``create_graph`` (a double backward follows and holds more), direct op calls and the models'
-    fused-radial and pair ops keep the scratch. Either way the same bits. Process-wide, also from ``MD_ACCEL_ROWS_IN_GRAD_W=0|1|auto``;
-    returns the previous mode. Without the CUDA library there is nothing to set: "auto"."""
+    fused-radial and pair ops keep the scratch. Either way the same bits. Process-wide, also from
+    ``MD_ACCEL_ROWS_IN_GRAD_W=0|1|auto``; returns the previous mode. Without the CUDA library there is nothing to
+    set: "auto"."""
     if not (isinstance(mode, bool) or mode == "auto"):
         raise ValueError(f"rows-in-grad_w mode must be True, False or 'auto', got {mode!r}")
     if not load():
