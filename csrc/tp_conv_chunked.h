@@ -36,9 +36,9 @@ void tp_conv_chunk_launch(const TPSpec* spec, bool backward, const at::Tensor& x
                           int64_t dim_out, bool accumulate, const at::Tensor& out_or_gx, const at::Tensor& gy_c,
                           const at::Tensor& gw_c, const at::Tensor& work_c, bool atomic_gx = false);
 // Whether tp_conv_chunk_launch's backward may keep each edge's grad_x row in gw_c (TPDims::rows_in_gw:
-// deterministic, md_accel::set_rows_in_grad_w's mode on, and offered by spec in x's dtype; the mode auto asks for
-// it only in the plain op's final backwards, whose backward chunks only without it): the caller then passes no
-// work_c.
+// deterministic, md_accel::set_rows_in_grad_w's mode on, and offered by spec in x's dtype): the caller then passes
+// no work_c. Under the mode auto it is false for the fused-radial and pair ops that call this (they are never marked
+// final, final_backward.h); the plain op's final backward keeps its rows in grad_w without edge chunks.
 bool tp_conv_chunk_rows_in_gw(const TPSpec* spec, const at::Tensor& x, bool atomic_gx);
 
 // tp_conv_cuda.cpp: whether the specialised backward kernels add grad_x atomically (md_accel::set_deterministic
