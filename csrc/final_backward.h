@@ -5,6 +5,8 @@
 // pass's peak; with the rows mode "auto" (the default, tp_conv_cuda.cpp) they go into grad_w's free columns there
 // instead of a scratch buffer. A backward under create_graph keeps the scratch: the double backward that follows
 // holds more memory at once, so bounding the first one's rows would cost time and save no peak.
+#include <ATen/core/Tensor.h>
+
 namespace md_accel {
 
 class FinalBackward {
@@ -18,6 +20,28 @@ class FinalBackward {
 
  private:
   bool previous_;
+};
+
+// Marks, on the calling thread, a gradient to the weights (gg_w) that a final double backward's tp_conv_dbwd call
+// may overwrite with its own grad_w (tp_conv_cuda.cpp, where the kernels allow it: TPSpec::dbwd_in_gg_w): the
+// backward (ops.cpp, fused_ops.cpp) holds the only reference to gg_w's memory and drops it after the call, so
+// the pass's peak holds one E x w buffer less. The op matches the very tensor (its TensorImpl), so no other call
+// sees the mark. set_dbwd_in_gg_w(false) (MD_ACCEL_DBWD_IN_GG_W=0) turns the overwrite off.
+class DonatedGgW {
+ public:
+  // gg_w undefined, or not solely owned (sole_owner): nothing marked
+  explicit DonatedGgW(const at::Tensor& gg_w);
+  ~DonatedGgW();
+  DonatedGgW(const DonatedGgW&) = delete;
+  DonatedGgW& operator=(const DonatedGgW&) = delete;
+  // Whether t is the marked tensor.
+  static bool is(const at::Tensor& t);
+  // Whether t is a dense tensor whose memory nothing else references: this handle is the only one to its
+  // TensorImpl, no other tensor (a view, a base) shares its storage.
+  static bool sole_owner(const at::Tensor& t);
+
+ private:
+  const void* previous_;
 };
 
 }  // namespace md_accel

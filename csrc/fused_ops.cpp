@@ -29,6 +29,8 @@
 #include <tuple>
 #include <vector>
 
+#include "final_backward.h"
+
 namespace md_accel {
 namespace {
 
@@ -160,8 +162,10 @@ class FusedBwdFunction : public torch::autograd::Function<FusedBwdFunction> {
     const Tensor gg_x = grads[0].defined() ? grads[0].contiguous() : at::zeros_like(x);
     const Tensor gg_y = grads[1].defined() ? grads[1].contiguous() : at::zeros_like(y);
     const bool need_g = ctx->needs_input_grad(0);
-    auto r = dbwd_op().call(gg_x, gg_y, gg_w.contiguous(), g, x, y, w, s[5], s[6], s[7], s[8], s[9], s[10],
-                            s[11], s[12], s[13], need_g);
+    // gg_w is this backward's own and unused after the call: a final double backward may write g_w into it
+    const DonatedGgW donated(at::GradMode::is_enabled() ? Tensor() : gg_w);
+    auto r = dbwd_op().call(gg_x, gg_y, gg_w, g, x, y, w, s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13],
+                            need_g);
     if (need_g) out[0] = std::get<0>(r);
     out[1] = std::get<1>(r);
     out[2] = std::get<2>(r);

@@ -18,11 +18,24 @@ namespace md_accel {
 
 namespace {
 thread_local bool t_final_backward = false;
+thread_local const void* t_donated_gg_w = nullptr;
 }  // namespace
 
 FinalBackward::FinalBackward(bool active) : previous_(t_final_backward) { t_final_backward = active; }
 FinalBackward::~FinalBackward() { t_final_backward = previous_; }
 bool FinalBackward::active() { return t_final_backward; }
+
+DonatedGgW::DonatedGgW(const at::Tensor& gg_w) : previous_(t_donated_gg_w) {
+  t_donated_gg_w = sole_owner(gg_w) ? gg_w.unsafeGetTensorImpl() : nullptr;
+}
+DonatedGgW::~DonatedGgW() { t_donated_gg_w = previous_; }
+bool DonatedGgW::is(const at::Tensor& t) {
+  return t.defined() && t_donated_gg_w != nullptr && t.unsafeGetTensorImpl() == t_donated_gg_w;
+}
+bool DonatedGgW::sole_owner(const at::Tensor& t) {
+  return t.defined() && t.layout() == at::kStrided && t.has_storage() && !t.is_view() && t.use_count() == 1 &&
+         t.storage().use_count() == 1;
+}
 
 namespace {
 
@@ -108,17 +121,23 @@ class TpConvBwdFunction : public torch::autograd::Function<TpConvBwdFunction> {
     return {std::get<0>(r), std::get<1>(r), std::get<2>(r)};
   }
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  // grads by reference: the engine's list (custom_function.h) is then the only other holder of each incoming
+  // gradient, so that moving gg_w out of it leaves this backward its sole owner where nothing else keeps it.
+  static variable_list backward(AutogradContext* ctx, variable_list& grads) {
     variable_list out(4 + kRest);
     if (!grads[0].defined() && !grads[1].defined() && !grads[2].defined()) return out;
     const auto s = ctx->get_saved_variables();
     // an undefined incoming gradient is a zero one
     Tensor gg[3];
-    for (int q = 0; q < 3; ++q)
-      gg[q] = grads[q].defined() ? grads[q].contiguous() : at::zeros_like(s[1 + q]);
+    for (int q = 0; q < 3; ++q) {
+      const Tensor in = std::move(grads[q]);
+      gg[q] = in.defined() ? in.contiguous() : at::zeros_like(s[1 + q]);
+    }
     // the gradient to grad_out (a forward pass) only where grad_out requires one
     const bool need_grad_out = ctx->needs_input_grad(0);
-    const FinalBackward mark(!at::GradMode::is_enabled());  // final_backward.h
+    const bool final = !at::GradMode::is_enabled();
+    const FinalBackward mark(final);  // final_backward.h
+    const DonatedGgW donated(final ? gg[2] : Tensor());
     auto r = dbwd_op().call(gg[0], gg[1], gg[2], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
                             s[8], s[9], s[10], s[11], s[12], need_grad_out);
     if (need_grad_out) out[0] = std::get<0>(r);

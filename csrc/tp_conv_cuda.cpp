@@ -71,6 +71,19 @@ int64_t set_rows_in_grad_w(int64_t mode) {
   return g_rows_mode.exchange(mode);
 }
 
+// Whether a final double backward writes its grad_w into the gg_w that its caller donated (final_backward.h:
+// DonatedGgW), where the kernels allow it. On by default; MD_ACCEL_DBWD_IN_GG_W=0 or
+// md_accel::set_dbwd_in_gg_w(false) turns it off.
+std::atomic<bool> g_dbwd_in_gg_w{[] {
+  const char* env = std::getenv("MD_ACCEL_DBWD_IN_GG_W");
+  if (env == nullptr || std::strcmp(env, "1") == 0) return true;
+  if (std::strcmp(env, "0") == 0) return false;
+  TORCH_WARN("md_accel: MD_ACCEL_DBWD_IN_GG_W=", env, " is neither 0 nor 1: 1");
+  return true;
+}()};
+
+bool set_dbwd_in_gg_w(bool enabled) { return g_dbwd_in_gg_w.exchange(enabled); }
+
 // Whether a deterministic launch of spec's backward (dbwd: double backward) in x's dtype keeps its rows in grad_w.
 bool rows_in_grad_w(const TPSpec* spec, bool dbwd, const Tensor& x) {
   const int bit = (x.scalar_type() == at::kDouble ? 2 : 1) << (dbwd ? 2 : 0);
@@ -459,13 +472,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
               "md_accel tp_conv_dbwd: gg_x, gg_y, gg_w must have the shapes of x, y, w");
   // g_grad_out: an empty [0, out] unless asked for (its kernel, a forward pass, is then not launched)
   Tensor ggo = need_grad_out ? at::empty_like(g) : g.new_empty({0, g.size(1)});
-  Tensor gx = at::empty_like(x), gy = at::empty_like(y), gw = at::empty_like(w);
   const Tensor ggo_out = need_grad_out ? ggo : Tensor();  // undefined: null t.out, no g_grad_out
   auto stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->dbwd_f64 != nullptr
                                                                : p.spec->dbwd_f32 != nullptr);
   p.dims.atomic_gx = spec && tp_conv_atomic_gx();
-  p.dims.rows_in_gw = spec && !p.dims.atomic_gx && rows_in_grad_w(p.spec, true, x);
+  // grad_w into the donated gg_w (final_backward.h): with the scratch or atomic grad_x, whose part 1 reads each
+  // gg_w element before writing that grad_w element; the rows in grad_w would overwrite gg_w columns that later
+  // passes read. Preferred to the rows unless they are forced on (mode on): E x w memory less for E x in1 more.
+  const bool in_gg_w = spec && g_dbwd_in_gg_w.load() && g_rows_mode.load() != kRowsOn &&
+                       (p.spec->dbwd_in_gg_w & (x.scalar_type() == at::kDouble ? 2 : 1)) != 0 &&
+                       DonatedGgW::is(ggw_) && ggw.is_same(ggw_) && ggw.sizes() == w.sizes();
+  Tensor gx = at::empty_like(x), gy = at::empty_like(y), gw = in_gg_w ? ggw : at::empty_like(w);
+  p.dims.rows_in_gw = spec && !p.dims.atomic_gx && !in_gg_w && rows_in_grad_w(p.spec, true, x);
   const Tensor work = grad_x_workspace(p, spec, gx);
   if (spec)
     p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, true, x),
@@ -549,6 +568,7 @@ TORCH_LIBRARY_FRAGMENT(md_accel, m) {
   m.def("_tp_conv_set_specialised(bool enabled) -> bool", md_accel::set_specialised);
   m.def("_tp_conv_set_deterministic(bool enabled) -> bool", md_accel::set_deterministic);
   m.def("_tp_conv_set_rows_in_grad_w(int mode) -> int", md_accel::set_rows_in_grad_w);
+  m.def("_tp_conv_set_dbwd_in_gg_w(bool enabled) -> bool", md_accel::set_dbwd_in_gg_w);
   m.def("_tp_conv_specialised_for(Tensor x, Tensor paths, Tensor cg_ptr, Tensor cg_idx, Tensor cg_val) -> bool",
         [](const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr, const at::Tensor& cg_idx,
            const at::Tensor& cg_val) {

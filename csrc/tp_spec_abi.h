@@ -11,8 +11,8 @@
 namespace md_accel {
 
 // 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm; 8: dbwd's t.out may be null (no g_grad_out);
-// 9: TPDims::atomic_gx; 10: TPDims::rows_in_gw, TPSpec::rows_in_gw
-constexpr int kTPSpecAbiVersion = 10;
+// 9: TPDims::atomic_gx; 10: TPDims::rows_in_gw, TPSpec::rows_in_gw; 11: TPSpec::dbwd_in_gg_w
+constexpr int kTPSpecAbiVersion = 11;
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
@@ -44,6 +44,10 @@ struct TPSpec {
   int (*dbwd_per_sm)(int f64);
   // Which launches take TPDims::rows_in_gw: bits 1 bwd float32, 2 bwd float64, 4 dbwd float32, 8 dbwd float64.
   int rows_in_gw;
+  // Where dbwd may be given t.gw == t.ggw (grad_w written into gg_w's memory; not with TPDims::rows_in_gw):
+  // bits 1 float32, 2 float64. Part 1 then reads each gg_w element in the thread that writes that grad_w
+  // element, before writing it.
+  int dbwd_in_gg_w;
 };
 
 }  // namespace md_accel

@@ -170,14 +170,19 @@ def test_xy_prefetch_only_where_asked():
 
 def test_weights_loaded_evict_first_only_where_asked():
     """Tuning.w_evict (the default): every load of a per-edge weight (w and ggw, in the forward, dfwd and both part-1
-    kernels) goes through ld_stream, nothing else does; w_evict=0 gives the plain loads back, one for one. The
-    emulation reads ld_stream as __ldg, so the emulated tests cannot tell a load that lost its hint."""
+    kernels) goes through ld_stream, nothing else does, but for the double backward's part 1, which reads ggw
+    through ld_stream_rw (no read-only path: it may write grad_w into ggw, TPSpec::dbwd_in_gg_w); w_evict=0 gives the
+    plain loads back, one for one (__ldg, and for that ggw a plain dereference). The emulation reads ld_stream as
+    __ldg, so the emulated tests cannot tell a load that lost its hint."""
     plan, _ = plan_and_library()
     struct = _codegen.plan_structure(plan)
     hinted, plain = _codegen.generate(struct), _codegen.generate(struct, _codegen.Tuning(w_evict=0))
     for ptr in ("wr", "vr"):
         n = plain.count(f"__ldg({ptr} + ")
         assert n > 0 and hinted.count(f"ld_stream({ptr} + ") == n and f"__ldg({ptr} + " not in hinted
+    m = plain.count("*(vr + ")
+    assert m > 0 and hinted.count("ld_stream_rw(vr + ") == m and "*(vr + " not in hinted
+    assert hinted.count("ld_stream_rw(") == m + 2  # + 2 overloads
     assert hinted.count("ld_stream(") == plain.count("__ldg(wr + ") + plain.count("__ldg(vr + ") + 2  # + 2 overloads
     assert hinted.count("__ldg(xr + ") == plain.count("__ldg(xr + ") > 0  # the gathered rows keep the normal policy
     assert "ld_stream" not in plain and "createpolicy" not in plain
@@ -363,6 +368,53 @@ def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
     shared = [backward(r, 1, graph + (w_row,), w_rows) for r in (True, False)]
     for what, a, b in zip(("grad_x", "grad_y", "grad_w"), *shared):
         assert torch.isfinite(a).all() and torch.equal(a, b), ("shared rows", what)
+
+
+@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_double_backward_into_gg_w_gives_the_same_bits(dtype, tuning):
+    """TPSpec::dbwd_in_gg_w: the double backward given one buffer as gg_w and grad_w (t.ggw == t.gw, as
+    tp_conv_cuda.cpp passes a donated gg_w) leaves in it the grad_w, grad_x and grad_y of separate buffers, bit for
+    bit: each gg_w element is read before its grad_w element is written, by the thread that writes it. With the
+    scratch rows and the atomic grad_x, on one block per receiver and on three, g_grad_out (which reads gg_w
+    first) too."""
+    plan, lib = plan_and_library(tuning)
+    assert lib.spec.dbwd_in_gg_w == 3
+    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 19)
+    ref = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
+    xs, ys, ws, gos, ggxs, ggys, ggws = (t.to(dtype).contiguous() for t in (x, y, w, go, ggx, ggy, ggw))
+    e = g.src.numel()
+    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
+    nan = float("nan")
+
+    def double_backward(in_gg_w: bool, split: int, atomic: bool):
+        gout, gx, gy = torch.full_like(gos, nan), torch.full_like(xs, nan), torch.full_like(ys, nan)
+        gg_w = ggws.clone()
+        gw = gg_w if in_gg_w else torch.full_like(ws, nan)
+        if atomic:
+            gx.zero_()
+        work = gx if atomic else torch.full((e, plan.dim_in1), nan, dtype=dtype)
+        lib.dbwd(ggxs, ggys, gg_w, gos, xs, ys, ws, graph, gout, gx, gy, gw, work, split=split, atomic_gx=atomic)
+        return gout, gx, gy, gw
+
+    for split in (1, 3):
+        for atomic in (False, True):
+            for what, a, b, want in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"),
+                                        double_backward(True, split, atomic), double_backward(False, split, atomic),
+                                        ref):
+                assert torch.isfinite(a).all() and torch.equal(a, b), (split, atomic, what)
+                assert rel_err(a, want) <= TOL[dtype], (split, atomic, what, rel_err(a, want))
+
+
+def test_grad_w_into_gg_w_only_where_one_pass_writes_each_weight_block():
+    """_gw_in_one_pass: a weight block whose gradient a later pass adds to (paths sharing weights) would be read as
+    gg_w after an earlier pass wrote its grad_w there: no grad_w into gg_w then."""
+    from types import SimpleNamespace
+
+    a, b, c = (SimpleNamespace(w_key=(off, 8, 1)) for off in (0, 8, 16))
+    assert _codegen._gw_in_one_pass([[a, b], [c]])
+    assert not _codegen._gw_in_one_pass([[a, b], [c, SimpleNamespace(w_key=a.w_key)]])
+    assert _codegen._gw_in_one_pass([[a, SimpleNamespace(w_key=a.w_key)], [c]])
 
 
 @pytest.mark.parametrize("num_edges", [0, 1])

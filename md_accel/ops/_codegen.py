@@ -24,7 +24,9 @@ calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/ker
 * dbwd: the same two kernels with substituted arguments (tp_reference.tp_conv_dbwd_ref):
   g_grad_out = fwd-like kernel with message w (ggx, y) + w (x, ggy) + ggw (x, y) (skipped when the
   op library passes no output for it: grad_out needs no gradient); g_x, g_y, g_w = bwd-like kernel
-  (each non-zero feeds both substitutions), then the per-sender sum.
+  (each non-zero feeds both substitutions), then the per-sender sum. Part 1 may be given one buffer as ggw and
+  g_w (a final double backward writing its g_w over a gg_w nobody else holds, TPSpec::dbwd_in_gg_w): each thread
+  reads its ggw elements (coherent loads, neither pointer __restrict__) before it writes those g_w elements.
 
 Cache: ``$MD_ACCEL_BUILD_DIR/tp_specs/<structure hash>-<arch>-v<GEN_VERSION>.so`` (default base
 ``~/.cache/md_accel``).
@@ -62,7 +64,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 32  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 33  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -483,6 +485,13 @@ def _w_load(ptr: str, evict: bool) -> str:
     return f"ld_stream({ptr}, stream_policy())" if evict else f"__ldg({ptr})"
 
 
+def _ggw_load(ptr: str, evict: bool) -> str:
+    """The double backward's load of a ggw element in part 1, whose grad_w may be written into ggw's memory
+    (TPSpec::dbwd_in_gg_w): a coherent load ordered before the kernel's later stores (``ld_stream_rw``, a plain
+    load without Tuning.w_evict), never the read-only path."""
+    return f"ld_stream_rw({ptr}, stream_policy())" if evict else f"*({ptr})"
+
+
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
                evict: bool = False) -> Tuple[str, str]:
@@ -779,7 +788,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         if not w_only:
             s.append(f"{I5}const T wp = {_w_load(f'wr + {p.w_off} + u * {p.w_stride}', evict)};\n")
             if dbwd:
-                s.append(f"{I5}const T vp = {_w_load(f'vr + {p.w_off} + u * {p.w_stride}', evict)};\n")
+                s.append(f"{I5}const T vp = {_ggw_load(f'vr + {p.w_off} + u * {p.w_stride}', evict)};\n")
         js = sorted({j for (_, _, j, _) in p.nz})
         iset = sorted({i for (_, i, _, _) in p.nz})
         gk = _bname('g', p.out_key)
@@ -906,14 +915,15 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
 
 def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str) -> str:
     """A per-edge kernel of the backward family around ``body`` (its passes): block n = receiver n, or with
-    kParts each block takes receiver parts on a persistent grid."""
-    extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
-             if dbwd else "")
+    kParts each block takes receiver parts on a persistent grid. In the double backward ggw and gw may be one
+    buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there."""
+    extra = "const T* __restrict__ ggx, const T* __restrict__ ggy, const T* ggw, " if dbwd else ""
+    gw = "T* gw" if dbwd else "T* __restrict__ gw"
     tmpl = ("template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first"
             if prefetch_param else "template <typename T, bool kParts>")
     return f"""{tmpl}
 __global__ void {bounds} {name}(const T* __restrict__ x, const T* __restrict__ y,
-    const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, T* __restrict__ gw,
+    const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, {gw},
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
     const int64_t* __restrict__ w_row, int64_t num_parts, TPDims d, int pass_lo, int pass_hi) {{
 {red}  if constexpr (kParts) {{
@@ -1018,12 +1028,12 @@ __global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ g
 
 
 def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: bool, tag: str,
-             tune: Tuning) -> Optional[Tuple[str, bool]]:
+             tune: Tuning) -> Optional[Tuple[str, bool, bool]]:
     """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
     edge grad_w, grad_y and the edge's grad_x contribution (work row e, summed by sender later; with
     d.rows_in_gw in free grad_w columns, _rows_plan; with d.atomic_gx added into grad_x at once), and
-    what d.rows_in_gw launches. (source, whether rows in grad_w are available).
-    ``budget``, ``merge``: as _bwd_groups."""
+    what d.rows_in_gw launches. ``budget``, ``merge``: as _bwd_groups. (source, whether rows in grad_w are
+    available, whether grad_w may go into ggw's memory: _gw_in_one_pass)."""
     groups = _bwd_groups(live, budget, merge)
     y_used = max((len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) for g in groups), default=1)
     if y_used > MAX_IN2:
@@ -1059,7 +1069,18 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
 """
     src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red,
                                                   _bounds(tune, threads, dbwd_part1=dbwd))
-    return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None
+    return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None, _gw_in_one_pass(groups)
+
+
+def _gw_in_one_pass(groups: Sequence[List[_Path]]) -> bool:
+    """Whether every weight block's gradient is written by one pass, the pass that reads its ggw columns: the
+    double backward's part 1 can then write grad_w into ggw's memory (each element read by the thread that
+    writes it, before; TPSpec::dbwd_in_gg_w). Not where a later pass adds to a block (paths sharing weights)."""
+    passes = {}
+    for gi, g in enumerate(groups):
+        for p in g:
+            passes.setdefault(p.w_key, set()).add(gi)
+    return all(len(v) == 1 for v in passes.values())
 
 
 _PRELUDE = r"""
@@ -1253,6 +1274,28 @@ __device__ __forceinline__ double ld_stream(const double* a, uint64_t policy) {
   return __ldg(a);
 #endif
 }
+// The same without the read-only path, for memory the kernel may write later (the double backward's ggw where its
+// grad_w goes into the same buffer): volatile with a memory clobber, so the compiler keeps it before those stores.
+__device__ __forceinline__ float ld_stream_rw(const float* a, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float v;
+  asm volatile("ld.global.L1::no_allocate.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(a), "l"(policy) : "memory");
+  return v;
+#else
+  (void)policy;
+  return *a;
+#endif
+}
+__device__ __forceinline__ double ld_stream_rw(const double* a, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  double v;
+  asm volatile("ld.global.L1::no_allocate.L2::cache_hint.f64 %0, [%1], %2;" : "=d"(v) : "l"(a), "l"(policy) : "memory");
+  return v;
+#else
+  (void)policy;
+  return *a;
+#endif
+}
 """
 
 _LAUNCHERS = r"""
@@ -1266,7 +1309,7 @@ const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
 {bwd_launch}
 const TPSpec kSpec = {{kTPSpecAbiVersion, {num_paths}, kNnz, kPaths, kCgPtr, kCgIdx, kCgVal,
                       fwd_launch<float>, fwd_launch<double>, {bwd_f32}, {bwd_f64}, {dbwd_f32}, {dbwd_f64},
-                      {bwd_per_sm}, {dbwd_per_sm}, {rows_in_gw}}};
+                      {bwd_per_sm}, {dbwd_per_sm}, {rows_in_gw}, {dbwd_in_gg_w}}};
 
 }}  // namespace
 }}  // namespace md_accel
@@ -1406,9 +1449,10 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
 """
 
 
-def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> Optional[Tuple[str, str, str, int]]:
-    """(source, f32 kernel tag, f64 kernel tag, rows-in-grad_w bits: 1 float32, 2 float64); one kernel when both
-    budgets give the same passes."""
+def _bwd_variants(live: List[_Path], threads: int, dbwd: bool,
+                  tune: Tuning) -> Optional[Tuple[str, str, str, int, int]]:
+    """(source, f32 kernel tag, f64 kernel tag, rows-in-grad_w bits, grad_w-in-ggw bits; bits 1 float32, 2
+    float64); one kernel when both budgets give the same passes."""
     b32, b64 = (tune.dbwd_g32, tune.dbwd_g64) if dbwd else (tune.bwd_g32, tune.bwd_g64)
     m32, m64 = (b32, min(b64, tune.merge_g64)) if tune.merge_in1 else (0, 0)
     pre = "d" if dbwd else "b"
@@ -1416,11 +1460,12 @@ def _bwd_variants(live: List[_Path], threads: int, dbwd: bool, tune: Tuning) -> 
     if gen32 is None:
         return None
     if _bwd_groups(live, b32, m32) == _bwd_groups(live, b64, m64):
-        return gen32[0], pre + "s", pre + "s", 3 if gen32[1] else 0
+        return gen32[0], pre + "s", pre + "s", 3 * int(gen32[1]), 3 * int(gen32[2])
     gen64 = _gen_bwd(live, threads, b64, m64, dbwd, pre + "d", tune)
     if gen64 is None:
         return None
-    return gen32[0] + gen64[0], pre + "s", pre + "d", int(gen32[1]) | 2 * int(gen64[1])
+    return (gen32[0] + gen64[0], pre + "s", pre + "d", int(gen32[1]) | 2 * int(gen64[1]),
+            int(gen32[2]) | 2 * int(gen64[2]))
 
 
 def _bounds(tune: Tuning, threads: int, dbwd_part1: bool = False, fwd: bool = False) -> str:
@@ -1480,7 +1525,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         dbwd_f64="dbwd_launch<double>" if dbwd is not None else "nullptr",
         bwd_per_sm="bwd_per_sm" if bwd is not None else "nullptr",
         dbwd_per_sm="dbwd_per_sm" if dbwd is not None else "nullptr",
-        rows_in_gw=(bwd[3] if bwd is not None else 0) | 4 * (dbwd[3] if dbwd is not None else 0))
+        rows_in_gw=(bwd[3] if bwd is not None else 0) | 4 * (dbwd[3] if dbwd is not None else 0),
+        dbwd_in_gg_w=dbwd[4] if dbwd is not None else 0)
     if _GY_SMEM_CALL in src:
         src = src[:gy_at] + _GY_SMEM + src[gy_at:]
     return src

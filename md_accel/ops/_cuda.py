@@ -166,6 +166,18 @@ def set_rows_in_grad_w(mode: Union[bool, str]) -> Union[bool, str]:
     return {v: k for k, v in _ROWS_MODES.items()}[previous]
 
 
+def set_dbwd_in_gg_w(enabled: bool) -> bool:
+    """Whether the conv op's final double backward (autograd without ``create_graph``: a training step on forces)
+    writes its gradient to the weights into the memory of its incoming gradient gg_w, where nothing else
+    references that tensor (True, the default: one E x w buffer less at the pass's peak, the same bits; the
+    deterministic grad_x rows then go to the scratch, not grad_w: ``set_rows_in_grad_w``, unless forced on).
+    Process-wide, also from ``MD_ACCEL_DBWD_IN_GG_W=0|1``; returns the previous setting. Without the CUDA library
+    there is nothing to set: True."""
+    if not load():
+        return True
+    return bool(torch.ops.md_accel._tp_conv_set_dbwd_in_gg_w(bool(enabled)))
+
+
 _loaded_specs: list = []
 
 

@@ -246,11 +246,10 @@ def hub_problem(name: str, dtype, seed: int):
     return plan, pl, g, n, (x, y, w, gout), gen
 
 
-def rows_allocations(fn, rows_bytes: int):
-    """(fn()'s result, how many device allocations of exactly the per-edge rows' bytes it asked for): the
-    deterministic backward's E x in1 scratch, which the atomic mode and rows in grad_w do without. Counted from the
-    caching allocator's trace (requested sizes), not from peaks: those move with the allocator's block reuse by up
-    to ~1 MiB per tensor, as much as these small graphs' rows."""
+def sized_allocations(fn, *sizes: int):
+    """(fn()'s result, how many device allocations of exactly each of ``sizes`` bytes it asked for), counted from
+    the caching allocator's trace (requested sizes), not from peaks: those move with the allocator's block reuse by
+    up to ~1 MiB per tensor, as much as these small graphs' buffers."""
     dev = torch.cuda.current_device()
     torch.cuda.synchronize()
     torch.cuda.memory._record_memory_history("all", context=None, max_entries=1 << 20)
@@ -261,7 +260,14 @@ def rows_allocations(fn, rows_bytes: int):
         trace = torch.cuda.memory._snapshot()["device_traces"][dev][start:]
     finally:
         torch.cuda.memory._record_memory_history(None)
-    return out, sum(1 for e in trace if e["action"] == "alloc" and e["size"] == rows_bytes)
+    return out, tuple(sum(1 for e in trace if e["action"] == "alloc" and e["size"] == b) for b in sizes)
+
+
+def rows_allocations(fn, rows_bytes: int):
+    """(fn()'s result, how many allocations of exactly the per-edge rows' bytes it asked for): the deterministic
+    backward's E x in1 scratch, which the atomic mode and rows in grad_w do without (sized_allocations)."""
+    out, (count,) = sized_allocations(fn, rows_bytes)
+    return out, count
 
 
 def second_order_runner(name: str, dtype, seed: int):
@@ -398,7 +404,7 @@ def test_rows_auto_in_the_final_backwards_only(name, dtype, specs, monkeypatch):
     forward + backward pass makes no allocation of the rows' size (False: one), the double-backward pass one (its
     first backward's; False: two), a direct tp_conv_bwd or tp_conv_dbwd call one as with False. Every gradient
     bitwise that of False; the first-order ones within the tolerance of the reference."""
-    from md_accel.ops import set_deterministic, set_rows_in_grad_w
+    from md_accel.ops import set_dbwd_in_gg_w, set_deterministic, set_rows_in_grad_w
 
     monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)  # the scratch backward unchunked
     plan, pl, g, n, (x, y, w, gout), gen = hub_problem(name, dtype, 23)
@@ -426,7 +432,9 @@ def test_rows_auto_in_the_final_backwards_only(name, dtype, specs, monkeypatch):
     def runs():
         return {way: rows_allocations(fn, rows) for way, fn in ways.items()}
 
-    previous = _cuda.set_specialised(True), set_deterministic(True), set_rows_in_grad_w(False)
+    # the double backward's grad_w not into gg_w (which takes precedence over the rows: the next test)
+    previous = (_cuda.set_specialised(True), set_deterministic(True), set_rows_in_grad_w(False),
+                set_dbwd_in_gg_w(False))
     try:
         assert OPS._tp_conv_specialised_for(x, *pl)
         scratch = runs()
@@ -436,6 +444,7 @@ def test_rows_auto_in_the_final_backwards_only(name, dtype, specs, monkeypatch):
         _cuda.set_specialised(previous[0])
         set_deterministic(previous[1])
         set_rows_in_grad_w(previous[2])
+        set_dbwd_in_gg_w(previous[3])
     counts = {way: (auto[way][1], scratch[way][1]) for way in ways}
     assert counts["first"] == (0, 1) and counts["second"] == (1, 2), counts
     assert counts["direct_bwd"] == counts["direct_dbwd"] == (1, 1), counts
@@ -445,6 +454,90 @@ def test_rows_auto_in_the_final_backwards_only(name, dtype, specs, monkeypatch):
     want = ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan)
     for k, (a, ref) in enumerate(zip(auto["first"][0], want)):
         assert rel_err(a, ref) <= TOL[dtype], (k, rel_err(a, ref))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", [n for n, bwd in MUST_SPECIALISE.items() if bwd])
+def test_final_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monkeypatch):
+    """set_dbwd_in_gg_w(True), the default: the double backward that autograd runs without create_graph writes its
+    grad_w into the memory of the incoming gg_w, which nothing else holds (here the loss's gradient to the first
+    backward's grad_w): the training-step pass asks for one allocation of E x w elements fewer than with False, and
+    its grad_x rows go to the scratch (two allocations of the rows' size, one with False: the rows in grad_w would
+    overwrite gg_w). Every gradient bitwise False's. Where a hook keeps gg_w, the double backward leaves it as the
+    loss made it (twice the first grad_w, exactly) and allocates as with False."""
+    from md_accel.ops import set_dbwd_in_gg_w, set_rows_in_grad_w
+
+    monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)
+    plan, pl, g, n, (x, y, w, gout), _ = hub_problem(name, dtype, 29)
+    ga = graph_args(g)
+    e = g.src.numel()
+    rows, w_bytes = (e * d * x.element_size() for d in (plan.dim_in1, plan.weight_numel))
+    assert rows != w_bytes
+    kept = []
+
+    def second_order(keep: bool):
+        leaves = [t.clone().requires_grad_() for t in (x, y, w)]
+        out = OPS.tp_conv_fwd(*leaves, *ga, *pl, plan.dim_out)
+        first = torch.autograd.grad(out, leaves, gout, create_graph=True)
+        if keep:
+            first[2].register_hook(kept.append)  # holds gg_w
+        second = torch.autograd.grad(sum((f * f).sum() for f in first), leaves)
+        return second, first[2].detach()
+
+    previous = _cuda.set_specialised(True), set_rows_in_grad_w("auto"), set_dbwd_in_gg_w(False)
+    try:
+        assert OPS._tp_conv_specialised_for(x, *pl)
+        off = sized_allocations(lambda: second_order(False), rows, w_bytes)
+        assert set_dbwd_in_gg_w(True) is False
+        on = sized_allocations(lambda: second_order(False), rows, w_bytes)
+        held = sized_allocations(lambda: second_order(True), rows, w_bytes)
+    finally:
+        _cuda.set_specialised(previous[0])
+        set_rows_in_grad_w(previous[1])
+        set_dbwd_in_gg_w(previous[2])
+    (rows_off, w_off), (rows_on, w_on), (rows_held, w_held) = off[1], on[1], held[1]
+    assert (rows_on, rows_off, rows_held) == (2, 1, 1), (rows_on, rows_off, rows_held)
+    assert w_on == w_off - 1 and w_held == w_off, (w_on, w_off, w_held)
+    for k, (a, b, c) in enumerate(zip(on[0][0], off[0][0], held[0][0])):
+        assert torch.equal(a, b) and torch.equal(a, c), k
+    assert len(kept) == 1 and torch.equal(kept[0], 2 * held[0][1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", ["sevennet0_like", "mace_mp_medium"])
+def test_fused_op_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monkeypatch):
+    """The fused-radial op's double backward (csrc/fused_ops.cpp, composed: gg_w = gg_h W + h gg_W, its own, then
+    tp_conv_dbwd) hands gg_w over as the previous test's does: one allocation of E x w elements fewer than with
+    set_dbwd_in_gg_w(False), every gradient (to x, y, the hidden features and W) bitwise the same. Run materialised
+    (no fused-radial library loaded in this module)."""
+    from md_accel.ops import set_dbwd_in_gg_w
+
+    monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)
+    plan, pl, g, n, (x, y, _, gout), gen = hub_problem(name, dtype, 31)
+    ga = graph_args(g)
+    e, hidden = g.src.numel(), 16
+    h = torch.randn(e, hidden, generator=gen, dtype=torch.float64).to(DEV, dtype)
+    W = (torch.randn(hidden, plan.weight_numel, generator=gen, dtype=torch.float64) / hidden ** 0.5).to(DEV, dtype)
+    w_bytes = e * plan.weight_numel * x.element_size()
+
+    def second_order():
+        leaves = [t.clone().requires_grad_() for t in (x, y, h, W)]
+        out = OPS.tp_conv_fused_fwd(*leaves, *ga, *pl, plan.dim_out)
+        first = torch.autograd.grad(out, leaves, gout, create_graph=True)
+        return torch.autograd.grad(sum((f * f).sum() for f in first), leaves)
+
+    previous = _cuda.set_specialised(True), set_dbwd_in_gg_w(False)
+    try:
+        assert OPS._tp_conv_specialised_for(x, *pl)
+        off = sized_allocations(second_order, w_bytes)
+        set_dbwd_in_gg_w(True)
+        on = sized_allocations(second_order, w_bytes)
+    finally:
+        _cuda.set_specialised(previous[0])
+        set_dbwd_in_gg_w(previous[1])
+    assert on[1][0] == off[1][0] - 1, (on[1], off[1])
+    for k, (a, b) in enumerate(zip(on[0], off[0])):
+        assert torch.equal(a, b), k
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
