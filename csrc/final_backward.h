@@ -29,8 +29,9 @@ class FinalBackward {
 // sees the mark. set_dbwd_in_gg_w(false) (MD_ACCEL_DBWD_IN_GG_W=0) turns the overwrite off.
 class DonatedGgW {
  public:
-  // gg_w undefined, or not solely owned (sole_owner): nothing marked
-  explicit DonatedGgW(const at::Tensor& gg_w);
+  // Marks gg_w where final (the backward runs without create_graph) and gg_w is solely owned (sole_owner: pass
+  // the caller's own handle, not a copy, which would count as a second owner).
+  DonatedGgW(const at::Tensor& gg_w, bool final);
   ~DonatedGgW();
   DonatedGgW(const DonatedGgW&) = delete;
   DonatedGgW& operator=(const DonatedGgW&) = delete;

@@ -163,7 +163,7 @@ class FusedBwdFunction : public torch::autograd::Function<FusedBwdFunction> {
     const Tensor gg_y = grads[1].defined() ? grads[1].contiguous() : at::zeros_like(y);
     const bool need_g = ctx->needs_input_grad(0);
     // gg_w is this backward's own and unused after the call: a final double backward may write g_w into it
-    const DonatedGgW donated(at::GradMode::is_enabled() ? Tensor() : gg_w);
+    const DonatedGgW donated(gg_w, !at::GradMode::is_enabled());
     auto r = dbwd_op().call(gg_x, gg_y, gg_w, g, x, y, w, s[5], s[6], s[7], s[8], s[9], s[10], s[11], s[12], s[13],
                             need_g);
     if (need_g) out[0] = std::get<0>(r);

@@ -25,8 +25,8 @@ FinalBackward::FinalBackward(bool active) : previous_(t_final_backward) { t_fina
 FinalBackward::~FinalBackward() { t_final_backward = previous_; }
 bool FinalBackward::active() { return t_final_backward; }
 
-DonatedGgW::DonatedGgW(const at::Tensor& gg_w) : previous_(t_donated_gg_w) {
-  t_donated_gg_w = sole_owner(gg_w) ? gg_w.unsafeGetTensorImpl() : nullptr;
+DonatedGgW::DonatedGgW(const at::Tensor& gg_w, bool final) : previous_(t_donated_gg_w) {
+  t_donated_gg_w = final && sole_owner(gg_w) ? gg_w.unsafeGetTensorImpl() : nullptr;
 }
 DonatedGgW::~DonatedGgW() { t_donated_gg_w = previous_; }
 bool DonatedGgW::is(const at::Tensor& t) {
@@ -137,7 +137,7 @@ class TpConvBwdFunction : public torch::autograd::Function<TpConvBwdFunction> {
     const bool need_grad_out = ctx->needs_input_grad(0);
     const bool final = !at::GradMode::is_enabled();
     const FinalBackward mark(final);  // final_backward.h
-    const DonatedGgW donated(final ? gg[2] : Tensor());
+    const DonatedGgW donated(gg[2], final);
     auto r = dbwd_op().call(gg[0], gg[1], gg[2], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7],
                             s[8], s[9], s[10], s[11], s[12], need_grad_out);
     if (need_grad_out) out[0] = std::get<0>(r);
