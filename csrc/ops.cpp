@@ -11,6 +11,8 @@
 #include <torch/library.h>
 
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "final_backward.h"
 
@@ -32,9 +34,33 @@ DonatedGgW::~DonatedGgW() { t_donated_gg_w = previous_; }
 bool DonatedGgW::is(const at::Tensor& t) {
   return t.defined() && t_donated_gg_w != nullptr && t.unsafeGetTensorImpl() == t_donated_gg_w;
 }
+namespace {
+// Whether a PyObjectSlot can tell that its Python wrapper is referenced by the tensor alone (has_unique_reference,
+// in the torch versions whose wrapper holds a reference to the TensorImpl).
+template <typename Slot, typename = void>
+struct SlotKnowsUniqueReference : std::false_type {};
+template <typename Slot>
+struct SlotKnowsUniqueReference<Slot, std::void_t<decltype(std::declval<const Slot&>().has_unique_reference())>>
+    : std::true_type {};
+
+// The references to impl that its Python wrapper holds while nothing in Python holds the wrapper (a gradient
+// returned by a Python autograd function): one in the torch versions whose wrapper keeps its TensorImpl alive (as
+// torch's own is_tensor_stealable counts it), else none.
+template <typename Impl>
+size_t idle_wrapper_refs(const Impl* impl) {
+  using Slot = std::remove_cv_t<std::remove_pointer_t<decltype(impl->pyobj_slot())>>;
+  if constexpr (SlotKnowsUniqueReference<Slot>::value)
+    return impl->pyobj_slot()->has_unique_reference() ? 1 : 0;
+  else
+    return 0;
+}
+}  // namespace
+
 bool DonatedGgW::sole_owner(const at::Tensor& t) {
-  return t.defined() && t.layout() == at::kStrided && t.has_storage() && !t.is_view() && t.use_count() == 1 &&
-         t.storage().use_count() == 1;
+  if (!t.defined() || t.layout() != at::kStrided || !t.has_storage() || t.is_view() || t.storage().use_count() != 1)
+    return false;
+  const size_t refs = t.use_count();
+  return refs == 1 || (refs == 2 && idle_wrapper_refs(t.unsafeGetTensorImpl()) == 1);
 }
 
 namespace {

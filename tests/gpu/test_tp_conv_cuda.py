@@ -464,8 +464,20 @@ def test_final_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monke
     backward's grad_w): the training-step pass asks for one allocation of E x w elements fewer than with False, and
     its grad_x rows go to the scratch (two allocations of the rows' size, one with False: the rows in grad_w would
     overwrite gg_w). Every gradient bitwise False's. Where a hook keeps gg_w, the double backward leaves it as the
-    loss made it (twice the first grad_w, exactly) and allocates as with False."""
+    loss made it (twice the first grad_w, exactly) and allocates as with False. A gradient made by a Python autograd
+    function (whose Python wrapper the tensor keeps while nothing in Python holds it) is handed over as well."""
     from md_accel.ops import set_dbwd_in_gg_w, set_rows_in_grad_w
+
+    class SumOfSquares(torch.autograd.Function):  # the loss as benchmarks/kernels.py computes it
+        @staticmethod
+        def forward(ctx, f):
+            ctx.save_for_backward(f)
+            return (f * f).sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            (f,) = ctx.saved_tensors
+            return f * (2 * grad)
 
     monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)
     plan, pl, g, n, (x, y, w, gout), _ = hub_problem(name, dtype, 29)
@@ -475,13 +487,14 @@ def test_final_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monke
     assert rows != w_bytes
     kept = []
 
-    def second_order(keep: bool):
+    def second_order(keep: bool, python_loss: bool = False):
         leaves = [t.clone().requires_grad_() for t in (x, y, w)]
         out = OPS.tp_conv_fwd(*leaves, *ga, *pl, plan.dim_out)
         first = torch.autograd.grad(out, leaves, gout, create_graph=True)
         if keep:
             first[2].register_hook(kept.append)  # holds gg_w
-        second = torch.autograd.grad(sum((f * f).sum() for f in first), leaves)
+        loss = sum(SumOfSquares.apply(f) if python_loss else (f * f).sum() for f in first)
+        second = torch.autograd.grad(loss, leaves)
         return second, first[2].detach()
 
     previous = _cuda.set_specialised(True), set_rows_in_grad_w("auto"), set_dbwd_in_gg_w(False)
@@ -491,6 +504,9 @@ def test_final_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monke
         assert set_dbwd_in_gg_w(True) is False
         on = sized_allocations(lambda: second_order(False), rows, w_bytes)
         held = sized_allocations(lambda: second_order(True), rows, w_bytes)
+        python = sized_allocations(lambda: second_order(False, python_loss=True), rows, w_bytes)
+        set_dbwd_in_gg_w(False)
+        python_off = sized_allocations(lambda: second_order(False, python_loss=True), rows, w_bytes)
     finally:
         _cuda.set_specialised(previous[0])
         set_rows_in_grad_w(previous[1])
@@ -498,8 +514,9 @@ def test_final_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monke
     (rows_off, w_off), (rows_on, w_on), (rows_held, w_held) = off[1], on[1], held[1]
     assert (rows_on, rows_off, rows_held) == (2, 1, 1), (rows_on, rows_off, rows_held)
     assert w_on == w_off - 1 and w_held == w_off, (w_on, w_off, w_held)
-    for k, (a, b, c) in enumerate(zip(on[0][0], off[0][0], held[0][0])):
-        assert torch.equal(a, b) and torch.equal(a, c), k
+    assert python[1] == (2, python_off[1][1] - 1) and python_off[1][0] == 1, (python[1], python_off[1])
+    for k, (a, b, c, d) in enumerate(zip(on[0][0], off[0][0], held[0][0], python[0][0])):
+        assert torch.equal(a, b) and torch.equal(a, c) and torch.equal(a, d), k
     assert len(kept) == 1 and torch.equal(kept[0], 2 * held[0][1])
 
 
