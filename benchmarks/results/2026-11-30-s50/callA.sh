@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 50, call A (a fresh machine): the double backward's grad_w into its incoming gg_w (csrc/final_backward.h
+# Session 50, calls A1-A3 (fresh machines; A1 at 72a16e9, A2 at 83cbb35, A3 at 1e99588): the double backward's grad_w into its incoming gg_w (csrc/final_backward.h
 # DonatedGgW, GEN 33 kernels). Stages the peers for calls B-C, builds the op library from this csrc (returned as
 # $OUT/gpu_lib.tar.xz), runs tests/gpu/test_tp_conv_cuda.py (whole file), then the double-backward pass of the six
 # workloads in both dtypes: md_accel (the new default), md_accel_keep_ggw (session 49's default: the rows in grad_w,
