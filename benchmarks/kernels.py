@@ -14,9 +14,10 @@ are deterministic (bit-identical results run after run); cueq, oeq_atomic and md
 deterministic md_accel with each edge's grad_x row always in a scratch buffer or always in grad_w
 (``set_rows_in_grad_w(False / True)``); md_accel_keep_ggw is the default but for the double backward's grad_w,
 not written into the memory of its incoming gradient (``set_dbwd_in_gg_w(False)``: the rows then go into grad_w
-there). md_accel alone runs the process's settings (the defaults: deterministic; the double-backward pass's double
-backward writes its grad_w into the incoming gg_w, its rows in the scratch; the forward + backward pass's backward
-keeps its rows in grad_w; the double-backward pass's first backward, under create_graph, in the scratch).
+there). The variants keep their meaning of the sessions before that (session 50): none writes grad_w into gg_w.
+md_accel alone runs the process's settings (the defaults: deterministic; the double-backward pass's double backward
+writes its grad_w into the incoming gg_w, its rows in the scratch; the forward + backward pass's backward keeps its
+rows in grad_w; the double-backward pass's first backward, under create_graph, in the scratch).
 
     python benchmarks/kernels.py [--workloads mace_mp0_medium,...] [--dtypes float32,float64]
         [--graph cu:4000:6.0 | random:NODES:EDGES | random_sym:NODES:EDGES]
@@ -138,8 +139,8 @@ class MdAccelImpl(Impl):
     double backward's grad_w in a buffer of its own)."""
 
     # name -> (set_deterministic, set_rows_in_grad_w, set_dbwd_in_gg_w)
-    VARIANTS = {"md_accel_atomic": (False, False, True), "md_accel_scratch": (True, False, True),
-                "md_accel_gwrows": (True, True, True), "md_accel_keep_ggw": (True, "auto", False)}
+    VARIANTS = {"md_accel_atomic": (False, False, False), "md_accel_scratch": (True, False, False),
+                "md_accel_gwrows": (True, True, False), "md_accel_keep_ggw": (True, "auto", False)}
 
     def __init__(self, wl: Workload, g: GraphT, dtype, device, name: str = "md_accel"):
         from md_accel.ops import TensorProductConv

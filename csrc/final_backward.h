@@ -38,7 +38,9 @@ class DonatedGgW {
   // Whether t is the marked tensor.
   static bool is(const at::Tensor& t);
   // Whether t is a dense tensor whose memory nothing else references: this handle is the only one to its
-  // TensorImpl, no other tensor (a view, a base) shares its storage.
+  // TensorImpl (besides its idle Python wrapper), no other tensor (a view, a base) shares its storage. Weak
+  // references are not counted: a holder of one (none in autograd's own bookkeeping) could lock it afterwards and
+  // find grad_w there.
   static bool sole_owner(const at::Tensor& t);
 
  private:

@@ -480,9 +480,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   // grad_w into the donated gg_w (final_backward.h): with the scratch or atomic grad_x, whose part 1 reads each
   // gg_w element before writing that grad_w element; the rows in grad_w would overwrite gg_w columns that later
   // passes read. Preferred to the rows unless they are forced on (mode on): E x w memory less for E x in1 more.
+  // The result then aliases the gg_w argument, which the schema does not declare: only the marking backward,
+  // which drops gg_w, sees it (a call through the dispatcher with any other tensor, opcheck or a fake tensor
+  // included, gets fresh outputs).
   const bool in_gg_w = spec && g_dbwd_in_gg_w.load() && g_rows_mode.load() != kRowsOn &&
                        (p.spec->dbwd_in_gg_w & (x.scalar_type() == at::kDouble ? 2 : 1)) != 0 &&
-                       DonatedGgW::is(ggw_) && ggw.is_same(ggw_) && ggw.sizes() == w.sizes();
+                       DonatedGgW::is(ggw_) && ggw.is_same(ggw_);
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gw = in_gg_w ? ggw : at::empty_like(w);
   p.dims.rows_in_gw = spec && !p.dims.atomic_gx && !in_gg_w && rows_in_grad_w(p.spec, true, x);
   const Tensor work = grad_x_workspace(p, spec, gx);

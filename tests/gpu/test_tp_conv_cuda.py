@@ -465,7 +465,9 @@ def test_final_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monke
     its grad_x rows go to the scratch (two allocations of the rows' size, one with False: the rows in grad_w would
     overwrite gg_w). Every gradient bitwise False's. Where a hook keeps gg_w, the double backward leaves it as the
     loss made it (twice the first grad_w, exactly) and allocates as with False. A gradient made by a Python autograd
-    function (whose Python wrapper the tensor keeps while nothing in Python holds it) is handed over as well."""
+    function (whose Python wrapper the tensor keeps while nothing in Python holds it) is handed over as well. With the
+    rows forced into grad_w (set_rows_in_grad_w(True)) nothing is handed over and no rows are allocated; a direct
+    tp_conv_dbwd call leaves its gg_w as it was."""
     from md_accel.ops import set_dbwd_in_gg_w, set_rows_in_grad_w
 
     class SumOfSquares(torch.autograd.Function):  # the loss as benchmarks/kernels.py computes it
@@ -480,10 +482,12 @@ def test_final_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monke
             return f * (2 * grad)
 
     monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)
-    plan, pl, g, n, (x, y, w, gout), _ = hub_problem(name, dtype, 29)
+    plan, pl, g, n, (x, y, w, gout), gen = hub_problem(name, dtype, 29)
     ga = graph_args(g)
     e = g.src.numel()
     rows, w_bytes = (e * d * x.element_size() for d in (plan.dim_in1, plan.weight_numel))
+    ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
+    ggw_before = ggw.clone()
     assert rows != w_bytes
     kept = []
 
@@ -505,6 +509,10 @@ def test_final_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monke
         on = sized_allocations(lambda: second_order(False), rows, w_bytes)
         held = sized_allocations(lambda: second_order(True), rows, w_bytes)
         python = sized_allocations(lambda: second_order(False, python_loss=True), rows, w_bytes)
+        OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, x, y, w, *ga, *pl, True)
+        set_rows_in_grad_w(True)
+        forced = sized_allocations(lambda: second_order(False), rows, w_bytes)
+        set_rows_in_grad_w("auto")
         set_dbwd_in_gg_w(False)
         python_off = sized_allocations(lambda: second_order(False, python_loss=True), rows, w_bytes)
     finally:
@@ -515,8 +523,10 @@ def test_final_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, monke
     assert (rows_on, rows_off, rows_held) == (2, 1, 1), (rows_on, rows_off, rows_held)
     assert w_on == w_off - 1 and w_held == w_off, (w_on, w_off, w_held)
     assert python[1] == (2, python_off[1][1] - 1) and python_off[1][0] == 1, (python[1], python_off[1])
-    for k, (a, b, c, d) in enumerate(zip(on[0][0], off[0][0], held[0][0], python[0][0])):
-        assert torch.equal(a, b) and torch.equal(a, c) and torch.equal(a, d), k
+    assert forced[1] == (0, w_off), (forced[1], w_off)
+    assert torch.equal(ggw, ggw_before)
+    for k, (a, b, c, d, f) in enumerate(zip(on[0][0], off[0][0], held[0][0], python[0][0], forced[0][0])):
+        assert torch.equal(a, b) and torch.equal(a, c) and torch.equal(a, d) and torch.equal(a, f), k
     assert len(kept) == 1 and torch.equal(kept[0], 2 * held[0][1])
 
 
