@@ -153,7 +153,8 @@ def set_rows_in_grad_w(mode: Union[bool, str]) -> Union[bool, str]:
     (True: no scratch, the per-edge kernel launched once per run of passes, ``md_accel/ops/_rows_plan.py``;
     slower than the scratch in most cells of the kernel table). ``"auto"``, the default: in grad_w only in the
     conv op's final backwards, those autograd runs without ``create_graph`` (the first-order backward of a
-    forward + backward, the double backward of a training step on forces), where the rows set the pass's peak; a
+    forward + backward, the double backward of a training step on forces unless its grad_w goes into the incoming
+    gradient's memory: ``set_dbwd_in_gg_w``), where the rows set the pass's peak; a
     backward under ``create_graph`` (a double backward follows and holds more), direct op calls and the models'
     fused-radial and pair ops keep the scratch. Either way the same bits. Process-wide, also from
     ``MD_ACCEL_ROWS_IN_GRAD_W=0|1|auto``; returns the previous mode. Without the CUDA library there is nothing to
