@@ -3,8 +3,9 @@
 // differentiate again (no create_graph), ops.cpp: tp_conv_fwd's first-order backward, or tp_conv_bwd's backward (the
 // double backward). Such a backward is the last and widest step of its pass, so its per-edge grad_x rows set the
 // pass's peak; with the rows mode "auto" (the default, tp_conv_cuda.cpp) they go into grad_w's free columns there
-// instead of a scratch buffer (not in a double backward that writes its grad_w into a donated gg_w: DonatedGgW). A backward under create_graph keeps the scratch: the double backward that follows
-// holds more memory at once, so bounding the first one's rows would cost time and save no peak.
+// instead of a scratch buffer (not in a double backward that writes its grad_w into a donated gg_w: DonatedGgW). A
+// backward under create_graph keeps the scratch: the double backward that follows holds more memory at once, so
+// bounding the first one's rows would cost time and save no peak.
 #include <ATen/core/Tensor.h>
 
 namespace md_accel {
@@ -37,13 +38,14 @@ class DonatedGgW {
   DonatedGgW& operator=(const DonatedGgW&) = delete;
   // Whether t is the marked tensor.
   static bool is(const at::Tensor& t);
+
+ private:
   // Whether t is a dense tensor whose memory nothing else references: this handle is the only one to its
   // TensorImpl (besides its idle Python wrapper), no other tensor (a view, a base) shares its storage. Weak
   // references are not counted: a holder of one (none in autograd's own bookkeeping) could lock it afterwards and
   // find grad_w there.
   static bool sole_owner(const at::Tensor& t);
 
- private:
   const void* previous_;
 };
 

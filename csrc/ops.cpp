@@ -21,20 +21,7 @@ namespace md_accel {
 namespace {
 thread_local bool t_final_backward = false;
 thread_local const void* t_donated_gg_w = nullptr;
-}  // namespace
 
-FinalBackward::FinalBackward(bool active) : previous_(t_final_backward) { t_final_backward = active; }
-FinalBackward::~FinalBackward() { t_final_backward = previous_; }
-bool FinalBackward::active() { return t_final_backward; }
-
-DonatedGgW::DonatedGgW(const at::Tensor& gg_w, bool final) : previous_(t_donated_gg_w) {
-  t_donated_gg_w = final && sole_owner(gg_w) ? gg_w.unsafeGetTensorImpl() : nullptr;
-}
-DonatedGgW::~DonatedGgW() { t_donated_gg_w = previous_; }
-bool DonatedGgW::is(const at::Tensor& t) {
-  return t.defined() && t_donated_gg_w != nullptr && t.unsafeGetTensorImpl() == t_donated_gg_w;
-}
-namespace {
 // Whether a PyObjectSlot can tell that its Python wrapper is referenced by the tensor alone (has_unique_reference,
 // in the torch versions whose wrapper holds a reference to the TensorImpl).
 template <typename Slot, typename = void>
@@ -56,6 +43,17 @@ size_t idle_wrapper_refs(const Impl* impl) {
 }
 }  // namespace
 
+FinalBackward::FinalBackward(bool active) : previous_(t_final_backward) { t_final_backward = active; }
+FinalBackward::~FinalBackward() { t_final_backward = previous_; }
+bool FinalBackward::active() { return t_final_backward; }
+
+DonatedGgW::DonatedGgW(const at::Tensor& gg_w, bool final) : previous_(t_donated_gg_w) {
+  t_donated_gg_w = final && sole_owner(gg_w) ? gg_w.unsafeGetTensorImpl() : nullptr;
+}
+DonatedGgW::~DonatedGgW() { t_donated_gg_w = previous_; }
+bool DonatedGgW::is(const at::Tensor& t) {
+  return t.defined() && t_donated_gg_w != nullptr && t.unsafeGetTensorImpl() == t_donated_gg_w;
+}
 bool DonatedGgW::sole_owner(const at::Tensor& t) {
   if (!t.defined() || t.layout() != at::kStrided || !t.has_storage() || t.is_view() || t.storage().use_count() != 1)
     return false;

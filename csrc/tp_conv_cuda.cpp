@@ -84,9 +84,12 @@ std::atomic<bool> g_dbwd_in_gg_w{[] {
 
 bool set_dbwd_in_gg_w(bool enabled) { return g_dbwd_in_gg_w.exchange(enabled); }
 
+// The bit of x's dtype in TPSpec's per-dtype fields (rows_in_gw per pass, dbwd_in_gg_w): 1 float32, 2 float64.
+int dtype_bit(const Tensor& x) { return x.scalar_type() == at::kDouble ? 2 : 1; }
+
 // Whether a deterministic launch of spec's backward (dbwd: double backward) in x's dtype keeps its rows in grad_w.
 bool rows_in_grad_w(const TPSpec* spec, bool dbwd, const Tensor& x) {
-  const int bit = (x.scalar_type() == at::kDouble ? 2 : 1) << (dbwd ? 2 : 0);
+  const int bit = dtype_bit(x) << (dbwd ? 2 : 0);
   const int64_t mode = g_rows_mode.load();
   const bool wanted = mode == kRowsOn || (mode == kRowsAuto && FinalBackward::active());
   return wanted && (spec->rows_in_gw & bit) != 0;
@@ -479,12 +482,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   p.dims.atomic_gx = spec && tp_conv_atomic_gx();
   // grad_w into the donated gg_w (final_backward.h): with the scratch or atomic grad_x, whose part 1 reads each
   // gg_w element before writing that grad_w element; the rows in grad_w would overwrite gg_w columns that later
-  // passes read. Preferred to the rows unless they are forced on (mode on): E x w memory less for E x in1 more.
+  // runs read. Preferred to the rows unless they are forced on (mode on): E x w memory less for E x in1 more.
   // The result then aliases the gg_w argument, which the schema does not declare: only the marking backward,
   // which drops gg_w, sees it (a call through the dispatcher with any other tensor, opcheck or a fake tensor
   // included, gets fresh outputs).
   const bool in_gg_w = spec && g_dbwd_in_gg_w.load() && g_rows_mode.load() != kRowsOn &&
-                       (p.spec->dbwd_in_gg_w & (x.scalar_type() == at::kDouble ? 2 : 1)) != 0 &&
+                       (p.spec->dbwd_in_gg_w & dtype_bit(x)) != 0 &&
                        DonatedGgW::is(ggw_) && ggw.is_same(ggw_);
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gw = in_gg_w ? ggw : at::empty_like(w);
   p.dims.rows_in_gw = spec && !p.dims.atomic_gx && !in_gg_w && rows_in_grad_w(p.spec, true, x);
