@@ -79,12 +79,14 @@ def test_tuning_overrides_name_their_own_build(monkeypatch):
     struct = _codegen.plan_structure(_conv())
     monkeypatch.delenv(_codegen.TUNING_ENV, raising=False)
     default = _codegen.generate(struct, _codegen.tuning())
-    threads = _codegen._analyse(struct)[2]
+    _, live, threads, _ = _codegen._analyse(struct)
     b64 = max(1, _codegen.MIN_WARPS64 * 32 // threads)  # the float64 kernels' minimum of resident blocks
+    fwd_b64 = max(1, _codegen.MIN_WARPS64 * 32 // _codegen.fwd_block(live, threads, _codegen.Tuning())[0])
     assert _codegen.tuning().suffix() == ""
-    # no minimum for float32, MIN_WARPS64 for float64, every kernel
+    # no minimum for float32, MIN_WARPS64 for float64, every kernel (the forward's in blocks of its own: this plan's
+    # channels fit one warp)
     assert f"__launch_bounds__(kThreads, sizeof(T) == 4 ? 0 : {b64}) bwd_kernel" in default
-    assert f"__launch_bounds__(kThreads, sizeof(T) == 4 ? 0 : {b64}) fwd_kernel" in default
+    assert f"__launch_bounds__(kFwdThreads, sizeof(T) == 4 ? 0 : {fwd_b64}) fwd_kernel" in default
     monkeypatch.setenv(_codegen.TUNING_ENV, "min_warps32=32, bwd_g32=8")
     tuned = _codegen.tuning()
     assert (tuned.min_warps32, tuned.bwd_g32, tuned.bwd_g64) == (32, 8, _codegen.BWD_G_BUDGET[1])

@@ -34,10 +34,12 @@ _LIB = {}
 # the double backward; backward passes merged over both in1 blocks) and tuning variants
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
-# host emulation reads as plain loads); grad_y through shared memory: test_grad_y_through_shared_memory
+# host emulation reads as plain loads), and the forward in blocks of one warp (its default: four edge slots, as
+# the plan's channels fit a warp); grad_y through shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
-           "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0)}
+           "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
+           "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -534,6 +536,30 @@ def wide_plan_and_library(tune: _codegen.Tuning):
     return _library("wide", lambda: TPProblem.all_uvu("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e", 2), tune)
 
 
+def forward_problem(plan, seed: int):
+    """(n, hub graph, float64 (x, y, w), the reference forward) for a forward test."""
+    gen = torch.Generator().manual_seed(seed)
+    n, g = hub_graph(gen)
+    e = g.src.numel()
+    x, y, w = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in
+               ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel)))
+    ref = tp_conv_fwd_ref(x, y, w, g.src, g.dst, n, plan.paths.tolist(), [c.double() for c in plan.dense],
+                          plan.dim_out)
+    return n, g, (x, y, w), ref
+
+
+def chunked_forward(lib, plan, n: int, g, inputs, step: int):
+    """The forward of ``lib`` over the graph's edges in chunks of ``step`` (accumulate after the first), into an
+    output poisoned with NaN first."""
+    x, y, w = inputs
+    e = g.src.numel()
+    out = torch.full((n, plan.dim_out), float("nan"), dtype=x.dtype)
+    for e0 in range(0, e, step):
+        e1 = min(e, e0 + step)
+        lib.fwd(x, y[e0:e1], w[e0:e1], chunk_graph(g, e0, e1), out, accumulate=e0 > 0)
+    return out
+
+
 CPL_TUNINGS = {"cpl2": _codegen.Tuning(fwd_cpl=2),
                "cpl2_split_prefetch_all": _codegen.Tuning(fwd_cpl=2, fwd_acc=6, prefetch=_codegen.PF_ALL)}
 
@@ -550,24 +576,43 @@ def test_forward_with_two_channels_per_thread(dtype, tuning):
     passes = _codegen._fwd_passes(_codegen._analyse(_codegen.plan_structure(plan))[1], tune.fwd_acc, 2)
     assert src.count("2 channels per thread") == sum(g[0].mul % 32 == 0 for g in passes) > 0  # not the 8 channels
     assert len(passes) > sum(g[0].mul % 32 == 0 for g in passes)
-    gen = torch.Generator().manual_seed(3)
-    n, g = hub_graph(gen)
+    n, g, inputs, ref = forward_problem(plan, 3)
+    inputs = [t.to(dtype).contiguous() for t in inputs]
     e = g.src.numel()
-    x, y, w = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in
-               ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel)))
-    ref = tp_conv_fwd_ref(x, y, w, g.src, g.dst, n, plan.paths.tolist(), [c.double() for c in plan.dense],
-                          plan.dim_out)
-    xs, ys, ws = (t.to(dtype).contiguous() for t in (x, y, w))
     for step in (17, e):
-        out = torch.full((n, plan.dim_out), float("nan"), dtype=dtype)
-        for e0 in range(0, e, step):
-            e1 = min(e, e0 + step)
-            lib.fwd(xs, ys[e0:e1], ws[e0:e1], chunk_graph(g, e0, e1), out, accumulate=e0 > 0)
+        out = chunked_forward(lib, plan, n, g, inputs, step)
         assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
-    _, default_lib = wide_plan_and_library(_codegen.Tuning())
-    out_default = torch.full_like(out, float("nan"))
-    default_lib.fwd(xs, ys, ws, chunk_graph(g, 0, e), out_default, accumulate=False)
+    out_default = chunked_forward(wide_plan_and_library(_codegen.Tuning())[1], plan, n, g, inputs, e)
     assert rel_err(out, out_default.double()) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("problem", ["test plan", "wide plan"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_forward_block_of_four_warps(dtype, problem):
+    """The forward's block has FWD_MIN_BLOCK threads where the other kernels' is narrower: the test plan (8 channels,
+    blocks of one warp) runs its passes on four edge slots, the wide plan (64 channels, two warps) on two or more,
+    each with more room for the slots' partial sums (FWD_SLOT_SMEM_X). The output, poisoned first and in edge chunks
+    too, matches the reference, and the forward of one-warp blocks (fwd_min_block=32) to rounding (the slots add in
+    another order)."""
+    plan, lib = plan_and_library() if problem == "test plan" else wide_plan_and_library(_codegen.Tuning())
+    struct = _codegen.plan_structure(plan)
+    _, live, threads, _ = _codegen._analyse(struct)
+    assert threads < _codegen.FWD_MIN_BLOCK
+    assert _codegen.fwd_block(live, threads, _codegen.Tuning()) == (_codegen.FWD_MIN_BLOCK, _codegen.FWD_SLOT_SMEM_X)
+    assert _codegen.fwd_block(live, threads, _codegen.Tuning(fwd_min_block=32)) == (threads, _codegen.FWD_SLOT_SMEM)
+    src = _codegen.generate(struct)
+    fwd = src[src.index("// Forward:"):]
+    fwd = fwd[:fwd.index("\n}\n")]
+    assert f"constexpr int kFwdThreads = {_codegen.FWD_MIN_BLOCK};" in fwd and "__launch_bounds__(kFwdThreads" in fwd
+    slots = [int(m) for m in re.findall(r"channels x (\d+) edge slot", fwd)]
+    assert slots and min(slots) >= _codegen.FWD_MIN_BLOCK // threads and max(slots) > 1
+    narrow = emulate.SpecLibrary(_codegen.generate(struct, _codegen.Tuning(fwd_min_block=32)))
+    n, g, inputs, ref = forward_problem(plan, 13)
+    inputs = [t.to(dtype).contiguous() for t in inputs]
+    for step in (17, g.src.numel()):
+        outs = [chunked_forward(library, plan, n, g, inputs, step) for library in (lib, narrow)]
+        assert rel_err(outs[0], ref) <= TOL[dtype], (step, rel_err(outs[0], ref))
+        assert rel_err(outs[0], outs[1].double()) <= TOL[dtype], step
 
 
 # y irreps -> the warp_sum_smem widths V (used y columns of a pass, to a power of two) of the wide plan's passes
@@ -622,12 +667,13 @@ def test_forward_float64_minimum_is_its_own():
     plan, _ = plan_and_library()
     default = _codegen.generate(_codegen.plan_structure(plan), _codegen.Tuning())
     src = _codegen.generate(_codegen.plan_structure(plan), _codegen.Tuning(fwd_min_warps64=8))
-    pattern = r"__launch_bounds__\(kThreads, sizeof\(T\) == 4 \? \d+ : (\d+)\) (\w+)\("
+    pattern = r"__launch_bounds__\(k(?:Fwd)?Threads, sizeof\(T\) == 4 \? \d+ : (\d+)\) (\w+)\("
     before = {name: int(b) for b, name in re.findall(pattern, default)}
     after = {name: int(b) for b, name in re.findall(pattern, src)}
     assert set(after) == set(before) and "fwd_kernel" in after and "dfwd_kernel" in after
     assert {k for k in after if after[k] != before[k]} == {"fwd_kernel"}
-    assert after["fwd_kernel"] == 8 * 32 // _codegen._analyse(_codegen.plan_structure(plan))[2]
+    _, live, threads, _ = _codegen._analyse(_codegen.plan_structure(plan))
+    assert after["fwd_kernel"] == 8 * 32 // _codegen.fwd_block(live, threads, _codegen.Tuning())[0]
 
 
 def test_double_backward_register_cap_is_its_own():
@@ -656,5 +702,8 @@ def test_tuning_names_and_checks(monkeypatch):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "gy_smem=2")
     with pytest.raises(ValueError, match="gy_smem is 0 or 1"):
+        _codegen.tuning()
+    monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_min_block=16")
+    with pytest.raises(ValueError, match="fwd_min_block is 32 to 1024"):
         _codegen.tuning()
 

@@ -11,7 +11,8 @@ calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/ker
   of one multiplicity (accumulators out[u, k] in registers, at most FWD_ACC_BUDGET per channel).
   Thread (slot, u) = channel u of every S-th edge: a 32-channel block in a 64-thread kernel uses
   both warps; the slots' partial sums are added in slot order at the end (no atomics:
-  bit-reproducible). Opt-in (``fwd_cpl=2``): a thread holds two channels of a block of 32, 64, .. channels, u and
+  bit-reproducible). The forward's block has at least FWD_MIN_BLOCK threads (``kFwdThreads``): a plan whose
+  channels fit one warp sums each receiver on four edge slots there. Opt-in (``fwd_cpl=2``): a thread holds two channels of a block of 32, 64, .. channels, u and
   u + M / 2, so that each product of a CG value and the edge's y (the same in every lane) serves both.
 * bwd: one block per receiver (or TPDims::split blocks, each a contiguous part of its edges: the
   kernel writes per-edge rows only); one pass per in1 block (split over its output blocks when their
@@ -64,12 +65,21 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 33  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 34  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
 DBWD_ACC_BUDGET = 32  # the same for g_grad_out of the double backward (x, ggx, y, ggy live too)
 FWD_SLOT_SMEM = 24 * 1024  # shared-memory bytes (float64) for the fwd edge slots' partial sums
+FWD_SLOT_SMEM_X = 46 * 1024  # the same in a forward block widened to FWD_MIN_BLOCK (at most 48 KiB of static memory)
+# The forward's block has at least this many threads: plans whose channels fit one warp (32 threads for the other
+# kernels) run 4 edge slots per receiver in the forward, and those of 64 channels 2. Session 52 (H200, kernels.py, the
+# random symmetric graph of 4,000 nodes and 312,000 edges, default and variant in turn twice): nequip_l3 forward
+# 0.86 against 0.99-1.01 ms (float32), 1.68 against 1.81-1.87 (float64); its float32 forward at 128 registers per
+# thread either way (16 resident warps per SM). One-warp blocks left each receiver's 78 edges to one warp, 1.89 waves.
+# Widening the other five workloads' blocks (2x, 4x) lost time in 7 and 8 of their 10 cells, wherever it cost resident
+# warps (registers per block, float64's launch bounds); the best gain was mace_first float32's 6-9 % at 4x.
+FWD_MIN_BLOCK = 128
 # grad_out components per channel held in registers by one bwd / dbwd pass, (float32, float64).
 # float32 64 (was 48): SevenNet-l3i5 fwd + bwd 4.96 / 4.97 vs 5.18 / 5.19 ms, MACE medium unchanged
 # (session 14, H200, kernels.py, two runs each). float64 48 (was 24): fwd + bwd SevenNet-l3i5 9.73 -> 8.72 ms,
@@ -165,6 +175,7 @@ class Tuning(NamedTuple):
     merge_in1: int = 1  # 1: backward passes over several whole in1 blocks of one multiplicity
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
+    fwd_min_block: int = FWD_MIN_BLOCK  # forward: at least this many threads per block (fwd_block; 32 to 1024)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
     gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
@@ -191,6 +202,8 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: prefetch takes the bits of {PF_ALL} (PF_* in {__name__})")
     if values.get("fwd_cpl", 1) not in (1, 2):
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
+    if not 32 <= values.get("fwd_min_block", FWD_MIN_BLOCK) <= MAX_THREADS:
+        raise ValueError(f"{TUNING_ENV}: fwd_min_block is 32 to {MAX_THREADS}")
     for key in ("w_evict", "gy_smem"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
@@ -338,13 +351,13 @@ def _fwd_cpl(mul: int, cpl: int) -> int:
     return cpl if mul % 32 == 0 else 1
 
 
-def _fwd_slots(mul: int, comps: int, threads: int, cpl: int = 1) -> Tuple[int, int, int]:
+def _fwd_slots(mul: int, comps: int, threads: int, cpl: int = 1, smem: int = FWD_SLOT_SMEM) -> Tuple[int, int, int]:
     """(M, L, S): channels rounded up to a warp, lanes per edge slot (M / cpl: each lane holds channels u,
     u + L, ..), and edge slots per block (the partial sums of slots 1..S-1 meet in shared memory, at most
-    FWD_SLOT_SMEM bytes in float64)."""
+    ``smem`` bytes in float64)."""
     M = (mul + 31) // 32 * 32
     L = M // cpl
-    S = max(1, min(threads // L, 1 + FWD_SLOT_SMEM // (comps * M * 8)))
+    S = max(1, min(threads // L, 1 + smem // (comps * M * 8)))
     return M, L, S
 
 
@@ -494,7 +507,7 @@ def _ggw_load(ptr: str, evict: bool) -> str:
 
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
-               evict: bool = False) -> Tuple[str, str]:
+               evict: bool = False, smem: int = FWD_SLOT_SMEM) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
@@ -508,7 +521,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         if p.out_key not in out_keys:
             out_keys.append(p.out_key)
     comps = sum(k[2] for k in out_keys)
-    M, L, S = _fwd_slots(mul, comps, threads, cpl)
+    M, L, S = _fwd_slots(mul, comps, threads, cpl, smem)
     # per channel copy c: the suffix of its registers and the channel index; cpl 1 keeps the names it always had
     copies = [("", "u")] if cpl == 1 else [(f"c{c}", f"(u + {c * L})") for c in range(cpl)]
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
@@ -613,17 +626,33 @@ def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path
     return [g for m, ps in _by_mul(live) for g in _out_groups(ps, budget // _fwd_cpl(m, cpl))]
 
 
+def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
+    """(threads per block, shared-memory bytes for its edge slots' partial sums) of the forward kernel: the other
+    kernels' ``threads``, times x = Tuning.fwd_min_block // threads where that is more than one (more edge slots per
+    receiver: FWD_MIN_BLOCK), with FWD_SLOT_SMEM_X bytes for the slots then, and no more threads than the passes'
+    slots use."""
+    x = max(1, tune.fwd_min_block // threads)
+    if x == 1:
+        return threads, FWD_SLOT_SMEM
+    used = 0
+    for g in _fwd_passes(live, tune.fwd_acc, tune.fwd_cpl):
+        _, L, S = _fwd_slots(g[0].mul, _out_width(g), threads * x, _fwd_cpl(g[0].mul, tune.fwd_cpl), FWD_SLOT_SMEM_X)
+        used = max(used, L * S)
+    return max(threads, (used + 31) // 32 * 32), FWD_SLOT_SMEM_X
+
+
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
-    parts = [_fwd_group(gi, g, "  ", dbwd, threads, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict))
+    block, smem = (threads, FWD_SLOT_SMEM) if dbwd else fwd_block(live, threads, tune)
+    parts = [_fwd_group(gi, g, "  ", dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
+                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), smem)
              for gi, g in enumerate(groups)]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
     for g in groups:
         comps = _out_width(g)
-        M, _, S = _fwd_slots(g[0].mul, comps, threads, _fwd_cpl(g[0].mul, cpl))
+        M, _, S = _fwd_slots(g[0].mul, comps, block, _fwd_cpl(g[0].mul, cpl), smem)
         if S > 1:
             red = max(red, (S - 1) * comps * M)
     smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
@@ -631,10 +660,12 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
     what = "g_grad_out of the double backward" if dbwd else "Forward"
+    tc = "kThreads" if block == threads else "kFwdThreads"
+    decl = "" if block == threads else f"constexpr int kFwdThreads = {block};  // the forward's block\n"
     return tables + f"""
 // {what}: block n = receiver; {len(groups)} pass(es) over its edges.
-template <typename T>
-__global__ void {_bounds(tune, threads, fwd=not dbwd)} {name}(const T* __restrict__ x, const T* __restrict__ y,
+{decl}template <typename T>
+__global__ void {_bounds(tune, block, fwd=not dbwd, block_const=tc)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}T* __restrict__ out, const int64_t* __restrict__ src,
     const int64_t* __restrict__ dst_ptr, const int64_t* __restrict__ w_row, TPDims d) {{
   const int64_t n = blockIdx.x;
@@ -642,7 +673,7 @@ __global__ void {_bounds(tune, threads, fwd=not dbwd)} {name}(const T* __restric
   if (d.accumulate && e_begin == e_end) return;  // the whole block, before any barrier: nothing to add
 {smem}  T* orow = out + n * d.out;
 {body}  if (!d.accumulate)
-    for (int q = threadIdx.x; q < d.out; q += kThreads)
+    for (int q = threadIdx.x; q < d.out; q += {tc})
       if (!out_covered(q)) orow[q] = T(0);
 }}
 """
@@ -1303,7 +1334,7 @@ template <typename T>
 const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {{
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
-  fwd_kernel<T><<<unsigned(g.num_nodes), kThreads, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, g.w_row, d);
+  fwd_kernel<T><<<unsigned(g.num_nodes), FWD_BLOCK, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, g.w_row, d);
   return last_error();
 }}
 {bwd_launch}
@@ -1468,17 +1499,18 @@ def _bwd_variants(live: List[_Path], threads: int, dbwd: bool,
             int(gen32[2]) | 2 * int(gen64[2]))
 
 
-def _bounds(tune: Tuning, threads: int, dbwd_part1: bool = False, fwd: bool = False) -> str:
-    """The kernels' __launch_bounds__: block size, and with min_warps a minimum of resident blocks per
-    dtype (0: none, as without the second argument); ``dbwd_part1``: the double backward's per-edge kernel, whose
-    float32 minimum is dbwd_min_warps32 where set; ``fwd``: the forward kernel, whose float64 minimum is
-    fwd_min_warps64 where set."""
+def _bounds(tune: Tuning, threads: int, dbwd_part1: bool = False, fwd: bool = False,
+            block_const: str = "kThreads") -> str:
+    """The kernels' __launch_bounds__: block size (``threads``, the constant ``block_const``), and with min_warps a
+    minimum of resident blocks per dtype (0: none, as without the second argument); ``dbwd_part1``: the double
+    backward's per-edge kernel, whose float32 minimum is dbwd_min_warps32 where set; ``fwd``: the forward kernel,
+    whose float64 minimum is fwd_min_warps64 where set."""
     w32 = tune.dbwd_min_warps32 if dbwd_part1 and tune.dbwd_min_warps32 else tune.min_warps32
     w64 = tune.fwd_min_warps64 if fwd and tune.fwd_min_warps64 else tune.min_warps64
     if not (w32 or w64):
-        return "__launch_bounds__(kThreads)"
+        return f"__launch_bounds__({block_const})"
     b32, b64 = (max(1, w * 32 // threads) if w else 0 for w in (w32, w64))
-    return f"__launch_bounds__(kThreads, sizeof(T) == 4 ? {b32} : {b64})"
+    return f"__launch_bounds__({block_const}, sizeof(T) == 4 ? {b32} : {b64})"
 
 
 def generate(struct, tune: Optional[Tuning] = None) -> str:
@@ -1517,7 +1549,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
                 "rows_in_gw_DS", f"rows_in_gw_{dbwd[1]}").replace("rows_in_gw_DD", f"rows_in_gw_{dbwd[2]}")
         else:
             launch = launch[:launch.index("// Double backward")]
-    src += _LAUNCHERS.format(
+    src += _LAUNCHERS.replace("FWD_BLOCK", "kThreads" if fwd_block(live, threads, tune)[0] == threads
+                              else "kFwdThreads").format(
         bwd_launch=launch, num_paths=len(paths),
         bwd_f32="bwd_launch<float>" if bwd is not None else "nullptr",
         bwd_f64="bwd_launch<double>" if bwd is not None else "nullptr",
@@ -1687,9 +1720,10 @@ def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
     """The source to build instead of ``generate(struct, tune)`` after its first build's ptxas report (the
     double backward's float32 cap of ``_dbwd_capped``, the forward's float64 minimum of ``_fwd_uncapped``, grad_y
     through shared memory of ``_gy_through_smem``), None to keep the first build."""
-    kernels, threads = ptxas_kernels(report), _analyse(struct)[2]  # threads per block: the plan analysed once
+    _, live, threads, _ = _analyse(struct)  # threads per block: the plan analysed once
+    kernels = ptxas_kernels(report)
     changes = {k: v for k, v in (("dbwd_min_warps32", _dbwd_capped(threads, tune, kernels)),
-                                 ("fwd_min_warps64", _fwd_uncapped(threads, tune, kernels)),
+                                 ("fwd_min_warps64", _fwd_uncapped(fwd_block(live, threads, tune)[0], tune, kernels)),
                                  ("gy_smem", _gy_through_smem(tune, kernels))) if v is not None}
     if not changes:
         return None
