@@ -5,15 +5,16 @@ shared library, and loaded by the op library (``csrc/tp_spec_abi.h``).
 What the generated kernels fix at compile time: every path's offsets, multiplicities and l's,
 the (i, j, k) positions of its CG non-zeros (loops fully unrolled, zeros never visited) and their
 values (exact constants ``kCg<q>``: no load per non-zero; the op library uses a library only for
-calls whose ``cg_val`` equals them in the call's dtype). Mapping (see .notes/kernels.md):
+calls whose ``cg_val`` equals them in the call's dtype). Mapping:
 
 * fwd: one block per receiver; passes over its incoming edges, each for a group of output blocks
   of one multiplicity (accumulators out[u, k] in registers, at most FWD_ACC_BUDGET per channel).
   Thread (slot, u) = channel u of every S-th edge: a 32-channel block in a 64-thread kernel uses
   both warps; the slots' partial sums are added in slot order at the end (no atomics:
   bit-reproducible). The forward's block has at least FWD_MIN_BLOCK threads (``kFwdThreads``): a plan whose
-  channels fit one warp sums each receiver on four edge slots there. Opt-in (``fwd_cpl=2``): a thread holds two channels of a block of 32, 64, .. channels, u and
-  u + M / 2, so that each product of a CG value and the edge's y (the same in every lane) serves both.
+  channels fit one warp sums each receiver on four edge slots there. Opt-in (``fwd_cpl=2``): a thread holds two
+  channels of a block of 32, 64, .. channels, u and u + M / 2, so that each product of a CG value and the edge's y
+  (the same in every lane) serves both.
 * bwd: one block per receiver (or TPDims::split blocks, each a contiguous part of its edges: the
   kernel writes per-edge rows only); one pass per in1 block (split over its output blocks when their
   grad_out components exceed BWD_G_BUDGET per channel, per dtype; consecutive whole blocks of one
@@ -644,15 +645,15 @@ def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
-    block, smem = (threads, FWD_SLOT_SMEM) if dbwd else fwd_block(live, threads, tune)
+    block, slot_smem = (threads, FWD_SLOT_SMEM) if dbwd else fwd_block(live, threads, tune)
     parts = [_fwd_group(gi, g, "  ", dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), smem)
+                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem)
              for gi, g in enumerate(groups)]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     red = 0
     for g in groups:
         comps = _out_width(g)
-        M, _, S = _fwd_slots(g[0].mul, comps, block, _fwd_cpl(g[0].mul, cpl), smem)
+        M, _, S = _fwd_slots(g[0].mul, comps, block, _fwd_cpl(g[0].mul, cpl), slot_smem)
         if S > 1:
             red = max(red, (S - 1) * comps * M)
     smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
