@@ -642,10 +642,13 @@ def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
     return max(threads, (used + 31) // 32 * 32), FWD_SLOT_SMEM_X
 
 
-def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning) -> str:
+def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
+             block: Optional[Tuple[int, int]] = None) -> str:
+    """The forward kernel, or with ``dbwd`` the double backward's g_grad_out kernel; ``block``: (threads, slot
+    shared memory) of ``fwd_block`` (default: the other kernels' block)."""
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
-    block, slot_smem = (threads, FWD_SLOT_SMEM) if dbwd else fwd_block(live, threads, tune)
+    block, slot_smem = block or (threads, FWD_SLOT_SMEM)
     parts = [_fwd_group(gi, g, "  ", dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
                         _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem)
              for gi, g in enumerate(groups)]
@@ -1335,7 +1338,7 @@ template <typename T>
 const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {{
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
-  fwd_kernel<T><<<unsigned(g.num_nodes), FWD_BLOCK, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, g.w_row, d);
+  fwd_kernel<T><<<unsigned(g.num_nodes), {fwd_threads}, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, g.w_row, d);
   return last_error();
 }}
 {bwd_launch}
@@ -1530,7 +1533,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
     if tune.w_evict:
         src += _LD_STREAM
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
-    src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune)
+    fwd = fwd_block(live, threads, tune)
+    src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd)
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
     launch = ""
@@ -1550,9 +1554,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
                 "rows_in_gw_DS", f"rows_in_gw_{dbwd[1]}").replace("rows_in_gw_DD", f"rows_in_gw_{dbwd[2]}")
         else:
             launch = launch[:launch.index("// Double backward")]
-    src += _LAUNCHERS.replace("FWD_BLOCK", "kThreads" if fwd_block(live, threads, tune)[0] == threads
-                              else "kFwdThreads").format(
-        bwd_launch=launch, num_paths=len(paths),
+    src += _LAUNCHERS.format(
+        fwd_threads="kThreads" if fwd[0] == threads else "kFwdThreads", bwd_launch=launch, num_paths=len(paths),
         bwd_f32="bwd_launch<float>" if bwd is not None else "nullptr",
         bwd_f64="bwd_launch<double>" if bwd is not None else "nullptr",
         dbwd_f32="dbwd_launch<float>" if dbwd is not None else "nullptr",
