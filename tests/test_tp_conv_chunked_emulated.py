@@ -35,7 +35,8 @@ _LIB = {}
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
 # host emulation reads as plain loads), and the forward in blocks of one warp (its default: four edge slots, as
-# the plan's channels fit a warp); grad_y through shared memory: test_grad_y_through_shared_memory
+# the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma); grad_y through
+# shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
@@ -613,6 +614,73 @@ def test_forward_block_of_four_warps(dtype, problem):
         outs = [chunked_forward(library, plan, n, g, inputs, step) for library in (lib, narrow)]
         assert rel_err(outs[0], ref) <= TOL[dtype], (step, rel_err(outs[0], ref))
         assert rel_err(outs[0], outs[1].double()) <= TOL[dtype], step
+
+
+# (in1, in2, fwd_acc): passes of one edge slot in blocks of one warp (fwd_min_block=32); y rows of 9 and 16 columns;
+# one forward pass, and several (the barriers set up again per pass)
+TMA_PROBLEMS = {"test plan": ("8x0e+8x1o", "1x0e+1x1o+1x2e", 48),
+                "32 channels": ("32x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o", 48),
+                "32 channels, split": ("32x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o", 4)}
+
+
+@pytest.mark.parametrize("problem", list(TMA_PROBLEMS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_forward_rows_by_bulk_copies(dtype, problem):
+    """``Tuning.fwd_tma``: the forward's edge rows copied into shared memory by the block's thread 0 (the host
+    emulation's bulk copies and mbarriers), read from there. The output, poisoned first, in edge chunks and with edges
+    sharing weight rows (w_row), equals the forward without it bit for bit (the same operations in the same order)
+    and the reference; the copies moved each pass's weight and x runs once per edge, and the y columns too where y
+    rows are 16-byte multiples (16 columns; 9 are loaded)."""
+    in1, in2, acc = TMA_PROBLEMS[problem]
+    tune = _codegen.Tuning(fwd_min_block=32, fwd_acc=acc)
+    make = lambda: TPProblem.all_uvu(in1, in2, 2)  # noqa: E731
+    plan, lib = _library(f"tma {in1} {in2}", make, tune)
+    base = _library(f"tma {in1} {in2}", make, tune._replace(fwd_tma=0))[1]
+    struct = _codegen.plan_structure(plan)
+    src = _codegen.generate(struct, tune)
+    assert "fwd_kernel_tma<T><<<" in src and "rows by bulk copies" in src
+    assert "fwd_kernel_tma" not in _codegen.generate(struct, tune._replace(fwd_tma=0))
+    _, live, threads, _ = _codegen._analyse(struct)
+    groups = _codegen._fwd_passes(live, tune.fwd_acc, tune.fwd_cpl)
+    assert (len(groups) > len(_codegen._fwd_passes(live, 48, 1))) == (acc < 48)
+    rows = [_codegen._tma_rows(g) for g in groups]
+    ystage = plan.dim_in2 % _codegen.FWD_TMA_VEC == 0
+    assert ystage == (in2 != "1x0e+1x1o+1x2e")
+    per_edge = sum(r.w_len + r.x_len + (r.y_hi - r.y_lo if ystage else 0) for r in rows) * dtype.itemsize
+    n, g, inputs, ref = forward_problem(plan, 5)
+    inputs = [t.to(dtype).contiguous() for t in inputs]
+    e = g.src.numel()
+    for step in (17, e):
+        before = lib._lib.emu_bulk_copy_bytes()
+        out = chunked_forward(lib, plan, n, g, inputs, step)
+        assert lib._lib.emu_bulk_copy_bytes() - before == e * per_edge, step
+        assert torch.equal(out, chunked_forward(base, plan, n, g, inputs, step)), step
+        assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
+    # edges in pairs sharing a weight row: each edge reads row w_row[e]
+    x, y, w = inputs
+    w_row = torch.arange(e, dtype=torch.int64) // 2 * 2
+    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr, w_row)
+    outs = []
+    for library in (lib, base):
+        outs.append(torch.full((n, plan.dim_out), float("nan"), dtype=dtype))
+        library.fwd(x, y, w, graph, outs[-1])
+    assert torch.equal(outs[0], outs[1])
+    expanded = torch.full((n, plan.dim_out), float("nan"), dtype=dtype)
+    base.fwd(x, y, w[w_row].contiguous(), graph[:5], expanded)
+    assert torch.equal(outs[0], expanded)
+
+
+def test_forward_rows_by_bulk_copies_only_in_one_slot_passes():
+    """The bulk-copy forward is generated where every forward pass has one edge slot per block (128 channels; 32 in
+    one-warp blocks), not where a pass sums a receiver's edges on several (the test plan's 8 channels in the default
+    block of four warps, 64- and 32-channel passes beside a 128-channel one), nor without Tuning.fwd_tma."""
+    def has(in1, tune=_codegen.Tuning()):
+        src = _codegen.generate(_codegen.plan_structure(TPProblem.all_uvu(in1, "1x0e+1x1o+1x2e+1x3o", 2).lower()), tune)
+        return "fwd_kernel_tma" in src
+
+    assert has("128x0e+128x1o") and has("128x0e") and has("32x0e+32x1o", _codegen.Tuning(fwd_min_block=32))
+    assert not has("8x0e+8x1o") and not has("128x0e+64x1o+32x2e") and not has("32x0e+32x1o")
+    assert not has("128x0e+128x1o", _codegen.Tuning(fwd_tma=0))
 
 
 # y irreps -> the warp_sum_smem widths V (used y columns of a pass, to a power of two) of the wide plan's passes

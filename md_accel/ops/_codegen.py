@@ -66,7 +66,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 34  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 35  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -81,6 +81,22 @@ FWD_SLOT_SMEM_X = 46 * 1024  # the same in a forward block widened to FWD_MIN_BL
 # Widening the other five workloads' blocks (2x, 4x) lost time in 7 and 8 of their 10 cells, wherever it cost resident
 # warps (registers per block, float64's launch bounds); the best gain was mace_first float32's 6-9 % at 4x.
 FWD_MIN_BLOCK = 128
+# Tuning.fwd_tma: the forward's edge loop reads the weights, the sender's x row and the y row of each edge from shared
+# memory, where the block's thread 0 has copied them with the bulk-copy engine (cp.async.bulk, sm_90) a few edges ahead,
+# each stage completing on an mbarrier (FWD_TMA_STAGES at most, within FWD_TMA_SMEM bytes). Session 53 (ncu, H200,
+# kernels.py's random graph): the GEN 34 forwards waited on their global loads (L1TEX scoreboard 53-75 % of the stall
+# cycles on mace_mp0_medium, mace_first and sevennet_0 float32) with L2 75-93 % busy; the bulk copies move each row
+# once, with no load instruction per thread nor register held for the data in flight. Default and fwd_tma in turn, twice:
+# mace_mp0_medium 0.534 against 0.659-0.667 ms (float32), 1.036-1.077 against 1.172-1.175 (float64); mace_large
+# 1.20-1.21 / 2.40-2.44 against 1.37 / 2.82-2.83; mace_first 0.235-0.244 / 0.406-0.420 against 0.307-0.313 /
+# 0.483-0.487. Where a pass ran several edge slots per block (the SevenNet shapes' 32- and 64-channel passes, one
+# producer thread per slot) it lost up to 14 % (sevennet_l3i5 float32) or gained under 3 %: the kernel is generated
+# only where every forward pass has one edge slot, the rows' runs allow the copies (_tma_rows) and
+# two stages fit; the launcher takes it where the device has bulk copies and the call's x and w rows are 16-byte
+# aligned (fwd_tma_ok), else the forward above.
+FWD_TMA_STAGES = 4
+FWD_TMA_SMEM = 46 * 1024
+FWD_TMA_VEC = 4  # elements: every copied run starts and ends on a multiple (16 bytes in float32, 32 in float64)
 # grad_out components per channel held in registers by one bwd / dbwd pass, (float32, float64).
 # float32 64 (was 48): SevenNet-l3i5 fwd + bwd 4.96 / 4.97 vs 5.18 / 5.19 ms, MACE medium unchanged
 # (session 14, H200, kernels.py, two runs each). float64 48 (was 24): fwd + bwd SevenNet-l3i5 9.73 -> 8.72 ms,
@@ -177,6 +193,7 @@ class Tuning(NamedTuple):
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
     fwd_min_block: int = FWD_MIN_BLOCK  # forward: at least this many threads per block (fwd_block; 32 to 1024)
+    fwd_tma: int = 1  # 1: the forward's edge rows through shared memory by bulk copies where they allow (FWD_TMA_STAGES)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
     gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
@@ -205,7 +222,7 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
     if not 32 <= values.get("fwd_min_block", FWD_MIN_BLOCK) <= MAX_THREADS:
         raise ValueError(f"{TUNING_ENV}: fwd_min_block is 32 to {MAX_THREADS}")
-    for key in ("w_evict", "gy_smem"):
+    for key in ("w_evict", "gy_smem", "fwd_tma"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -506,15 +523,89 @@ def _ggw_load(ptr: str, evict: bool) -> str:
     return f"ld_stream_rw({ptr}, stream_policy())" if evict else f"*({ptr})"
 
 
+class _TmaRows(NamedTuple):
+    """Tuning.fwd_tma: what one edge of a forward pass copies into its stage of shared memory, in elements: runs
+    (start, length) of the weight row and of the sender's x row, the y columns [y_lo, y_hi), each run a multiple of
+    FWD_TMA_VEC elements on such a boundary; a stage holds the weight runs, then the x runs, then the y columns."""
+    w_runs: Tuple[Tuple[int, int], ...]
+    x_runs: Tuple[Tuple[int, int], ...]
+    y_lo: int
+    y_hi: int
+
+    @property
+    def w_len(self) -> int:
+        return sum(n for _, n in self.w_runs)
+
+    @property
+    def x_len(self) -> int:
+        return sum(n for _, n in self.x_runs)
+
+    @property
+    def stage(self) -> int:
+        return self.w_len + self.x_len + self.y_hi - self.y_lo
+
+    def w_pos(self, off: int) -> int:
+        """Stage position of weight-row element ``off``."""
+        return _run_pos(self.w_runs, off)
+
+    def x_pos(self, off: int) -> int:
+        return self.w_len + _run_pos(self.x_runs, off)
+
+
+def _run_pos(runs, off: int) -> int:
+    pos = 0
+    for a, n in runs:
+        if a <= off < a + n:
+            return pos + off - a
+        pos += n
+    raise KeyError(off)
+
+
+def _tma_rows(group: List[_Path]) -> Optional[_TmaRows]:
+    """The rows a forward pass copies per edge (_TmaRows), or None where a run would not start and end on
+    FWD_TMA_VEC elements (or a path's weights are strided)."""
+    v = FWD_TMA_VEC
+    if any(p.w_stride != 1 for p in group):
+        return None
+    w_runs = _intervals(q for p in group for q in range(p.w_off, p.w_off + p.mul))
+    x_runs = _intervals(q for p in group for q in range(p.in1_off, p.in1_off + p.mul * p.d1))
+    if any(a % v or n % v for a, n in ((a, b - a) for a, b in w_runs + x_runs)):
+        return None
+    y_cols = [p.in2_off + j for p in group for (_, _, j, _) in p.nz]
+    y_lo, y_hi = min(y_cols) // v * v, -(-(max(y_cols) + 1) // v) * v
+    return _TmaRows(tuple((a, b - a) for a, b in w_runs), tuple((a, b - a) for a, b in x_runs), y_lo, y_hi)
+
+
+def _tma_fill(I: str, rows: _TmaRows, gi: int) -> str:
+    """Device code: lambda fill{gi}(stage, e, sidx) of the slot's producer thread, the bulk copies of edge e's rows
+    into that stage, completing on its full barrier (the y columns only where ``ystage``)."""
+    s = [f"{I}auto fill{gi} = [&](int st, int64_t e, int64_t sidx) {{\n",
+         f"{I}  T* b = sbase + st * {rows.stage};\n",
+         f"{I}  const T* wr = w + w_index(w_row, e) * d.w;\n",
+         f"{I}  const T* xr = x + sidx * d.in1;\n",
+         f"{I}  mbar_expect(&full[st], uint32_t(sizeof(T)) * ({rows.w_len + rows.x_len}"
+         f" + (ystage ? {rows.y_hi - rows.y_lo} : 0)));\n"]
+    for a, n in rows.w_runs:
+        s.append(f"{I}  bulk_copy(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &full[st]);\n")
+    for a, n in rows.x_runs:
+        s.append(f"{I}  bulk_copy(b + {rows.x_pos(a)}, xr + {a}, {n} * sizeof(T), &full[st]);\n")
+    s.append(f"{I}  if (ystage) bulk_copy(b + {rows.w_len + rows.x_len}, y + e * d.in2 + {rows.y_lo}, "
+             f"{rows.y_hi - rows.y_lo} * sizeof(T), &full[st]);\n")
+    s.append(f"{I}}};\n")
+    return "".join(s)
+
+
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
-               evict: bool = False, smem: int = FWD_SLOT_SMEM) -> Tuple[str, str]:
+               evict: bool = False, smem: int = FWD_SLOT_SMEM, tma: Optional[_TmaRows] = None) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
     w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward).
     ``cpl`` (``_fwd_cpl``): channels per thread, u, u + L, ..: each product of a CG value and a y (the edge's,
     the same in every lane) then serves them all. ``evict``: the weights loaded by ``_w_load`` (Tuning.w_evict).
+    ``tma`` (the forward under Tuning.fwd_tma): each edge's rows come from the slot's stages in shared memory
+    (kTmaStages of them, filled by the slot's thread u = 0 with ``_tma_fill``, full / empty mbarriers per stage).
     Returns (device code, constant tables)."""
     mul = group[0].mul
     out_keys = []
@@ -528,38 +619,72 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
     accs = [f"{_bname('acc', key)}{cs}_{k}" for cs, _ in copies for key in out_keys for k in range(key[2])]
     s = [f"{I}{{  // group {gi}: output blocks at " + ", ".join(str(k[0]) for k in out_keys)
-         + f"; {M} channels x {S} edge slot(s)" + (f", {cpl} channels per thread" if cpl > 1 else "") + "\n"]
+         + f"; {M} channels x {S} edge slot(s)" + (f", {cpl} channels per thread" if cpl > 1 else "")
+         + (", rows by bulk copies" if tma else "") + "\n"]
     I2 = I + "  "
     s.append(f"{I2}const int slot = threadIdx.x / {L}, u = threadIdx.x % {L};\n")
     for cs, _ in copies:
         for key in out_keys:
             s.append(f"{I2}T " + ", ".join(f"{_bname('acc', key)}{cs}_{k} = T(0)" for k in range(key[2])) + ";\n")
     lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
-    s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
-    s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     I3 = I2 + "  "
     tables = ""
-    if prefetch:
+    if tma:
+        warps = -(-lanes // 32)  # the slot's warps with channels: each arrives on a stage's empty barrier
+        s.append(f"{I2}if (threadIdx.x < {S} * kTmaStages) {{  // this pass's barriers: a full and an empty one per "
+                 f"stage and slot\n")
+        if gi > 0:
+            s.append(f"{I2}  mbar_inval(&s_full[threadIdx.x]);\n{I2}  mbar_inval(&s_empty[threadIdx.x]);\n")
+        s.append(f"{I2}  mbar_init(&s_full[threadIdx.x], 1);\n{I2}  mbar_init(&s_empty[threadIdx.x], {warps});\n"
+                 f"{I2}}}\n{I2}mbar_init_fence();\n{I2}__syncthreads();\n")
+        s.append(f"{I2}T* sbase = s_tma + slot * kTmaStages * {tma.stage};\n")
+        s.append(f"{I2}uint64_t* full = s_full + slot * kTmaStages;\n"
+                 f"{I2}uint64_t* empty = s_empty + slot * kTmaStages;\n")
+        s.append(_tma_fill(I2, tma, gi))
+        s.append(f"{I2}const bool producer = slot < {S} && u == 0;\n")
+        s.append(f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + slot + st * {S} < e_end; "
+                 f"++st)\n{I2}    fill{gi}(st, e_begin + slot + st * {S}, __ldg(src + e_begin + slot + st * {S}));\n")
+        s.append(f"{I2}const int wl = {lanes} - (u & ~31);  // the lanes of this warp with channels\n"
+                 f"{I2}const unsigned wmask = wl >= 32 ? 0xffffffffu : wl > 0 ? (1u << wl) - 1u : 0u;\n")
+        s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
+        s.append(f"{I2}for (int64_t e = e_begin + slot, j = 0; e < e_end; e += {S}, ++j) {{\n")
+        s.append(f"{I3}const int st = int(j % kTmaStages);\n"
+                 f"{I3}const uint32_t parity = uint32_t(j / kTmaStages) & 1u;\n")
+        s.append(f"{I3}const int64_t en = e + kTmaStages * {S};\n"
+                 f"{I3}const int64_t snext = producer && en < e_end ? __ldg(src + en) : 0;\n")
+        s.append(f"{I3}mbar_wait(&full[st], parity);\n")
+        s.append(f"{I3}const T* sb = sbase + st * {tma.stage};\n")
+    else:
+        s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
+        s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
+    if prefetch and not tma:
         tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
                                       dbwd, lanes)
         s.append(code)
-    if prefetch_xy:
+    if prefetch_xy and not tma:
         t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd,
                                     lanes)
         tables += t
         s.append(code)
-    s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
-    s.append(f"{I3}const T* xr = x + sidx * d.in1;\n")
-    s.append(f"{I3}const T* yr = y + e * d.in2;\n")
-    s.append(f"{I3}const T* wr = w + w_index(w_row, e) * d.w;\n")
-    if dbwd:
-        s.append(f"{I3}const T* hr = ggx + sidx * d.in1;\n")
-        s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
-        s.append(f"{I3}const T* vr = ggw + e * d.w;\n")
-    for c in y_cols:
-        s.append(f"{I3}const T y{c} = __ldg(yr + {c});\n")
+    if tma:
+        s.append(f"{I3}T " + ", ".join(f"y{c}" for c in y_cols) + ";\n")
+        s.append(f"{I3}if (ystage) {{\n" + "".join(
+            f"{I3}  y{c} = sb[{tma.w_len + tma.x_len + c - tma.y_lo}];\n" for c in y_cols) + f"{I3}}} else {{\n"
+            + f"{I3}  const T* yr = y + e * d.in2;\n"
+            + "".join(f"{I3}  y{c} = __ldg(yr + {c});\n" for c in y_cols) + f"{I3}}}\n")
+    else:
+        s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
+        s.append(f"{I3}const T* xr = x + sidx * d.in1;\n")
+        s.append(f"{I3}const T* yr = y + e * d.in2;\n")
+        s.append(f"{I3}const T* wr = w + w_index(w_row, e) * d.w;\n")
         if dbwd:
-            s.append(f"{I3}const T z{c} = __ldg(zr + {c});\n")
+            s.append(f"{I3}const T* hr = ggx + sidx * d.in1;\n")
+            s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
+            s.append(f"{I3}const T* vr = ggw + e * d.w;\n")
+        for c in y_cols:
+            s.append(f"{I3}const T y{c} = __ldg(yr + {c});\n")
+            if dbwd:
+                s.append(f"{I3}const T z{c} = __ldg(zr + {c});\n")
     xs = {}
     for p in group:
         for (_, i, _, _) in p.nz:
@@ -567,14 +692,18 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     for cs, ch in copies:
         for key, iset in xs.items():
             for i in sorted(iset):
-                s.append(f"{I3}const T {_bname('x', key)}{cs}_{i} = __ldg(xr + {key[0]} + {ch} * {key[2]} + {i});\n")
+                xsrc = (f"sb[{tma.x_pos(key[0])} + {ch} * {key[2]} + {i}]" if tma
+                        else f"__ldg(xr + {key[0]} + {ch} * {key[2]} + {i})")
+                s.append(f"{I3}const T {_bname('x', key)}{cs}_{i} = {xsrc};\n")
                 if dbwd:
                     s.append(f"{I3}const T {_bname('h', key)}{cs}_{i} = __ldg(hr + {key[0]} + {ch} * {key[2]} + {i});\n")
     for p in group:
         s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I3 + "  "
         for cs, ch in copies:
-            s.append(f"{I5}const T wp{cs} = {_w_load(f'wr + {p.w_off} + {ch} * {p.w_stride}', evict)};\n")
+            wsrc = (f"sb[{tma.w_pos(p.w_off)} + {ch}]" if tma
+                    else _w_load(f'wr + {p.w_off} + {ch} * {p.w_stride}', evict))
+            s.append(f"{I5}const T wp{cs} = {wsrc};\n")
             if dbwd:
                 s.append(f"{I5}const T vp{cs} = {_w_load(f'vr + {p.w_off} + {ch} * {p.w_stride}', evict)};\n")
         ks = sorted({k for (_, _, _, k) in p.nz})
@@ -598,6 +727,12 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                         ew = f"fma({_cg_const(q)}, fma(y{c}, a{cs}_{i}, z{c} * b{cs}_{i}), {ew})"
                 s.append(f"{I5}{acc}_{k} = {ew};\n")
         s.append(f"{I3}}}\n")
+    if tma:
+        s.append(f"{I3}__syncwarp(wmask);  // the warp has read stage st\n"
+                 f"{I3}if ((u & 31) == 0) mbar_arrive(&empty[st]);\n"
+                 f"{I3}if (producer && en < e_end) {{  // the stage takes edge en once every warp has read it\n"
+                 f"{I3}  mbar_wait(&empty[st], parity);\n"
+                 f"{I3}  fill{gi}(st, en, snext);\n{I3}}}\n")
     s.append(f"{I2}}}\n")
     if S > 1:
         s.append(f"{I2}if (slot > 0 && slot < {S}) {{\n")
@@ -610,6 +745,8 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
             s.append(f"{I2}    {a} += s_acc[(r * {len(accs)} + {c}) * {L} + u];\n")
         s.append(f"{I2}  }}\n{I2}}}\n")
         s.append(f"{I2}__syncthreads();  // s_acc is reused by the next group\n")
+    elif tma:
+        s.append(f"{I2}__syncthreads();  // the stages and barriers are reused by the next group\n")
     s.append(f"{I2}if (slot == 0 && u < {lanes}) {{\n")
     for cs, ch in copies:
         for key in out_keys:
@@ -642,30 +779,64 @@ def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
     return max(threads, (used + 31) // 32 * 32), FWD_SLOT_SMEM_X
 
 
+def _tma_stages(rows: List[_TmaRows]) -> Tuple[int, int, int]:
+    """Tuning.fwd_tma: (elements of shared memory per stage, the stages in float32, in float64): as many as fit
+    FWD_TMA_SMEM, at most FWD_TMA_STAGES."""
+    per_stage = max(r.stage for r in rows)
+    return (per_stage,) + tuple(min(FWD_TMA_STAGES, FWD_TMA_SMEM // (per_stage * z)) for z in (4, 8))
+
+
 def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
-             block: Optional[Tuple[int, int]] = None) -> str:
+             block: Optional[Tuple[int, int]] = None, tma: bool = False) -> str:
     """The forward kernel, or with ``dbwd`` the double backward's g_grad_out kernel; ``block``: (threads, slot
-    shared memory) of ``fwd_block`` (default: the other kernels' block)."""
+    shared memory) of ``fwd_block`` (default: the other kernels' block). ``tma``: the forward's variant under
+    Tuning.fwd_tma, ``fwd_kernel_tma`` (its edge rows by bulk copies; '' where a pass's rows do not allow them or no
+    two stages fit), with ``fwd_tma_ok``, the launcher's test of the call's pointers and row lengths."""
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
     block, slot_smem = block or (threads, FWD_SLOT_SMEM)
-    parts = [_fwd_group(gi, g, "  ", dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem)
-             for gi, g in enumerate(groups)]
-    body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
+    rows = [_tma_rows(g) for g in groups] if tma else [None] * len(groups)
+    if tma and None in rows:
+        return ""
     red = 0
     for g in groups:
         comps = _out_width(g)
         M, _, S = _fwd_slots(g[0].mul, comps, block, _fwd_cpl(g[0].mul, cpl), slot_smem)
         if S > 1:
             red = max(red, (S - 1) * comps * M)
+    if tma:
+        if red:  # a pass with several edge slots (the note at FWD_TMA_STAGES)
+            return ""
+        per_stage, n4, n8 = _tma_stages(rows)
+        if max(n4, n8) < 2:
+            return ""
+    parts = [_fwd_group(gi, g, "  ", dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
+                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r)
+             for gi, (g, r) in enumerate(zip(groups, rows))]
+    body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
     smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
-    name = "dfwd_kernel" if dbwd else "fwd_kernel"
+    name = "dfwd_kernel" if dbwd else "fwd_kernel_tma" if tma else "fwd_kernel"
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
     what = "g_grad_out of the double backward" if dbwd else "Forward"
     tc = "kThreads" if block == threads else "kFwdThreads"
-    decl = "" if block == threads else f"constexpr int kFwdThreads = {block};  // the forward's block\n"
+    decl = "" if block == threads or tma else f"constexpr int kFwdThreads = {block};  // the forward's block\n"
+    head = ""
+    if tma:
+        bars = max(n4, n8)  # one edge slot per pass
+        what = "Forward, its edge rows by bulk copies (Tuning.fwd_tma)"
+        decl = (f"template <typename T>\nconstexpr int kTmaStagesOf = sizeof(T) == 4 ? {n4} : {n8};\n"
+                + f"template <typename T>\nbool fwd_tma_ok(const TPTensors<T>& t, const TPDims& d) {{\n"
+                f"  static const bool sm90 = [] {{\n    int dev = 0, major = 0;\n    cudaGetDevice(&dev);\n"
+                f"    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);\n    return major >= 9;\n"
+                f"  }}();\n  return sm90 && kTmaStagesOf<T> >= 2 && aligned16(t.x) && aligned16(t.w) && "
+                f"d.in1 % {FWD_TMA_VEC} == 0 && d.w % {FWD_TMA_VEC} == 0;\n}}\n")
+        head = (f"  constexpr int kTmaStages = kTmaStagesOf<T> < 2 ? 2 : kTmaStagesOf<T>;  // (< 2: never launched)\n"
+                f"  __shared__ __align__(128) T s_tma[kTmaStagesOf<T> < 2 ? 1 : kTmaStages * {per_stage}];  // the "
+                f"slots' stages\n"
+                f"  __shared__ __align__(8) uint64_t s_full[{bars}];  // a stage's rows have landed\n"
+                f"  __shared__ __align__(8) uint64_t s_empty[{bars}];  // a stage's rows have been read\n"
+                f"  const bool ystage = d.in2 % {FWD_TMA_VEC} == 0 && aligned16(y);  // else y by loads\n")
     return tables + f"""
 // {what}: block n = receiver; {len(groups)} pass(es) over its edges.
 {decl}template <typename T>
@@ -675,7 +846,7 @@ __global__ void {_bounds(tune, block, fwd=not dbwd, block_const=tc)} {name}(cons
   const int64_t n = blockIdx.x;
   const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
   if (d.accumulate && e_begin == e_end) return;  // the whole block, before any barrier: nothing to add
-{smem}  T* orow = out + n * d.out;
+{smem}{head}  T* orow = out + n * d.out;
 {body}  if (!d.accumulate)
     for (int q = threadIdx.x; q < d.out; q += {tc})
       if (!out_covered(q)) orow[q] = T(0);
@@ -1333,12 +1504,62 @@ __device__ __forceinline__ double ld_stream_rw(const double* a, uint64_t policy)
 }
 """
 
+_TMA = r"""
+// Tuning.fwd_tma: mbarriers and bulk copies into shared memory (sm_90); the host emulation (tests/cuda_emu) has its own.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900  // no bulk copies: fwd_tma_ok never launches the kernel there
+__device__ __forceinline__ void mbar_init(uint64_t*, int) { __trap(); }
+__device__ __forceinline__ void mbar_inval(uint64_t*) { __trap(); }
+__device__ __forceinline__ void mbar_init_fence() { __trap(); }
+__device__ __forceinline__ void mbar_arrive(uint64_t*) { __trap(); }
+__device__ __forceinline__ void mbar_expect(uint64_t*, uint32_t) { __trap(); }
+__device__ __forceinline__ void mbar_wait(uint64_t*, uint32_t) { __trap(); }
+__device__ __forceinline__ void bulk_copy(void*, const void*, uint32_t, uint64_t*) { __trap(); }
+#elif defined(__CUDA_ARCH__) || !defined(MD_ACCEL_MMA_HOST_EMU)
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_inval(uint64_t* bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+#endif
+__host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+"""
+
+_FWD_TMA_LAUNCH = r"""  if (fwd_tma_ok<T>(t, d)) {{
+    fwd_kernel_tma<T><<<unsigned(g.num_nodes), {fwd_threads}, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr,
+                                                                    g.w_row, d);
+    return last_error();
+  }}
+"""
+
 _LAUNCHERS = r"""
 template <typename T>
 const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {{
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
-  fwd_kernel<T><<<unsigned(g.num_nodes), {fwd_threads}, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, g.w_row, d);
+{fwd_tma}  fwd_kernel<T><<<unsigned(g.num_nodes), {fwd_threads}, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, g.w_row, d);
   return last_error();
 }}
 {bwd_launch}
@@ -1535,6 +1756,9 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
     fwd = fwd_block(live, threads, tune)
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd)
+    fwd_tma = _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd, tma=True) if tune.fwd_tma else ""
+    if fwd_tma:
+        src += _TMA + fwd_tma
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
     launch = ""
@@ -1556,6 +1780,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
             launch = launch[:launch.index("// Double backward")]
     src += _LAUNCHERS.format(
         fwd_threads="kThreads" if fwd[0] == threads else "kFwdThreads", bwd_launch=launch, num_paths=len(paths),
+        fwd_tma=_FWD_TMA_LAUNCH.format(fwd_threads="kThreads" if fwd[0] == threads else "kFwdThreads")
+        if fwd_tma else "",
         bwd_f32="bwd_launch<float>" if bwd is not None else "nullptr",
         bwd_f64="bwd_launch<double>" if bwd is not None else "nullptr",
         dbwd_f32="dbwd_launch<float>" if dbwd is not None else "nullptr",

@@ -129,7 +129,11 @@ void launch(unsigned grid, unsigned block, size_t smem_bytes, F&& body) {
 #define blockDim emu::g_bdim
 #define gridDim emu::g_gdim
 inline void __syncthreads() { emu::g_block->bar.arrive_and_wait(); }
-inline void __syncwarp() { emu::warp().bar.arrive_and_wait(); }
+// __syncwarp(mask) of a partial warp: a barrier of the mask's lanes (named by the warp, so warps do not mix)
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  if (mask == 0xffffffffu) return emu::warp().bar.arrive_and_wait();
+  emu::named_sync(1 << 20 | int(threadIdx.x / 32), __builtin_popcount(mask));
+}
 template <typename T> T __ldg(const T* p) { return *p; }
 // the block's threads run concurrently (host threads): device atomics as host atomics
 template <typename T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
@@ -144,3 +148,43 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int off) {
   w.bar.arrive_and_wait();
   return r;
 }
+
+// mbarriers and bulk copies (Tuning.fwd_tma's forward; the device versions are PTX in the generated source): an
+// mbarrier is one 64-bit word updated atomically (bit 63 the phase, bits 47-62 the arrivals a phase expects, 32-46
+// those still due, the low 32 bits the bytes still due, signed); a bulk copy is a memcpy whose bytes then count as
+// arrived. emu_bulk_copy_bytes() (extern "C") reports the bytes copied since the library was loaded.
+namespace emu {
+inline std::atomic<int64_t> bulk_bytes{0};
+inline uint64_t mbar_pack(uint64_t phase, uint64_t count, uint64_t due, uint64_t bytes) {
+  return phase << 63 | count << 47 | due << 32 | bytes;
+}
+inline void mbar_update(uint64_t* bar, int arrivals, int64_t bytes) {  // arrivals, and bytes expected (+) or arrived (-)
+  std::atomic_ref<uint64_t> a(*bar);
+  uint64_t v = a.load();
+  for (;;) {
+    const uint64_t phase = v >> 63, count = (v >> 47) & 0xffff, due = ((v >> 32) & 0x7fff) - arrivals;
+    const int64_t left = int64_t(int32_t(uint32_t(v))) + bytes;
+    if (((v >> 32) & 0x7fff) < uint64_t(arrivals)) std::abort();  // more arrivals than the phase expects
+    const uint64_t next = due == 0 && left == 0 ? mbar_pack(phase ^ 1, count, count, 0)
+                                                : mbar_pack(phase, count, due, uint32_t(int32_t(left)));
+    if (a.compare_exchange_weak(v, next)) return;
+  }
+}
+}  // namespace emu
+inline void mbar_init(uint64_t* bar, int count) {
+  std::atomic_ref<uint64_t>(*bar).store(emu::mbar_pack(0, count, count, 0));
+}
+inline void mbar_inval(uint64_t*) {}
+inline void mbar_init_fence() {}
+inline void mbar_arrive(uint64_t* bar) { emu::mbar_update(bar, 1, 0); }
+inline void mbar_expect(uint64_t* bar, uint32_t bytes) { emu::mbar_update(bar, 1, int64_t(bytes)); }
+inline void mbar_wait(uint64_t* bar, uint32_t parity) {
+  while ((std::atomic_ref<uint64_t>(*bar).load() >> 63) == parity) std::this_thread::yield();
+}
+inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) & 15) std::abort();  // sm_90's rule
+  std::memcpy(dst, src, bytes);
+  emu::bulk_bytes += bytes;
+  emu::mbar_update(bar, 0, -int64_t(bytes));
+}
+extern "C" int64_t emu_bulk_copy_bytes() { return emu::bulk_bytes.load(); }
