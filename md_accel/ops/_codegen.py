@@ -1508,7 +1508,7 @@ _TMA = r"""
 // Tuning.fwd_tma: mbarriers and bulk copies into shared memory (sm_90); the host emulation (tests/cuda_emu) has its own.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900  // no bulk copies: fwd_tma_ok never launches the kernel there
 __device__ __forceinline__ void mbar_init(uint64_t*, int) { __trap(); }
-__device__ __forceinline__ void mbar_inval(uint64_t*) { __trap(); }
+[[maybe_unused]] __device__ __forceinline__ void mbar_inval(uint64_t*) { __trap(); }
 __device__ __forceinline__ void mbar_init_fence() { __trap(); }
 __device__ __forceinline__ void mbar_arrive(uint64_t*) { __trap(); }
 __device__ __forceinline__ void mbar_expect(uint64_t*, uint32_t) { __trap(); }
@@ -1521,7 +1521,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
-__device__ __forceinline__ void mbar_inval(uint64_t* bar) {
+[[maybe_unused]] __device__ __forceinline__ void mbar_inval(uint64_t* bar) {  // (a one-pass kernel has no use for it)
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 __device__ __forceinline__ void mbar_init_fence() {
