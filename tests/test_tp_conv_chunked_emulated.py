@@ -616,11 +616,13 @@ def test_forward_block_of_four_warps(dtype, problem):
         assert rel_err(outs[0], outs[1].double()) <= TOL[dtype], step
 
 
-# (in1, in2, fwd_acc): passes of one edge slot in blocks of one warp (fwd_min_block=32); y rows of 9 and 16 columns;
-# one forward pass, and several (the barriers set up again per pass)
-TMA_PROBLEMS = {"test plan": ("8x0e+8x1o", "1x0e+1x1o+1x2e", 48),
+# (in1, in2, fwd_acc): passes of one edge slot in blocks of one warp (fwd_min_block=32), and of four warps (128
+# channels: four arrivals per stage on its empty barrier); y rows of 9 and 16 columns; one forward pass, and several
+# (the barriers set up again per pass)
+TMA_PROBLEMS = {"8 channels": ("8x0e+8x1o", "1x0e+1x1o+1x2e", 48),
                 "32 channels": ("32x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o", 48),
-                "32 channels, split": ("32x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o", 4)}
+                "32 channels, split": ("32x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o", 4),
+                "128 channels": ("128x0e", "1x0e+1x1o+1x2e+1x3o", 48)}
 
 
 @pytest.mark.parametrize("problem", list(TMA_PROBLEMS))
@@ -630,7 +632,8 @@ def test_forward_rows_by_bulk_copies(dtype, problem):
     emulation's bulk copies and mbarriers), read from there. The output, poisoned first, in edge chunks and with edges
     sharing weight rows (w_row), equals the forward without it bit for bit (the same operations in the same order)
     and the reference; the copies moved each pass's weight and x runs once per edge, and the y columns too where y
-    rows are 16-byte multiples (16 columns; 9 are loaded)."""
+    rows are 16-byte multiples (16 columns; 9 are loaded). With x (or w) not 16-byte aligned the launcher takes the
+    forward without copies; with y not aligned the kernel loads y itself: the same bits either way."""
     in1, in2, acc = TMA_PROBLEMS[problem]
     tune = _codegen.Tuning(fwd_min_block=32, fwd_acc=acc)
     make = lambda: TPProblem.all_uvu(in1, in2, 2)  # noqa: E731
@@ -638,7 +641,7 @@ def test_forward_rows_by_bulk_copies(dtype, problem):
     base = _library(f"tma {in1} {in2}", make, tune._replace(fwd_tma=0))[1]
     struct = _codegen.plan_structure(plan)
     src = _codegen.generate(struct, tune)
-    assert "fwd_kernel_tma<T><<<" in src and "rows by bulk copies" in src
+    assert "fwd_kernel_tma<T><<<" in src
     assert "fwd_kernel_tma" not in _codegen.generate(struct, tune._replace(fwd_tma=0))
     _, live, threads, _ = _codegen._analyse(struct)
     groups = _codegen._fwd_passes(live, tune.fwd_acc, tune.fwd_cpl)
@@ -646,7 +649,8 @@ def test_forward_rows_by_bulk_copies(dtype, problem):
     rows = [_codegen._tma_rows(g) for g in groups]
     ystage = plan.dim_in2 % _codegen.FWD_TMA_VEC == 0
     assert ystage == (in2 != "1x0e+1x1o+1x2e")
-    per_edge = sum(r.w_len + r.x_len + (r.y_hi - r.y_lo if ystage else 0) for r in rows) * dtype.itemsize
+    rows_bytes = sum(r.w_len + r.x_len for r in rows) * dtype.itemsize
+    per_edge = rows_bytes + sum(r.y_hi - r.y_lo for r in rows) * dtype.itemsize * ystage
     n, g, inputs, ref = forward_problem(plan, 5)
     inputs = [t.to(dtype).contiguous() for t in inputs]
     e = g.src.numel()
@@ -668,6 +672,18 @@ def test_forward_rows_by_bulk_copies(dtype, problem):
     expanded = torch.full((n, plan.dim_out), float("nan"), dtype=dtype)
     base.fwd(x, y, w[w_row].contiguous(), graph[:5], expanded)
     assert torch.equal(outs[0], expanded)
+
+    def shifted(t):  # the same values one element past a 16-byte boundary
+        return torch.cat([t.new_zeros(1), t.flatten()])[1:].view(t.shape)
+
+    # x shifted: no copies at all (the launcher's forward without them); y shifted: y loaded, the rest copied
+    for xs, ys, copied in ((shifted(x), y, 0), (x, shifted(y), e * rows_bytes)):
+        assert xs.data_ptr() % 16 != 0 or ys.data_ptr() % 16 != 0
+        before = lib._lib.emu_bulk_copy_bytes()
+        got = torch.full((n, plan.dim_out), float("nan"), dtype=dtype)
+        lib.fwd(xs, ys, w, graph[:5], got)
+        assert lib._lib.emu_bulk_copy_bytes() - before == copied
+        assert torch.equal(got, out)  # the last chunked forward's output: all edges in one call
 
 
 def test_forward_rows_by_bulk_copies_only_in_one_slot_passes():

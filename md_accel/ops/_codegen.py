@@ -66,7 +66,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 35  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 36  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -583,6 +583,7 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int) -> str:
          f"{I}  T* b = sbase + st * {rows.stage};\n",
          f"{I}  const T* wr = w + w_index(w_row, e) * d.w;\n",
          f"{I}  const T* xr = x + sidx * d.in1;\n",
+         f"{I}  fence_proxy_async();  // the stage's earlier reads before the copies' writes\n",
          f"{I}  mbar_expect(&full[st], uint32_t(sizeof(T)) * ({rows.w_len + rows.x_len}"
          f" + (ystage ? {rows.y_hi - rows.y_lo} : 0)));\n"]
     for a, n in rows.w_runs:
@@ -790,8 +791,10 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
              block: Optional[Tuple[int, int]] = None, tma: bool = False) -> str:
     """The forward kernel, or with ``dbwd`` the double backward's g_grad_out kernel; ``block``: (threads, slot
     shared memory) of ``fwd_block`` (default: the other kernels' block). ``tma``: the forward's variant under
-    Tuning.fwd_tma, ``fwd_kernel_tma`` (its edge rows by bulk copies; '' where a pass's rows do not allow them or no
-    two stages fit), with ``fwd_tma_ok``, the launcher's test of the call's pointers and row lengths."""
+    Tuning.fwd_tma, ``fwd_kernel_tma`` (its edge rows by bulk copies; '' where a pass has several edge slots, a
+    pass's rows do not allow the copies or no two stages fit), with ``fwd_tma_ok``, the launcher's test of the
+    device and of the call's pointers and row lengths."""
+    assert not (tma and dbwd), "the bulk-copy variant is the forward's alone"
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
     block, slot_smem = block or (threads, FWD_SLOT_SMEM)
@@ -827,9 +830,10 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
         what = "Forward, its edge rows by bulk copies (Tuning.fwd_tma)"
         decl = (f"template <typename T>\nconstexpr int kTmaStagesOf = sizeof(T) == 4 ? {n4} : {n8};\n"
                 + f"template <typename T>\nbool fwd_tma_ok(const TPTensors<T>& t, const TPDims& d) {{\n"
-                f"  static const bool sm90 = [] {{\n    int dev = 0, major = 0;\n    cudaGetDevice(&dev);\n"
-                f"    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);\n    return major >= 9;\n"
-                f"  }}();\n  return sm90 && kTmaStagesOf<T> >= 2 && aligned16(t.x) && aligned16(t.w) && "
+                f"  static int major[64] = {{}};  // compute capability per device (0: not asked yet)\n"
+                f"  int dev = 0;\n  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;\n"
+                f"  if (major[dev] == 0) cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev);\n"
+                f"  return major[dev] >= 9 && kTmaStagesOf<T> >= 2 && aligned16(t.x) && aligned16(t.w) && "
                 f"d.in1 % {FWD_TMA_VEC} == 0 && d.w % {FWD_TMA_VEC} == 0;\n}}\n")
         head = (f"  constexpr int kTmaStages = kTmaStagesOf<T> < 2 ? 2 : kTmaStagesOf<T>;  // (< 2: never launched)\n"
                 f"  __shared__ __align__(128) T s_tma[kTmaStagesOf<T> < 2 ? 1 : kTmaStages * {per_stage}];  // the "
@@ -1509,6 +1513,7 @@ _TMA = r"""
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900  // no bulk copies: fwd_tma_ok never launches the kernel there
 __device__ __forceinline__ void mbar_init(uint64_t*, int) { __trap(); }
 [[maybe_unused]] __device__ __forceinline__ void mbar_inval(uint64_t*) { __trap(); }
+__device__ __forceinline__ void fence_proxy_async() { __trap(); }
 __device__ __forceinline__ void mbar_init_fence() { __trap(); }
 __device__ __forceinline__ void mbar_arrive(uint64_t*) { __trap(); }
 __device__ __forceinline__ void mbar_expect(uint64_t*, uint32_t) { __trap(); }
@@ -1527,6 +1532,9 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
 __device__ __forceinline__ void mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+// Orders this thread's view of shared memory, in which the warps' reads of a stage were ordered by the empty barrier,
+// before the bulk copy that next writes the stage (the copy engine is the async proxy, the loads the generic one).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }

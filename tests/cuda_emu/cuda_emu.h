@@ -176,6 +176,7 @@ inline void mbar_init(uint64_t* bar, int count) {
 }
 inline void mbar_inval(uint64_t*) {}
 inline void mbar_init_fence() {}
+inline void fence_proxy_async() {}
 inline void mbar_arrive(uint64_t* bar) { emu::mbar_update(bar, 1, 0); }
 inline void mbar_expect(uint64_t* bar, uint32_t bytes) { emu::mbar_update(bar, 1, int64_t(bytes)); }
 inline void mbar_wait(uint64_t* bar, uint32_t parity) {

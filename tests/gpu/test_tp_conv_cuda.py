@@ -568,6 +568,40 @@ def test_fused_op_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, mo
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_forward_rows_by_bulk_copies_on_the_device(dtype, specs):
+    """The forward of a plan whose passes take one edge slot each (128 channels) is ``fwd_kernel_tma`` (its edge rows
+    by bulk copies, Tuning.fwd_tma) on compute capability 9 and newer; a call whose x is not 16-byte aligned gets the
+    forward without copies. Both against the reference, with the same bits."""
+    from md_accel.ops import _codegen
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("bulk copies need compute capability 9 or newer")
+    if not _codegen.tuning().fwd_tma:
+        pytest.skip("MD_ACCEL_TP_TUNING turns fwd_tma off")
+    problem = CONFIGS["mace_medium"]()
+    gen = torch.Generator().manual_seed(21)
+    num_nodes = 300
+    g = random_graph(num_nodes, 6000, gen)
+    plan, pl = plan_tensors(problem, dtype)
+    x, y, w = inputs(problem, plan, g, num_nodes, dtype, gen)
+    assert OPS._tp_conv_specialised_for(x, *pl)
+    shifted = torch.cat([x.new_zeros(1), x.flatten()])[1:].view(x.shape)
+    assert x.data_ptr() % 16 == 0 and shifted.data_ptr() % 16 != 0
+    ref = ref_call(lambda x, y, w, s, d, *r: tp_conv_fwd_ref(x, y, w, s, d, num_nodes, *r, plan.dim_out),
+                   (x, y, w), g, plan)
+    outs = []
+    for xs, bulk in ((x, True), (shifted, False)):
+        poison((num_nodes, plan.dim_out), dtype=dtype)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            outs.append(OPS.tp_conv_fwd(xs, y, w, *graph_args(g), *pl, plan.dim_out))
+            torch.cuda.synchronize()
+        kernels = [k.key for k in prof.key_averages() if "fwd_kernel" in k.key]
+        assert kernels and any("fwd_kernel_tma" in k for k in kernels) == bulk, kernels
+        assert rel_err(outs[-1], ref) <= TOL[dtype], rel_err(outs[-1], ref)
+    assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet_l3i5_like", "mace_mp_medium"])
 def test_graph_shapes(name, dtype, kernels):
     problem = CONFIGS[name]()
