@@ -167,7 +167,10 @@ inline void mbar_update(uint64_t* bar, int arrivals, int64_t bytes) {  // arriva
     if (((v >> 32) & 0x7fff) < uint64_t(arrivals)) std::abort();  // more arrivals than the phase expects
     const uint64_t next = due == 0 && left == 0 ? mbar_pack(phase ^ 1, count, count, 0)
                                                 : mbar_pack(phase, count, due, uint32_t(int32_t(left)));
-    if (a.compare_exchange_weak(v, next)) return;
+    if (a.compare_exchange_weak(v, next)) {
+      if ((next ^ v) >> 63) a.notify_all();  // a phase completed: wake its waiters (mbar_wait)
+      return;
+    }
   }
 }
 }  // namespace emu
@@ -179,8 +182,9 @@ inline void mbar_init_fence() {}
 inline void fence_proxy_async() {}
 inline void mbar_arrive(uint64_t* bar) { emu::mbar_update(bar, 1, 0); }
 inline void mbar_expect(uint64_t* bar, uint32_t bytes) { emu::mbar_update(bar, 1, int64_t(bytes)); }
-inline void mbar_wait(uint64_t* bar, uint32_t parity) {
-  while ((std::atomic_ref<uint64_t>(*bar).load() >> 63) == parity) std::this_thread::yield();
+inline void mbar_wait(uint64_t* bar, uint32_t parity) {  // sleeps until the phase of that parity has completed
+  std::atomic_ref<uint64_t> a(*bar);
+  for (uint64_t v = a.load(); (v >> 63) == parity; v = a.load()) a.wait(v);
 }
 inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) & 15) std::abort();  // sm_90's rule

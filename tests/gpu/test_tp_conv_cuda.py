@@ -602,6 +602,49 @@ def test_forward_rows_by_bulk_copies_on_the_device(dtype, specs):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_part1_rows_by_bulk_copies_on_the_device(dtype, specs, monkeypatch):
+    """Under Tuning.p1_tma, part 1 of the backward and of the double backward of a 128-channel plan is its ``_tma``
+    kernel (edge rows by bulk copies) on compute capability 9 and newer, with one block per receiver
+    (MD_ACCEL_BWD_SPLIT=1; receiver parts take the kernel without copies); a call whose x is not 16-byte aligned gets
+    the kernel without copies. Both against the reference, with the same bits."""
+    from md_accel.ops import _codegen
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("bulk copies need compute capability 9 or newer")
+    if _codegen.tuning().p1_tma != 3:
+        pytest.skip("MD_ACCEL_TP_TUNING does not turn p1_tma on for both kernels")
+    monkeypatch.setenv("MD_ACCEL_BWD_SPLIT", "1")
+    problem = CONFIGS["mace_medium"]()
+    gen = torch.Generator().manual_seed(23)
+    num_nodes = 300
+    g = random_graph(num_nodes, 6000, gen)
+    plan, pl = plan_tensors(problem, dtype)
+    x, y, w = inputs(problem, plan, g, num_nodes, dtype, gen)
+    assert OPS._tp_conv_specialised_for(x, *pl)
+    gout = torch.randn(num_nodes, plan.dim_out, generator=gen, dtype=torch.float64).to(DEV, dtype)
+    ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
+    shifted = torch.cat([x.new_zeros(1), x.flatten()])[1:].view(x.shape)
+    assert x.data_ptr() % 16 == 0 and shifted.data_ptr() % 16 != 0
+    ga = graph_args(g)
+    want = {"bwd": ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan),
+            "dbwd": ref_call(tp_conv_dbwd_ref, (ggx, ggy, ggw, gout, x, y, w), g, plan)[1:]}
+    calls = {"bwd": lambda xs: OPS.tp_conv_bwd(gout, xs, y, w, *ga, *pl),
+             "dbwd": lambda xs: OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, xs, y, w, *ga, *pl, False)[1:]}
+    for what, call in calls.items():
+        outs = []
+        for xs, bulk in ((x, True), (shifted, False)):
+            poison((num_nodes, plan.dim_in1), (len(g.src), plan.dim_in2), (len(g.src), plan.weight_numel), dtype=dtype)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                outs.append(call(xs))
+                torch.cuda.synchronize()
+            kernels = [k.key for k in prof.key_averages() if f"{what}_kernel_" in k.key]
+            assert kernels and any("_tma" in k for k in kernels) == bulk, (what, kernels)
+            for a, b in zip(outs[-1], want[what]):
+                assert rel_err(a, b) <= TOL[dtype], (what, bulk, rel_err(a, b))
+        assert all(torch.equal(a, b) for a, b in zip(*outs)), what
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet_l3i5_like", "mace_mp_medium"])
 def test_graph_shapes(name, dtype, kernels):
     problem = CONFIGS[name]()
