@@ -18,8 +18,14 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # SMI_LOG=MS: the GPU's clocks, power, temperature and clock-event reasons every MS milliseconds into $R/smi.csv
 # (nvidia-smi's errors into $R/smi.err) until `smi_stop`, which a call script runs before it packs $R
 # (benchmarks/smi_join.py matches the log with kernels.py's cells); at the shell's exit too, unless the caller has an
-# EXIT trap of its own.
-smi_stop() { [[ -n ${SMI_PID:-} ]] && { kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null; SMI_PID=; }; true; }
+# EXIT trap of its own. The logger is disowned, so that a bare `wait` in the call script (for its own background
+# builds) does not wait for it until the call's time limit (session 55 lost two calls so).
+smi_stop() {
+  [[ -n ${SMI_PID:-} ]] || return 0
+  kill "$SMI_PID" 2>/dev/null
+  while kill -0 "$SMI_PID" 2>/dev/null; do sleep 0.05; done
+  SMI_PID=
+}
 if [[ -n ${SMI_LOG:-} ]]; then
   # power.draw is the mean of the last second on Ampere and newer; power.draw.instant (newer drivers) where queried
   instant=,power.draw.instant
@@ -27,6 +33,7 @@ if [[ -n ${SMI_LOG:-} ]]; then
   query=timestamp,clocks.sm,clocks.mem,power.draw$instant,temperature.gpu,clocks_event_reasons.active
   nvidia-smi --query-gpu=$query --format=csv,nounits -lms "$SMI_LOG" > "$R/smi.csv" 2> "$R/smi.err" &
   SMI_PID=$!
+  disown "$SMI_PID"
   if [[ -z $(trap -p EXIT) ]]; then trap smi_stop EXIT; fi
 fi
 wheels=${WHEELS:-.peers/k/wheels}
