@@ -1,13 +1,35 @@
 #!/usr/bin/env bash
 # The first device call of a session (a fresh machine): unpacks the peers bundle (.peers/full, tools/gpu_prepare.sh)
-# into the git-ignored .gpu/site and JIT-builds the op library from this csrc (~2 minutes) into .gpu/build and
-# .gpu/prebuilt. Both stay on the warm machine for the next calls, launched within its idle time (PYTHONPATH=.gpu/site,
-# TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1); $OUT/gpu_lib.tar.xz comes back for later machines.
-# Carry: .peers/full        Usage (device): bash tools/gpu_stage.sh
+# into the git-ignored .gpu/site, JIT-builds the op library from this csrc (~3 minutes) into .gpu/build and
+# .gpu/prebuilt and, at the same time, the generated kernels of tools/prebuild_gpu_kernels.py's STAGE_KERNELS (default
+# "tp-tests tp-gpu-tests": the benchmark workloads and the tensor-product GPU tests) under each tuning of
+# STAGE_TUNINGS (default "default"; e.g. "default p1_tma=3" for an A/B): a new checkout carries none of them, and the
+# device's 16 cores build both tunings of tp-tests in ~95 s. All stays on the warm machine for the next calls,
+# launched within its idle time (PYTHONPATH=.gpu/site, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1); $OUT/gpu_lib.tar.xz and
+# $OUT/gpu_k_<tuning>.tar.xz come back for later machines (copy them into .gpu/ and carry them).
+# Carry: .peers/full (or STAGE_PEERS=.peers/tab, or none)        Usage (device): bash tools/gpu_stage.sh
 set -u
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT/r"
-PEERS_SITE=$PWD/.gpu/site source .peers/full/setup-on-gpu.sh > "$OUT/r/stage.log" 2>&1
-python -c "import sevenn, cuequivariance_torch, mace, ase, vesin; print('staged: sevenn', sevenn.__version__, 'mace', mace.__version__)" 2>&1 | tail -1
-GPU_TESTS=none bash tools/gpu_check.sh > "$OUT/r/build.log" 2>&1; echo "gpu_check rc=$?"
-tail -3 "$OUT/r/build.log"
+peers=${STAGE_PEERS:-.peers/full}
+if [[ -f $peers/setup-on-gpu.sh ]]; then
+  (PEERS_SITE=$PWD/.gpu/site source "$peers/setup-on-gpu.sh" > "$OUT/r/stage.log" 2>&1) &
+  pids=($!)
+else
+  pids=()
+fi
+(GPU_TESTS=none bash tools/gpu_check.sh > "$OUT/r/build.log" 2>&1) &
+pids+=($!)
+kernels=${STAGE_KERNELS-tp-tests tp-gpu-tests}
+for v in ${kernels:+${STAGE_TUNINGS:-default}}; do
+  name=k_$(tr -c 'A-Za-z0-9_\n' _ <<<"$v")
+  # shellcheck disable=SC2086
+  PYTHONPATH=$PWD python tools/prebuild_gpu_kernels.py $kernels --tuning "$v" --jobs 8 --name "$name" \
+    > "$OUT/r/prebuild_$name.log" 2>&1 && cp ".gpu/gpu_$name.tar.xz" "$OUT/" &
+  pids+=($!)
+done
+wait "${pids[@]}"
+echo "staged in ${SECONDS}s"
+[[ -f $peers/setup-on-gpu.sh ]] && PYTHONPATH=$PWD/.gpu/site python -c "import cuequivariance_torch; print('staged: cuequivariance_torch', cuequivariance_torch.__version__)" 2>&1 | tail -1
+tail -n3 "$OUT/r/build.log"
+for f in "$OUT"/r/prebuild_*.log; do [[ -f $f ]] && tail -n1 "$f"; done
