@@ -6,7 +6,8 @@
 # STAGE_TUNINGS (default "default"; e.g. "default p1_tma=3" for an A/B): a new checkout carries none of them, and the
 # device's 16 cores build both tunings of tp-tests in ~95 s. All stays on the warm machine for the next calls,
 # launched within its idle time (PYTHONPATH=.gpu/site, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1); $OUT/gpu_lib.tar.xz and
-# $OUT/gpu_k_<tuning>.tar.xz come back for later machines (copy them into .gpu/ and carry them).
+# $OUT/gpu_k_<tuning>.tar.xz come back for later machines (copy them into .gpu/ and carry them), the logs in
+# $OUT/stage_logs.tar.gz.
 # Carry: .peers/full (or STAGE_PEERS=.peers/tab, or none)        Usage (device): bash tools/gpu_stage.sh
 set -u
 cd "$(dirname "$0")/.."
@@ -33,3 +34,6 @@ echo "staged in ${SECONDS}s"
 [[ -f $peers/setup-on-gpu.sh ]] && PYTHONPATH=$PWD/.gpu/site python -c "import cuequivariance_torch; print('staged: cuequivariance_torch', cuequivariance_torch.__version__)" 2>&1 | tail -1
 tail -n3 "$OUT/r/build.log"
 for f in "$OUT"/r/prebuild_*.log; do [[ -f $f ]] && tail -n1 "$f"; done
+# the device tool returns at most 8 files: the logs as one
+(cd "$OUT" && dirs=() && for d in r logs; do if [[ -d $d ]]; then dirs+=("$d"); fi; done \
+   && tar czf stage_logs.tar.gz "${dirs[@]}" && rm -rf "${dirs[@]}")
