@@ -687,21 +687,30 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
     I3 = I2 + "  "
     tables = ""
-    if tma and S == 1:
-        warps = -(-lanes // 32)  # the slot's warps with channels: each arrives on a stage's empty barrier
+    if tma:
+        # one slot: its thread u = 0 produces, with barriers per stage and slot (as many slots as passes have);
+        # several (fwd_tma=3): thread 0 fills each stage with the slots' next S edges, one barrier pair per stage
+        one = S == 1
+        warps = S * -(-lanes // 32)  # the slots' warps with channels: each arrives on a stage's empty barrier
         s.append(f"{I2}if (threadIdx.x < {S} * kTmaStages) {{  // this pass's barriers: a full and an empty one per "
-                 f"stage and slot\n")
+                 f"stage and slot\n" if one else f"{I2}if (threadIdx.x < kTmaStages) {{  // this pass's barriers: a "
+                 f"full and an empty one per stage\n")
         if gi > 0:
             s.append(f"{I2}  mbar_inval(&s_full[threadIdx.x]);\n{I2}  mbar_inval(&s_empty[threadIdx.x]);\n")
         s.append(f"{I2}  mbar_init(&s_full[threadIdx.x], 1);\n{I2}  mbar_init(&s_empty[threadIdx.x], {warps});\n"
                  f"{I2}}}\n{I2}mbar_init_fence();\n{I2}__syncthreads();\n")
-        s.append(f"{I2}T* sbase = s_tma + slot * kTmaStages * {tma.stage};\n")
-        s.append(f"{I2}uint64_t* full = s_full + slot * kTmaStages;\n"
-                 f"{I2}uint64_t* empty = s_empty + slot * kTmaStages;\n")
-        s.append(_tma_fill(I2, tma, gi))
-        s.append(f"{I2}const bool producer = slot < {S} && u == 0;\n")
-        s.append(f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + slot + st * {S} < e_end; "
-                 f"++st)\n{I2}    fill{gi}(st, e_begin + slot + st * {S}, __ldg(src + e_begin + slot + st * {S}));\n")
+        if one:
+            s.append(f"{I2}T* sbase = s_tma + slot * kTmaStages * {tma.stage};\n"
+                     f"{I2}uint64_t* full = s_full + slot * kTmaStages;\n"
+                     f"{I2}uint64_t* empty = s_empty + slot * kTmaStages;\n" + _tma_fill(I2, tma, gi)
+                     + f"{I2}const bool producer = slot < {S} && u == 0;\n"
+                     f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + slot + st * {S} < e_end; "
+                     f"++st)\n{I2}    fill{gi}(st, e_begin + slot + st * {S}, __ldg(src + e_begin + slot + st * {S}));\n")
+        else:
+            s.append(f"{I2}uint64_t* full = s_full;\n{I2}uint64_t* empty = s_empty;\n"
+                     + _tma_fill(I2, tma, gi, sbase="s_tma", slots=S) + f"{I2}const bool producer = threadIdx.x == 0;\n"
+                     f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + st * {S} < e_end; ++st) "
+                     f"fill{gi}(st, e_begin + st * {S});\n")
         s.append(f"{I2}const int wl = {lanes} - (u & ~31);  // the lanes of this warp with channels\n"
                  f"{I2}const unsigned wmask = wl >= 32 ? 0xffffffffu : wl > 0 ? (1u << wl) - 1u : 0u;\n")
         s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
@@ -709,30 +718,11 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I3}const int st = int(j % kTmaStages);\n"
                  f"{I3}const uint32_t parity = uint32_t(j / kTmaStages) & 1u;\n")
         s.append(f"{I3}const int64_t en = e + kTmaStages * {S};\n"
-                 f"{I3}const int64_t snext = producer && en < e_end ? __ldg(src + en) : 0;\n")
+                 f"{I3}const int64_t snext = producer && en < e_end ? __ldg(src + en) : 0;\n" if one else
+                 f"{I3}const int64_t en = e + kTmaStages * {S};  // the producer's (slot 0): the stage's next edges\n")
         s.append(f"{I3}mbar_wait(&full[st], parity);\n")
-        s.append(f"{I3}const T* sb = sbase + st * {tma.stage};\n")
-    elif tma:  # several slots (fwd_tma=3): one producer, thread 0, fills each stage with the slots' next S edges
-        warps = S * -(-lanes // 32)  # every slot's warps with channels arrive on a stage's empty barrier
-        s.append(f"{I2}if (threadIdx.x < kTmaStages) {{  // this pass's barriers: a full and an empty one per stage\n")
-        if gi > 0:
-            s.append(f"{I2}  mbar_inval(&s_full[threadIdx.x]);\n{I2}  mbar_inval(&s_empty[threadIdx.x]);\n")
-        s.append(f"{I2}  mbar_init(&s_full[threadIdx.x], 1);\n{I2}  mbar_init(&s_empty[threadIdx.x], {warps});\n"
-                 f"{I2}}}\n{I2}mbar_init_fence();\n{I2}__syncthreads();\n")
-        s.append(f"{I2}uint64_t* full = s_full;\n{I2}uint64_t* empty = s_empty;\n")
-        s.append(_tma_fill(I2, tma, gi, sbase="s_tma", slots=S))
-        s.append(f"{I2}const bool producer = threadIdx.x == 0;\n")
-        s.append(f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + st * {S} < e_end; ++st) "
-                 f"fill{gi}(st, e_begin + st * {S});\n")
-        s.append(f"{I2}const int wl = {lanes} - (u & ~31);  // the lanes of this warp with channels\n"
-                 f"{I2}const unsigned wmask = wl >= 32 ? 0xffffffffu : wl > 0 ? (1u << wl) - 1u : 0u;\n")
-        s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
-        s.append(f"{I2}for (int64_t e = e_begin + slot, j = 0; e < e_end; e += {S}, ++j) {{\n")
-        s.append(f"{I3}const int st = int(j % kTmaStages);\n"
-                 f"{I3}const uint32_t parity = uint32_t(j / kTmaStages) & 1u;\n")
-        s.append(f"{I3}const int64_t en = e + kTmaStages * {S};  // the producer's (slot 0): the stage's next edges\n")
-        s.append(f"{I3}mbar_wait(&full[st], parity);\n")
-        s.append(f"{I3}const T* sb = s_tma + st * {S * tma.stage} + slot * {tma.stage};\n")
+        s.append(f"{I3}const T* sb = sbase + st * {tma.stage};\n" if one else
+                 f"{I3}const T* sb = s_tma + st * {S * tma.stage} + slot * {tma.stage};\n")
     else:
         s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
         s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
