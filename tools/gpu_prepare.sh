@@ -9,7 +9,8 @@
 #                           conv workloads of benchmarks/kernels.py (tools/gpu_ncu.sh, tuning sweeps),
 #                           compiled with nvcc for sm_90 (tools/prebuild_gpu_kernels.py; MACE's symmetric
 #                           contractions take minutes of nvcc each; ~15 MiB)
-# The op library needs the GPU machine's torch: tools/gpu_stage.sh builds it there in the first call.
+# The op library needs the GPU machine's torch: tools/gpu_stage.sh builds it there in the first call, and with it the
+# tensor-product kernels of the benchmarks and GPU tests (STAGE_KERNELS; faster there than here on 2 cores).
 # Usage: tools/gpu_prepare.sh            (about 10 minutes on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
