@@ -24,8 +24,10 @@ pids+=($!)
 kernels=${STAGE_KERNELS-tp-tests tp-gpu-tests}
 for v in ${kernels:+${STAGE_TUNINGS:-default}}; do
   name=k_$(tr -c 'A-Za-z0-9_\n' _ <<<"$v")
+  # MD_ACCEL_NO_BUILD: the kernels' builds need no op library (importing md_accel.ops would JIT-build it too, after
+  # waiting for gpu_check's build's lock)
   # shellcheck disable=SC2086
-  PYTHONPATH=$PWD python tools/prebuild_gpu_kernels.py $kernels --tuning "$v" --jobs 8 --name "$name" \
+  MD_ACCEL_NO_BUILD=1 PYTHONPATH=$PWD python tools/prebuild_gpu_kernels.py $kernels --tuning "$v" --jobs 8 --name "$name" \
     > "$OUT/r/prebuild_$name.log" 2>&1 && cp ".gpu/gpu_$name.tar.xz" "$OUT/" &
   pids+=($!)
 done
