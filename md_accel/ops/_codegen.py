@@ -717,9 +717,9 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I2}for (int64_t e = e_begin + slot, j = 0; e < e_end; e += {S}, ++j) {{\n")
         s.append(f"{I3}const int st = int(j % kTmaStages);\n"
                  f"{I3}const uint32_t parity = uint32_t(j / kTmaStages) & 1u;\n")
-        s.append(f"{I3}const int64_t en = e + kTmaStages * {S};\n"
-                 f"{I3}const int64_t snext = producer && en < e_end ? __ldg(src + en) : 0;\n" if one else
-                 f"{I3}const int64_t en = e + kTmaStages * {S};  // the producer's (slot 0): the stage's next edges\n")
+        s.append(f"{I3}const int64_t en = e + kTmaStages * {S};\n")  # the producer's: the stage's next edge(s)
+        if one:
+            s.append(f"{I3}const int64_t snext = producer && en < e_end ? __ldg(src + en) : 0;\n")
         s.append(f"{I3}mbar_wait(&full[st], parity);\n")
         s.append(f"{I3}const T* sb = sbase + st * {tma.stage};\n" if one else
                  f"{I3}const T* sb = s_tma + st * {S * tma.stage} + slot * {tma.stage};\n")
@@ -879,7 +879,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
             red = max(red, (S - 1) * comps * M)
             if tma and (not tune.fwd_tma & 2 or L % 32):  # several slots: fwd_tma=3, each slot whole warps
                 return ""
-        if r:
+        if tma:
             stages.append(S * r.stage)
     if tma:
         per_stage, n4, n8 = _tma_stages(stages)
