@@ -617,36 +617,26 @@ def test_forward_block_of_four_warps(dtype, problem):
         assert rel_err(outs[0], outs[1].double()) <= TOL[dtype], step
 
 
-# (in1, in2, tuning): passes of one edge slot in blocks of one warp (fwd_min_block=32), and of four warps (128
+# (in1, in2, fwd_acc): passes of one edge slot in blocks of one warp (fwd_min_block=32), and of four warps (128
 # channels: four arrivals per stage on its empty barrier); y rows of 9 and 16 columns; one forward pass, and several
-# (32 channels, split: the barriers set up again per pass); fwd_tma=3 in the default forward block of four warps:
-# passes of four one-warp slots (32 channels; split, so that the slots' partial sums and the next pass's stages take
-# turns in the same memory), and of two two-warp slots beside four one-warp slots (64 and 32 channels)
-TMA_PROBLEMS = {"8 channels": ("8x0e+8x1o", "1x0e+1x1o+1x2e", _codegen.Tuning(fwd_min_block=32)),
-                "32 channels, split": ("32x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o",
-                                       _codegen.Tuning(fwd_min_block=32, fwd_acc=4)),
-                "128 channels": ("128x0e", "1x0e+1x1o+1x2e+1x3o", _codegen.Tuning(fwd_min_block=32)),
-                "32 channels, four slots, split": ("32x0e+32x1o", "1x0e+1x1o+1x2e+1x3o",
-                                                   _codegen.Tuning(fwd_acc=8, fwd_tma=3)),
-                "64 and 32 channels, slots": ("64x0e+32x1o", "1x0e+1x1o+1x2e", _codegen.Tuning(fwd_tma=3))}
-ONE_SLOT = [p for p in TMA_PROBLEMS if "slots" not in p]
+# (the barriers set up again per pass)
+TMA_PROBLEMS = {"8 channels": ("8x0e+8x1o", "1x0e+1x1o+1x2e", 48),
+                "32 channels": ("32x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o", 48),
+                "32 channels, split": ("32x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o", 4),
+                "128 channels": ("128x0e", "1x0e+1x1o+1x2e+1x3o", 48)}
 
 
-@pytest.mark.parametrize("dtype, problem",
-                         [pytest.param(d, p, id=f"{n}-{p}") for p in ONE_SLOT
-                          for d, n in ((torch.float64, "f64"), (torch.float32, "f32"))]
-                         + [pytest.param(torch.float64, "32 channels, four slots, split", id="f64-four slots"),
-                            pytest.param(torch.float32, "64 and 32 channels, slots", id="f32-two and four slots")])
+@pytest.mark.parametrize("problem", list(TMA_PROBLEMS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_forward_rows_by_bulk_copies(dtype, problem):
     """``Tuning.fwd_tma``: the forward's edge rows copied into shared memory by the block's thread 0 (the host
     emulation's bulk copies and mbarriers), read from there. The output, poisoned first, in edge chunks and with edges
     sharing weight rows (w_row), equals the forward without it bit for bit (the same operations in the same order)
     and the reference; the copies moved each pass's weight and x runs once per edge, and the y columns too where y
     rows are 16-byte multiples (16 columns; 9 are loaded). With x (or w) not 16-byte aligned the launcher takes the
-    forward without copies; with y not aligned the kernel loads y itself: the same bits either way. fwd_tma=3: the
-    same where passes sum a receiver's edges on several slots (one stage per the slots' next edges)."""
-    in1, in2, tune = TMA_PROBLEMS[problem]
-    acc = tune.fwd_acc
+    forward without copies; with y not aligned the kernel loads y itself: the same bits either way."""
+    in1, in2, acc = TMA_PROBLEMS[problem]
+    tune = _codegen.Tuning(fwd_min_block=32, fwd_acc=acc)
     make = lambda: TPProblem.all_uvu(in1, in2, 2)  # noqa: E731
     plan, lib = _library(f"tma {in1} {in2}", make, tune)
     base = _library(f"tma {in1} {in2}", make, tune._replace(fwd_tma=0))[1]
@@ -657,11 +647,6 @@ def test_forward_rows_by_bulk_copies(dtype, problem):
     _, live, threads, _ = _codegen._analyse(struct)
     groups = _codegen._fwd_passes(live, tune.fwd_acc, tune.fwd_cpl)
     assert (len(groups) > len(_codegen._fwd_passes(live, 48, 1))) == (acc < 48)
-    block, smem = _codegen.fwd_block(live, threads, tune)
-    slots = [_codegen._fwd_slots(g[0].mul, _codegen._out_width(g), block, 1, smem)[2] for g in groups]
-    assert (max(slots) > 1) == (tune.fwd_tma == 3), slots
-    if tune.fwd_tma == 3:  # without bit 2 no bulk-copy forward for these
-        assert "fwd_kernel_tma" not in _codegen.generate(struct, tune._replace(fwd_tma=1))
     rows = [_codegen._tma_rows(g) for g in groups]
     ystage = plan.dim_in2 % _codegen.FWD_TMA_VEC == 0
     assert ystage == (in2 != "1x0e+1x1o+1x2e")
@@ -705,8 +690,7 @@ def test_forward_rows_by_bulk_copies(dtype, problem):
 def test_forward_rows_by_bulk_copies_only_in_one_slot_passes():
     """The bulk-copy forward is generated where every forward pass has one edge slot per block (128 channels; 32 in
     one-warp blocks), not where a pass sums a receiver's edges on several (the test plan's 8 channels in the default
-    block of four warps, 64- and 32-channel passes beside a 128-channel one), nor without Tuning.fwd_tma; with
-    fwd_tma=3 there too, where each slot is whole warps."""
+    block of four warps, 64- and 32-channel passes beside a 128-channel one), nor without Tuning.fwd_tma."""
     def has(in1, tune=_codegen.Tuning()):
         src = _codegen.generate(_codegen.plan_structure(TPProblem.all_uvu(in1, "1x0e+1x1o+1x2e+1x3o", 2).lower()), tune)
         return "fwd_kernel_tma" in src
@@ -714,9 +698,6 @@ def test_forward_rows_by_bulk_copies_only_in_one_slot_passes():
     assert has("128x0e+128x1o") and has("128x0e") and has("32x0e+32x1o", _codegen.Tuning(fwd_min_block=32))
     assert not has("8x0e+8x1o") and not has("128x0e+64x1o+32x2e") and not has("32x0e+32x1o")
     assert not has("128x0e+128x1o", _codegen.Tuning(fwd_tma=0))
-    several = _codegen.Tuning(fwd_tma=3)  # bit 2: the passes of several slots too (each slot whole warps)
-    assert has("8x0e+8x1o", several) and has("128x0e+64x1o+32x2e", several) and has("32x0e+32x1o", several)
-    assert not has("32x0e+32x1o", several._replace(fwd_cpl=2))  # two channels per thread: slots of 16 lanes
 
 
 # (in1, in2, budgets): part-1 passes of one edge slot (8 channels, one-warp blocks, y rows of 9 columns; 64 channels
@@ -909,10 +890,4 @@ def test_tuning_names_and_checks(monkeypatch):
     monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_min_block=16")
     with pytest.raises(ValueError, match="fwd_min_block is 32 to 1024"):
         _codegen.tuning()
-    for bad in ("fwd_tma=2", "fwd_tma=4"):  # bit 2 (several slots) only with bit 1
-        monkeypatch.setenv(_codegen.TUNING_ENV, bad)
-        with pytest.raises(ValueError, match="fwd_tma is 0, 1 or 3"):
-            _codegen.tuning()
-    monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_tma=3")
-    assert _codegen.tuning().fwd_tma == 3
 

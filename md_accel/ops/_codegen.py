@@ -93,12 +93,9 @@ FWD_MIN_BLOCK = 128
 # producer thread per slot) it lost up to 14 % (sevennet_l3i5 float32) or gained under 3 %: the kernel is generated
 # only where every forward pass has one edge slot, the rows' runs allow the copies (_tma_rows) and
 # two stages fit; the launcher takes it where the device has bulk copies and the call's x and w rows are 16-byte
-# aligned (fwd_tma_ok), else the forward above.
-# fwd_tma=3 (session 55, opt-in, not yet run on a GPU): also the plans whose passes sum a receiver's edges on S > 1
-# slots, with one producer for the block (session 53 had one per slot): a stage holds one edge per slot (the slots'
-# S consecutive edges), every slot's warps wait on the stage's one full barrier and arrive on its one empty barrier,
-# and the slots' partial sums meet in the stages' memory after the pass (s_acc shares it), so that SevenNet's passes
-# find room for two to four stages within 46 KB in both dtypes (nequip_l3 two in float32, none in float64).
+# aligned (fwd_tma_ok), else the forward above. Sessions 55-56 tried one producer per block for passes of several slots
+# (a stage holding each slot's next edge): it lost on all six SevenNet / NequIP cells, 0.59 against 0.69 ms up to 1.44
+# against 2.62 (sevennet_l3i5 float32), and was taken out (its code: commit a9ef71d).
 FWD_TMA_STAGES = 4
 FWD_TMA_SMEM = 46 * 1024
 FWD_TMA_VEC = 4  # elements: every copied run starts and ends on a multiple (16 bytes in float32, 32 in float64)
@@ -203,8 +200,7 @@ class Tuning(NamedTuple):
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
     fwd_min_block: int = FWD_MIN_BLOCK  # forward: at least this many threads per block (fwd_block; 32 to 1024)
-    fwd_tma: int = 1  # bits 1: the forward's edge rows through shared memory by bulk copies where they allow
-    #                   (FWD_TMA_STAGES); 2 (with 1, opt-in): also where passes sum a receiver's edges on several slots
+    fwd_tma: int = 1  # 1: the forward's edge rows through shared memory by bulk copies where they allow (FWD_TMA_STAGES)
     p1_tma: int = 0  # bits 1 / 2: the same in part 1 of the backward / double backward (P1_TMA_STAGES)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
@@ -234,11 +230,9 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
     if not 32 <= values.get("fwd_min_block", FWD_MIN_BLOCK) <= MAX_THREADS:
         raise ValueError(f"{TUNING_ENV}: fwd_min_block is 32 to {MAX_THREADS}")
-    for key in ("w_evict", "gy_smem"):
+    for key in ("w_evict", "gy_smem", "fwd_tma"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
-    if values.get("fwd_tma", 1) not in (0, 1, 3):
-        raise ValueError(f"{TUNING_ENV}: fwd_tma is 0, 1 or 3 (bit 2: passes of several edge slots too)")
     if values.get("p1_tma", 0) not in (0, 1, 2, 3):
         raise ValueError(f"{TUNING_ENV}: p1_tma is 0 to 3 (bit 1: backward, bit 2: double backward)")
     return Tuning(**values)
@@ -610,46 +604,32 @@ def _tma_rows(group: List[_Path], gg: bool = False) -> Optional[_TmaRows]:
     return _TmaRows(tuple((a, b - a) for a, b in w_runs), tuple((a, b - a) for a, b in x_runs), y_lo, y_hi, gg)
 
 
-def _tma_fill(I: str, rows: _TmaRows, gi: int, sbase: str = "sbase", full: str = "full", slots: int = 1) -> str:
+def _tma_fill(I: str, rows: _TmaRows, gi: int, sbase: str = "sbase", full: str = "full") -> str:
     """Device code: lambda fill{gi}(stage, e, sidx) of the producer thread, the bulk copies of edge e's rows into
     that stage of ``sbase``, completing on its barrier in ``full`` (the y columns, and gg_y's, only where
-    ``ystage``). ``slots`` > 1 (fwd_tma=3): fill{gi}(stage, e0), edges e0 .. e0 + slots - 1 (those before e_end)
-    into the stage's consecutive slot parts, all completing on its one barrier."""
+    ``ystage``)."""
     ny = rows.y_hi - rows.y_lo
-    per_edge = f"({rows.rows_len} + (ystage ? {ny * (1 + rows.gg)} : 0))"
-    fence = f"{I}  fence_proxy_async();  // the stage's earlier reads before the copies' writes\n"
-    if slots == 1:
-        J = I + "  "  # the copies' indent
-        s = [f"{I}auto fill{gi} = [&](int st, int64_t e, int64_t sidx) {{\n",
-             f"{J}T* b = {sbase} + st * {rows.stage};\n",
-             f"{J}const T* wr = w + w_index(w_row, e) * d.w;\n",
-             f"{J}const T* xr = x + sidx * d.in1;\n"]
-        if rows.gg:
-            s.append(f"{J}const T* hr = ggx + sidx * d.in1;\n")
-        s.append(fence + f"{I}  mbar_expect(&{full}[st], uint32_t(sizeof(T)) * {per_edge});\n")
-    else:
-        assert not rows.gg, "several slots: the forward's alone"
-        J = I + "    "
-        s = [f"{I}auto fill{gi} = [&](int st, int64_t e0) {{\n",
-             f"{I}  const int nv = e_end - e0 < {slots} ? int(e_end - e0) : {slots};  // the stage's edges\n",
-             fence + f"{I}  mbar_expect(&{full}[st], uint32_t(sizeof(T)) * uint32_t(nv) * {per_edge});\n",
-             f"{I}  for (int k = 0; k < nv; ++k) {{\n",
-             f"{J}const int64_t e = e0 + k;\n",
-             f"{J}T* b = {sbase} + st * {slots * rows.stage} + k * {rows.stage};\n",
-             f"{J}const T* wr = w + w_index(w_row, e) * d.w;\n",
-             f"{J}const T* xr = x + __ldg(src + e) * d.in1;\n"]
-    for a, n in rows.w_runs:
-        s.append(f"{J}bulk_copy(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &{full}[st]);\n")
-    for a, n in rows.x_runs:
-        s.append(f"{J}bulk_copy(b + {rows.x_pos(a)}, xr + {a}, {n} * sizeof(T), &{full}[st]);\n")
-        if rows.gg:
-            s.append(f"{J}bulk_copy(b + {rows.h_pos(a)}, hr + {a}, {n} * sizeof(T), &{full}[st]);\n")
-    s.append(f"{J}if (ystage) {{\n"
-             f"{J}  bulk_copy(b + {rows.rows_len}, y + e * d.in2 + {rows.y_lo}, {ny} * sizeof(T), &{full}[st]);\n")
+    s = [f"{I}auto fill{gi} = [&](int st, int64_t e, int64_t sidx) {{\n",
+         f"{I}  T* b = {sbase} + st * {rows.stage};\n",
+         f"{I}  const T* wr = w + w_index(w_row, e) * d.w;\n",
+         f"{I}  const T* xr = x + sidx * d.in1;\n"]
     if rows.gg:
-        s.append(f"{J}  bulk_copy(b + {rows.rows_len + ny}, ggy + e * d.in2 + {rows.y_lo}, {ny} * sizeof(T), "
+        s.append(f"{I}  const T* hr = ggx + sidx * d.in1;\n")
+    s.append(f"{I}  fence_proxy_async();  // the stage's earlier reads before the copies' writes\n"
+             f"{I}  mbar_expect(&{full}[st], uint32_t(sizeof(T)) * ({rows.rows_len}"
+             f" + (ystage ? {ny * (1 + rows.gg)} : 0)));\n")
+    for a, n in rows.w_runs:
+        s.append(f"{I}  bulk_copy(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &{full}[st]);\n")
+    for a, n in rows.x_runs:
+        s.append(f"{I}  bulk_copy(b + {rows.x_pos(a)}, xr + {a}, {n} * sizeof(T), &{full}[st]);\n")
+        if rows.gg:
+            s.append(f"{I}  bulk_copy(b + {rows.h_pos(a)}, hr + {a}, {n} * sizeof(T), &{full}[st]);\n")
+    s.append(f"{I}  if (ystage) {{\n"
+             f"{I}    bulk_copy(b + {rows.rows_len}, y + e * d.in2 + {rows.y_lo}, {ny} * sizeof(T), &{full}[st]);\n")
+    if rows.gg:
+        s.append(f"{I}    bulk_copy(b + {rows.rows_len + ny}, ggy + e * d.in2 + {rows.y_lo}, {ny} * sizeof(T), "
                  f"&{full}[st]);\n")
-    s.append(f"{J}}}\n" + (f"{I}  }}\n" if slots > 1 else "") + f"{I}}};\n")
+    s.append(f"{I}  }}\n{I}}};\n")
     return "".join(s)
 
 
@@ -688,41 +668,30 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     I3 = I2 + "  "
     tables = ""
     if tma:
-        # one slot: its thread u = 0 produces, with barriers per stage and slot (as many slots as passes have);
-        # several (fwd_tma=3): thread 0 fills each stage with the slots' next S edges, one barrier pair per stage
-        one = S == 1
-        warps = S * -(-lanes // 32)  # the slots' warps with channels: each arrives on a stage's empty barrier
+        warps = -(-lanes // 32)  # the slot's warps with channels: each arrives on a stage's empty barrier
         s.append(f"{I2}if (threadIdx.x < {S} * kTmaStages) {{  // this pass's barriers: a full and an empty one per "
-                 f"stage and slot\n" if one else f"{I2}if (threadIdx.x < kTmaStages) {{  // this pass's barriers: a "
-                 f"full and an empty one per stage\n")
+                 f"stage and slot\n")
         if gi > 0:
             s.append(f"{I2}  mbar_inval(&s_full[threadIdx.x]);\n{I2}  mbar_inval(&s_empty[threadIdx.x]);\n")
         s.append(f"{I2}  mbar_init(&s_full[threadIdx.x], 1);\n{I2}  mbar_init(&s_empty[threadIdx.x], {warps});\n"
                  f"{I2}}}\n{I2}mbar_init_fence();\n{I2}__syncthreads();\n")
-        if one:
-            s.append(f"{I2}T* sbase = s_tma + slot * kTmaStages * {tma.stage};\n"
-                     f"{I2}uint64_t* full = s_full + slot * kTmaStages;\n"
-                     f"{I2}uint64_t* empty = s_empty + slot * kTmaStages;\n" + _tma_fill(I2, tma, gi)
-                     + f"{I2}const bool producer = slot < {S} && u == 0;\n"
-                     f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + slot + st * {S} < e_end; "
-                     f"++st)\n{I2}    fill{gi}(st, e_begin + slot + st * {S}, __ldg(src + e_begin + slot + st * {S}));\n")
-        else:
-            s.append(f"{I2}uint64_t* full = s_full;\n{I2}uint64_t* empty = s_empty;\n"
-                     + _tma_fill(I2, tma, gi, sbase="s_tma", slots=S) + f"{I2}const bool producer = threadIdx.x == 0;\n"
-                     f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + st * {S} < e_end; ++st) "
-                     f"fill{gi}(st, e_begin + st * {S});\n")
+        s.append(f"{I2}T* sbase = s_tma + slot * kTmaStages * {tma.stage};\n")
+        s.append(f"{I2}uint64_t* full = s_full + slot * kTmaStages;\n"
+                 f"{I2}uint64_t* empty = s_empty + slot * kTmaStages;\n")
+        s.append(_tma_fill(I2, tma, gi))
+        s.append(f"{I2}const bool producer = slot < {S} && u == 0;\n")
+        s.append(f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + slot + st * {S} < e_end; "
+                 f"++st)\n{I2}    fill{gi}(st, e_begin + slot + st * {S}, __ldg(src + e_begin + slot + st * {S}));\n")
         s.append(f"{I2}const int wl = {lanes} - (u & ~31);  // the lanes of this warp with channels\n"
                  f"{I2}const unsigned wmask = wl >= 32 ? 0xffffffffu : wl > 0 ? (1u << wl) - 1u : 0u;\n")
         s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
         s.append(f"{I2}for (int64_t e = e_begin + slot, j = 0; e < e_end; e += {S}, ++j) {{\n")
         s.append(f"{I3}const int st = int(j % kTmaStages);\n"
                  f"{I3}const uint32_t parity = uint32_t(j / kTmaStages) & 1u;\n")
-        s.append(f"{I3}const int64_t en = e + kTmaStages * {S};\n")  # the producer's: the stage's next edge(s)
-        if one:
-            s.append(f"{I3}const int64_t snext = producer && en < e_end ? __ldg(src + en) : 0;\n")
+        s.append(f"{I3}const int64_t en = e + kTmaStages * {S};\n"
+                 f"{I3}const int64_t snext = producer && en < e_end ? __ldg(src + en) : 0;\n")
         s.append(f"{I3}mbar_wait(&full[st], parity);\n")
-        s.append(f"{I3}const T* sb = sbase + st * {tma.stage};\n" if one else
-                 f"{I3}const T* sb = s_tma + st * {S * tma.stage} + slot * {tma.stage};\n")
+        s.append(f"{I3}const T* sb = sbase + st * {tma.stage};\n")
     else:
         s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
         s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
@@ -801,10 +770,8 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                  f"{I3}if ((u & 31) == 0) mbar_arrive(&empty[st]);\n"
                  f"{I3}if (producer && en < e_end) {{  // the stage takes edge en once every warp has read it\n"
                  f"{I3}  mbar_wait(&empty[st], parity);\n"
-                 f"{I3}  fill{gi}(st, en{', snext' if S == 1 else ''});\n{I3}}}\n")
+                 f"{I3}  fill{gi}(st, en, snext);\n{I3}}}\n")
     s.append(f"{I2}}}\n")
-    if S > 1 and tma:
-        s.append(f"{I2}__syncthreads();  // every slot has read its stages: s_acc shares their memory\n")
     if S > 1:
         s.append(f"{I2}if (slot > 0 && slot < {S}) {{\n")
         for c, a in enumerate(accs):
@@ -850,10 +817,10 @@ def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
     return max(threads, (used + 31) // 32 * 32), FWD_SLOT_SMEM_X
 
 
-def _tma_stages(stages: List[int]) -> Tuple[int, int, int]:
-    """Tuning.fwd_tma: (elements of shared memory per stage, the stages in float32, in float64) for passes whose
-    stages take ``stages`` elements each: as many as fit FWD_TMA_SMEM, at most FWD_TMA_STAGES."""
-    per_stage = max(stages)
+def _tma_stages(rows: List[_TmaRows]) -> Tuple[int, int, int]:
+    """Tuning.fwd_tma: (elements of shared memory per stage, the stages in float32, in float64): as many as fit
+    FWD_TMA_SMEM, at most FWD_TMA_STAGES."""
+    per_stage = max(r.stage for r in rows)
     return (per_stage,) + tuple(min(FWD_TMA_STAGES, FWD_TMA_SMEM // (per_stage * z)) for z in (4, 8))
 
 
@@ -861,9 +828,9 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
              block: Optional[Tuple[int, int]] = None, tma: bool = False) -> str:
     """The forward kernel, or with ``dbwd`` the double backward's g_grad_out kernel; ``block``: (threads, slot
     shared memory) of ``fwd_block`` (default: the other kernels' block). ``tma``: the forward's variant under
-    Tuning.fwd_tma, ``fwd_kernel_tma`` (its edge rows by bulk copies; '' where a pass has several edge slots and
-    fwd_tma lacks bit 2 or a slot is not whole warps, a pass's rows do not allow the copies or no two stages fit),
-    with ``fwd_tma_ok``, the launcher's test of the device and of the call's pointers and row lengths."""
+    Tuning.fwd_tma, ``fwd_kernel_tma`` (its edge rows by bulk copies; '' where a pass has several edge slots, a
+    pass's rows do not allow the copies or no two stages fit), with ``fwd_tma_ok``, the launcher's test of the
+    device and of the call's pointers and row lengths."""
     assert not (tma and dbwd), "the bulk-copy variant is the forward's alone"
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
@@ -871,25 +838,23 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     rows = [_tma_rows(g) for g in groups] if tma else [None] * len(groups)
     if tma and None in rows:
         return ""
-    red, stages = 0, []
-    for g, r in zip(groups, rows):
+    red = 0
+    for g in groups:
         comps = _out_width(g)
-        M, L, S = _fwd_slots(g[0].mul, comps, block, _fwd_cpl(g[0].mul, cpl), slot_smem)
+        M, _, S = _fwd_slots(g[0].mul, comps, block, _fwd_cpl(g[0].mul, cpl), slot_smem)
         if S > 1:
             red = max(red, (S - 1) * comps * M)
-            if tma and (not tune.fwd_tma & 2 or L % 32):  # several slots: fwd_tma=3, each slot whole warps
-                return ""
-        if tma:
-            stages.append(S * r.stage)
     if tma:
-        per_stage, n4, n8 = _tma_stages(stages)
+        if red:  # a pass with several edge slots (the note at FWD_TMA_STAGES)
+            return ""
+        per_stage, n4, n8 = _tma_stages(rows)
         if max(n4, n8) < 2:
             return ""
     parts = [_fwd_group(gi, g, "  ", dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
                         _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r)
              for gi, (g, r) in enumerate(zip(groups, rows))]
     body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
-    smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red and not tma else ""
+    smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
     name = "dfwd_kernel" if dbwd else "fwd_kernel_tma" if tma else "fwd_kernel"
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
@@ -898,22 +863,17 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     decl = "" if block == threads or tma else f"constexpr int kFwdThreads = {block};  // the forward's block\n"
     head = ""
     if tma:
-        bars = max(n4, n8)  # a full and an empty barrier per stage
+        bars = max(n4, n8)  # one edge slot per pass
         what = "Forward, its edge rows by bulk copies (Tuning.fwd_tma)"
         decl = (f"template <typename T>\nconstexpr int kTmaStagesOf = sizeof(T) == 4 ? {n4} : {n8};\n"
                 + f"template <typename T>\nbool fwd_tma_ok(const TPTensors<T>& t, const TPDims& d) {{\n"
                 f"  return kTmaStagesOf<T> >= 2 && rows_copyable(t, d, false);\n}}\n")
-        size = f"kTmaStages * {per_stage}"
-        if red:  # the slots' partial sums meet in the stages' memory after each pass
-            size = f"({size} > {red} ? {size} : {red})"
         head = (f"  constexpr int kTmaStages = kTmaStagesOf<T> < 2 ? 2 : kTmaStagesOf<T>;  // (< 2: never launched)\n"
-                f"  __shared__ __align__(128) T s_tma[kTmaStagesOf<T> < 2 ? 1 : {size}];  // the "
+                f"  __shared__ __align__(128) T s_tma[kTmaStagesOf<T> < 2 ? 1 : kTmaStages * {per_stage}];  // the "
                 f"slots' stages\n"
                 f"  __shared__ __align__(8) uint64_t s_full[{bars}];  // a stage's rows have landed\n"
                 f"  __shared__ __align__(8) uint64_t s_empty[{bars}];  // a stage's rows have been read\n"
                 f"  const bool ystage = d.in2 % {FWD_TMA_VEC} == 0 && aligned16(y);  // else y by loads\n")
-        if red:
-            head += "  T* const s_acc = s_tma;  // partial sums of edge slots 1..S-1, after each pass\n"
     return tables + f"""
 // {what}: block n = receiver; {len(groups)} pass(es) over its edges.
 {decl}template <typename T>

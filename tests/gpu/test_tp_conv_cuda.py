@@ -567,13 +567,12 @@ def test_fused_op_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, mo
         assert torch.equal(a, b), k
 
 
-def _bulk_copy_case(dtype, seed, config="mace_medium"):
-    """A plan (by default the 128-channel one: every pass one edge slot per block) on a 300-node graph with its
-    inputs, and the same x one element past a 16-byte boundary, which the bulk-copy kernels refuse. Skips below
-    compute capability 9."""
+def _bulk_copy_case(dtype, seed):
+    """The 128-channel plan (every pass one edge slot per block) on a 300-node graph with its inputs, and the same x
+    one element past a 16-byte boundary, which the bulk-copy kernels refuse. Skips below compute capability 9."""
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("bulk copies need compute capability 9 or newer")
-    problem = CONFIGS[config]()
+    problem = CONFIGS["mace_medium"]()
     gen = torch.Generator().manual_seed(seed)
     num_nodes = 300
     g = random_graph(num_nodes, 6000, gen)
@@ -593,20 +592,16 @@ def _profiled(call, kernel_part):
     return out, [k.key for k in prof.key_averages() if kernel_part in k.key]
 
 
-@pytest.mark.parametrize("config", ["mace_medium", "sevennet0_like"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_forward_rows_by_bulk_copies_on_the_device(dtype, config, specs):
+def test_forward_rows_by_bulk_copies_on_the_device(dtype, specs):
     """The forward of a plan whose passes take one edge slot each (128 channels) is ``fwd_kernel_tma`` (its edge rows
-    by bulk copies, Tuning.fwd_tma) on compute capability 9 and newer; under fwd_tma=3 that of SevenNet-0's shape too
-    (64- and 32-channel passes on two and four slots, one producer per block); a call whose x is not 16-byte aligned
-    gets the forward without copies. Both against the reference, with the same bits."""
+    by bulk copies, Tuning.fwd_tma) on compute capability 9 and newer; a call whose x is not 16-byte aligned gets the
+    forward without copies. Both against the reference, with the same bits."""
     from md_accel.ops import _codegen
 
     if not _codegen.tuning().fwd_tma:
         pytest.skip("MD_ACCEL_TP_TUNING turns fwd_tma off")
-    if config != "mace_medium" and _codegen.tuning().fwd_tma != 3:
-        pytest.skip("passes of several edge slots take bulk copies under fwd_tma=3 only")
-    _, g, num_nodes, plan, pl, (x, y, w), shifted = _bulk_copy_case(dtype, 21, config)
+    _, g, num_nodes, plan, pl, (x, y, w), shifted = _bulk_copy_case(dtype, 21)
     ref = ref_call(lambda x, y, w, s, d, *r: tp_conv_fwd_ref(x, y, w, s, d, num_nodes, *r, plan.dim_out),
                    (x, y, w), g, plan)
     outs = []
