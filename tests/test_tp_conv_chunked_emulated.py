@@ -35,9 +35,8 @@ _LIB = {}
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
 # host emulation reads as plain loads), and the forward in blocks of one warp (its default: four edge slots, as
-# the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma); part 1's rows by
-# bulk copies (Tuning.p1_tma): test_part1_rows_by_bulk_copies; grad_y through shared memory:
-# test_grad_y_through_shared_memory
+# the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma); grad_y through
+# shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
@@ -698,105 +697,6 @@ def test_forward_rows_by_bulk_copies_only_in_one_slot_passes():
     assert has("128x0e+128x1o") and has("128x0e") and has("32x0e+32x1o", _codegen.Tuning(fwd_min_block=32))
     assert not has("8x0e+8x1o") and not has("128x0e+64x1o+32x2e") and not has("32x0e+32x1o")
     assert not has("128x0e+128x1o", _codegen.Tuning(fwd_tma=0))
-
-
-# (in1, in2, budgets): part-1 passes of one edge slot (8 channels, one-warp blocks, y rows of 9 columns; 64 channels
-# beside 32- and 8-channel passes of two slots, which load their rows, y rows of 16 columns, passes split over their
-# output blocks: grad_x rows added)
-P1_TMA_PROBLEMS = {"8 channels": ("8x0e+8x1o", "1x0e+1x1o+1x2e", 48),
-                   "64 channels, split": ("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o", 4)}
-
-
-@pytest.mark.parametrize("dtype, problem", [(torch.float64, "8 channels"), (torch.float32, "64 channels, split")],
-                         ids=["f64-8", "f32-64-split"])
-def test_part1_rows_by_bulk_copies(dtype, problem):
-    """``Tuning.p1_tma``: part 1 of the backward and of the double backward reads each edge's weight, x and y rows
-    (and gg_x, gg_y) from stages that thread 0 filled by bulk copies, in the passes of one edge slot. Every output
-    poisoned first: the same bits as without (the same operations in the same order) and the references, with the
-    scratch rows, with the rows in grad_w (passes in several launches), with grad_w into gg_w and in edge chunks; the
-    copies moved each such pass's runs once per edge. With x not 16-byte aligned the launcher takes the kernel without
-    copies; with y not aligned the kernel loads y itself."""
-    in1, in2, budget = P1_TMA_PROBLEMS[problem]
-    tune = _codegen.Tuning(p1_tma=3, bwd_g32=budget, bwd_g64=budget, dbwd_g32=budget, dbwd_g64=budget)
-    make = lambda: TPProblem.all_uvu(in1, in2, 2)  # noqa: E731
-    plan, lib = _library(f"p1 tma {in1} {in2}", make, tune)
-    base = _library(f"p1 tma {in1} {in2}", make, tune._replace(p1_tma=0))[1]
-    struct = _codegen.plan_structure(plan)
-    src = _codegen.generate(struct, tune)
-    assert "bwd_kernel_bs_tma<T>, NoParts" in src and "dbwd_kernel_ds_tma<T>, NoParts" in src
-    assert "_tma<T>, NoParts" not in _codegen.generate(struct, tune._replace(p1_tma=0))
-    _, live, threads, _ = _codegen._analyse(struct)
-
-    def copied_per_edge(dbwd: bool, budget32: int, with_y: bool) -> int:
-        groups = _codegen._bwd_groups(live, budget32, budget32 if tune.merge_in1 else 0)
-        rows = [_codegen._tma_rows(g, dbwd) for g in groups if threads // ((g[0].mul + 31) // 32 * 32) == 1]
-        assert rows and len(rows) < len(groups) if "64" in problem else len(rows) == len(groups)
-        return sum(r.rows_len + (r.stage - r.rows_len) * with_y for r in rows) * dtype.itemsize
-
-    with_y = plan.dim_in2 % _codegen.FWD_TMA_VEC == 0
-    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 29)
-    e = g.src.numel()
-    ref_bwd = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
-    ref_dbwd = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense, False)
-    xs, ys, ws, gos, ggxs, ggys, ggws = (t.to(dtype).contiguous() for t in (x, y, w, go, ggx, ggy, ggw))
-    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
-    nan = float("nan")
-
-    def backward(library, rows_in_gw: bool, x=xs, y=ys):
-        gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
-        work = None if rows_in_gw else torch.full((e, plan.dim_in1), nan, dtype=dtype)
-        library.bwd(gos, x, y, ws, graph, gx, gy, gw, work, rows_in_gw=rows_in_gw)
-        return gx, gy, gw
-
-    def double_backward(library, rows_in_gw: bool, in_gg_w: bool = False, x=xs, y=ys):
-        gx, gy = torch.full_like(xs, nan), torch.full_like(ys, nan)
-        gg_w = ggws.clone()
-        gw = gg_w if in_gg_w else torch.full_like(ws, nan)
-        work = None if rows_in_gw else torch.full((e, plan.dim_in1), nan, dtype=dtype)
-        library.dbwd(ggxs, ggys, gg_w, gos, x, y, ws, graph, None, gx, gy, gw, work, rows_in_gw=rows_in_gw)
-        return gx, gy, gw
-
-    b32 = budget
-    for rows_in_gw in (False, True):
-        before = lib._lib.emu_bulk_copy_bytes()
-        got = backward(lib, rows_in_gw)
-        assert lib._lib.emu_bulk_copy_bytes() - before == e * copied_per_edge(False, b32, with_y)
-        for what, a, b, want in zip(("grad_x", "grad_y", "grad_w"), got, backward(base, rows_in_gw), ref_bwd):
-            assert torch.isfinite(a).all() and torch.equal(a, b), ("bwd", rows_in_gw, what)
-            assert rel_err(a, want) <= TOL[dtype], ("bwd", rows_in_gw, what, rel_err(a, want))
-        for in_gg_w in (False, True) if not rows_in_gw else (False,):  # (grad_w into gg_w: without the rows there)
-            before = lib._lib.emu_bulk_copy_bytes()
-            got = double_backward(lib, rows_in_gw, in_gg_w)
-            assert lib._lib.emu_bulk_copy_bytes() - before == e * copied_per_edge(True, b32, with_y)
-            for what, a, b, want in zip(("grad_x", "grad_y", "grad_w"), got,
-                                        double_backward(base, rows_in_gw, in_gg_w), ref_dbwd[1:]):
-                assert torch.isfinite(a).all() and torch.equal(a, b), ("dbwd", rows_in_gw, in_gg_w, what)
-                assert rel_err(a, want) <= TOL[dtype], ("dbwd", rows_in_gw, in_gg_w, what, rel_err(a, want))
-
-    def shifted(t):  # the same values one element past a 16-byte boundary
-        return torch.cat([t.new_zeros(1), t.flatten()])[1:].view(t.shape)
-
-    # x shifted: no copies (the kernel without them); y shifted: y loaded, the other rows copied; the same bits
-    want = backward(base, False), double_backward(base, False)
-    for x_, y_, copied in ((shifted(xs), ys, 0), (xs, shifted(ys), e * copied_per_edge(False, b32, False))):
-        before = lib._lib.emu_bulk_copy_bytes()
-        got = backward(lib, False, x=x_, y=y_)
-        assert lib._lib.emu_bulk_copy_bytes() - before == copied
-        assert all(torch.equal(a, b) for a, b in zip(got, want[0]))
-        got = double_backward(lib, False, x=x_, y=y_)
-        assert all(torch.equal(a, b) for a, b in zip(got, want[1]))
-    # edge chunks (accumulate; y, w rows from an offset): the same bits
-    for step in (40,):
-        outs = []
-        for library in (lib, base):
-            gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
-            for e0 in range(0, e, step):
-                e1 = min(e, e0 + step)
-                work = torch.full((e1 - e0, plan.dim_in1), nan, dtype=dtype)
-                library.bwd(gos, xs, ys[e0:e1], ws[e0:e1], chunk_graph(g, e0, e1), gx, gy[e0:e1], gw[e0:e1], work,
-                            accumulate=e0 > 0)
-            outs.append((gx, gy, gw))
-        assert all(torch.isfinite(a).all() and torch.equal(a, b) for a, b in zip(*outs)), step
 
 
 # y irreps -> the warp_sum_smem widths V (used y columns of a pass, to a power of two) of the wide plan's passes

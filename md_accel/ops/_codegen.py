@@ -66,7 +66,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 37  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 38  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -95,15 +95,12 @@ FWD_MIN_BLOCK = 128
 # two stages fit; the launcher takes it where the device has bulk copies and the call's x and w rows are 16-byte
 # aligned (fwd_tma_ok), else the forward above. Sessions 55-56 tried one producer per block for passes of several slots
 # (a stage holding each slot's next edge): it lost on all six SevenNet / NequIP cells, 0.59 against 0.69 ms up to 1.44
-# against 2.62 (sevennet_l3i5 float32), and was taken out (its code: commit a9ef71d).
+# against 2.62 (sevennet_l3i5 float32), and was taken out (its code: commit a9ef71d). The same copies for part 1 of the
+# backward and double backward (GEN 37's Tuning.p1_tma, sessions 54-57) bought 0-6 % on forward + backward and cost
+# 1-12 % on the double backward of the three MACE shapes, and were taken out too (commit a0c5bab).
 FWD_TMA_STAGES = 4
 FWD_TMA_SMEM = 46 * 1024
 FWD_TMA_VEC = 4  # elements: every copied run starts and ends on a multiple (16 bytes in float32, 32 in float64)
-# Tuning.p1_tma: the same copies for part 1 of the backward (bit 1) and of the double backward (bit 2, gg_x and gg_y
-# rows too; gg_w is loaded, as grad_w may be written into its memory) in passes of one edge slot: at most
-# P1_TMA_STAGES stages within P1_TMA_SMEM bytes of static shared memory with the kernel's other arrays.
-P1_TMA_STAGES = 4
-P1_TMA_SMEM = 46 * 1024
 # grad_out components per channel held in registers by one bwd / dbwd pass, (float32, float64).
 # float32 64 (was 48): SevenNet-l3i5 fwd + bwd 4.96 / 4.97 vs 5.18 / 5.19 ms, MACE medium unchanged
 # (session 14, H200, kernels.py, two runs each). float64 48 (was 24): fwd + bwd SevenNet-l3i5 9.73 -> 8.72 ms,
@@ -201,7 +198,6 @@ class Tuning(NamedTuple):
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
     fwd_min_block: int = FWD_MIN_BLOCK  # forward: at least this many threads per block (fwd_block; 32 to 1024)
     fwd_tma: int = 1  # 1: the forward's edge rows through shared memory by bulk copies where they allow (FWD_TMA_STAGES)
-    p1_tma: int = 0  # bits 1 / 2: the same in part 1 of the backward / double backward (P1_TMA_STAGES)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
     gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
@@ -233,8 +229,6 @@ def tuning() -> Tuning:
     for key in ("w_evict", "gy_smem", "fwd_tma"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
-    if values.get("p1_tma", 0) not in (0, 1, 2, 3):
-        raise ValueError(f"{TUNING_ENV}: p1_tma is 0 to 3 (bit 1: backward, bit 2: double backward)")
     return Tuning(**values)
 
 
@@ -534,15 +528,13 @@ def _ggw_load(ptr: str, evict: bool) -> str:
 
 
 class _TmaRows(NamedTuple):
-    """Tuning.fwd_tma / p1_tma: what one edge of a pass copies into its stage of shared memory, in elements: runs
+    """Tuning.fwd_tma: what one edge of a forward pass copies into its stage of shared memory, in elements: runs
     (start, length) of the weight row and of the sender's x row, the y columns [y_lo, y_hi), each run a multiple of
-    FWD_TMA_VEC elements on such a boundary; with ``gg`` (the double backward's part 1) the same runs of gg_x and
-    columns of gg_y too. A stage holds the weight runs, the x runs, [the gg_x runs,] the y columns[, the gg_y ones]."""
+    FWD_TMA_VEC elements on such a boundary; a stage holds the weight runs, then the x runs, then the y columns."""
     w_runs: Tuple[Tuple[int, int], ...]
     x_runs: Tuple[Tuple[int, int], ...]
     y_lo: int
     y_hi: int
-    gg: bool = False
 
     @property
     def w_len(self) -> int:
@@ -553,13 +545,8 @@ class _TmaRows(NamedTuple):
         return sum(n for _, n in self.x_runs)
 
     @property
-    def rows_len(self) -> int:
-        """Elements of the weight and x (and gg_x) runs: what a stage holds before the y columns."""
-        return self.w_len + self.x_len * (1 + self.gg)
-
-    @property
     def stage(self) -> int:
-        return self.rows_len + (self.y_hi - self.y_lo) * (1 + self.gg)
+        return self.w_len + self.x_len + self.y_hi - self.y_lo
 
     def w_pos(self, off: int) -> int:
         """Stage position of weight-row element ``off``."""
@@ -567,17 +554,6 @@ class _TmaRows(NamedTuple):
 
     def x_pos(self, off: int) -> int:
         return self.w_len + _run_pos(self.x_runs, off)
-
-    def h_pos(self, off: int) -> int:
-        """Stage position of gg_x-row element ``off`` (``gg``)."""
-        return self.w_len + self.x_len + _run_pos(self.x_runs, off)
-
-    def y_pos(self, col: int) -> int:
-        return self.rows_len + col - self.y_lo
-
-    def z_pos(self, col: int) -> int:
-        """Stage position of gg_y column ``col`` (``gg``)."""
-        return self.y_pos(col) + self.y_hi - self.y_lo
 
 
 def _run_pos(runs, off: int) -> int:
@@ -589,9 +565,9 @@ def _run_pos(runs, off: int) -> int:
     raise KeyError(off)
 
 
-def _tma_rows(group: List[_Path], gg: bool = False) -> Optional[_TmaRows]:
-    """The rows a pass copies per edge (_TmaRows; ``gg``: gg_x and gg_y too), or None where a run would not start
-    and end on FWD_TMA_VEC elements (or a path's weights are strided)."""
+def _tma_rows(group: List[_Path]) -> Optional[_TmaRows]:
+    """The rows a forward pass copies per edge (_TmaRows), or None where a run would not start and end on
+    FWD_TMA_VEC elements (or a path's weights are strided)."""
     v = FWD_TMA_VEC
     if any(p.w_stride != 1 for p in group):
         return None
@@ -601,35 +577,26 @@ def _tma_rows(group: List[_Path], gg: bool = False) -> Optional[_TmaRows]:
         return None
     y_cols = [p.in2_off + j for p in group for (_, _, j, _) in p.nz]
     y_lo, y_hi = min(y_cols) // v * v, -(-(max(y_cols) + 1) // v) * v
-    return _TmaRows(tuple((a, b - a) for a, b in w_runs), tuple((a, b - a) for a, b in x_runs), y_lo, y_hi, gg)
+    return _TmaRows(tuple((a, b - a) for a, b in w_runs), tuple((a, b - a) for a, b in x_runs), y_lo, y_hi)
 
 
-def _tma_fill(I: str, rows: _TmaRows, gi: int, sbase: str = "sbase", full: str = "full") -> str:
-    """Device code: lambda fill{gi}(stage, e, sidx) of the producer thread, the bulk copies of edge e's rows into
-    that stage of ``sbase``, completing on its barrier in ``full`` (the y columns, and gg_y's, only where
-    ``ystage``)."""
-    ny = rows.y_hi - rows.y_lo
+def _tma_fill(I: str, rows: _TmaRows, gi: int) -> str:
+    """Device code: lambda fill{gi}(stage, e, sidx) of the slot's producer thread, the bulk copies of edge e's rows
+    into that stage, completing on its full barrier (the y columns only where ``ystage``)."""
     s = [f"{I}auto fill{gi} = [&](int st, int64_t e, int64_t sidx) {{\n",
-         f"{I}  T* b = {sbase} + st * {rows.stage};\n",
+         f"{I}  T* b = sbase + st * {rows.stage};\n",
          f"{I}  const T* wr = w + w_index(w_row, e) * d.w;\n",
-         f"{I}  const T* xr = x + sidx * d.in1;\n"]
-    if rows.gg:
-        s.append(f"{I}  const T* hr = ggx + sidx * d.in1;\n")
-    s.append(f"{I}  fence_proxy_async();  // the stage's earlier reads before the copies' writes\n"
-             f"{I}  mbar_expect(&{full}[st], uint32_t(sizeof(T)) * ({rows.rows_len}"
-             f" + (ystage ? {ny * (1 + rows.gg)} : 0)));\n")
+         f"{I}  const T* xr = x + sidx * d.in1;\n",
+         f"{I}  fence_proxy_async();  // the stage's earlier reads before the copies' writes\n",
+         f"{I}  mbar_expect(&full[st], uint32_t(sizeof(T)) * ({rows.w_len + rows.x_len}"
+         f" + (ystage ? {rows.y_hi - rows.y_lo} : 0)));\n"]
     for a, n in rows.w_runs:
-        s.append(f"{I}  bulk_copy(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &{full}[st]);\n")
+        s.append(f"{I}  bulk_copy(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &full[st]);\n")
     for a, n in rows.x_runs:
-        s.append(f"{I}  bulk_copy(b + {rows.x_pos(a)}, xr + {a}, {n} * sizeof(T), &{full}[st]);\n")
-        if rows.gg:
-            s.append(f"{I}  bulk_copy(b + {rows.h_pos(a)}, hr + {a}, {n} * sizeof(T), &{full}[st]);\n")
-    s.append(f"{I}  if (ystage) {{\n"
-             f"{I}    bulk_copy(b + {rows.rows_len}, y + e * d.in2 + {rows.y_lo}, {ny} * sizeof(T), &{full}[st]);\n")
-    if rows.gg:
-        s.append(f"{I}    bulk_copy(b + {rows.rows_len + ny}, ggy + e * d.in2 + {rows.y_lo}, {ny} * sizeof(T), "
-                 f"&{full}[st]);\n")
-    s.append(f"{I}  }}\n{I}}};\n")
+        s.append(f"{I}  bulk_copy(b + {rows.x_pos(a)}, xr + {a}, {n} * sizeof(T), &full[st]);\n")
+    s.append(f"{I}  if (ystage) bulk_copy(b + {rows.w_len + rows.x_len}, y + e * d.in2 + {rows.y_lo}, "
+             f"{rows.y_hi - rows.y_lo} * sizeof(T), &full[st]);\n")
+    s.append(f"{I}}};\n")
     return "".join(s)
 
 
@@ -707,7 +674,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     if tma:
         s.append(f"{I3}T " + ", ".join(f"y{c}" for c in y_cols) + ";\n")
         s.append(f"{I3}if (ystage) {{\n" + "".join(
-            f"{I3}  y{c} = sb[{tma.y_pos(c)}];\n" for c in y_cols) + f"{I3}}} else {{\n"
+            f"{I3}  y{c} = sb[{tma.w_len + tma.x_len + c - tma.y_lo}];\n" for c in y_cols) + f"{I3}}} else {{\n"
             + f"{I3}  const T* yr = y + e * d.in2;\n"
             + "".join(f"{I3}  y{c} = __ldg(yr + {c});\n" for c in y_cols) + f"{I3}}}\n")
     else:
@@ -867,7 +834,11 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
         what = "Forward, its edge rows by bulk copies (Tuning.fwd_tma)"
         decl = (f"template <typename T>\nconstexpr int kTmaStagesOf = sizeof(T) == 4 ? {n4} : {n8};\n"
                 + f"template <typename T>\nbool fwd_tma_ok(const TPTensors<T>& t, const TPDims& d) {{\n"
-                f"  return kTmaStagesOf<T> >= 2 && rows_copyable(t, d, false);\n}}\n")
+                f"  static int major[64] = {{}};  // compute capability per device (0: not asked yet)\n"
+                f"  int dev = 0;\n  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;\n"
+                f"  if (major[dev] == 0) cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev);\n"
+                f"  return major[dev] >= 9 && kTmaStagesOf<T> >= 2 && aligned16(t.x) && aligned16(t.w) && "
+                f"d.in1 % {FWD_TMA_VEC} == 0 && d.w % {FWD_TMA_VEC} == 0;\n}}\n")
         head = (f"  constexpr int kTmaStages = kTmaStagesOf<T> < 2 ? 2 : kTmaStagesOf<T>;  // (< 2: never launched)\n"
                 f"  __shared__ __align__(128) T s_tma[kTmaStagesOf<T> < 2 ? 1 : kTmaStages * {per_stage}];  // the "
                 f"slots' stages\n"
@@ -926,8 +897,7 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
-               w_only: bool = False, evict: bool = False, gy_smem: bool = False,
-               tma: Optional[_TmaRows] = None) -> Tuple[str, str]:
+               w_only: bool = False, evict: bool = False, gy_smem: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
@@ -935,15 +905,11 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     ``rows``: where the grad_x rows go with d.rows_in_gw (deferred paths' weight gradients are then not
     written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``evict``: as _fwd_group;
     ``gy_smem``: grad_y summed over each warp's lanes by warp_sum_smem (the kernel declares s_gy) instead of
-    warp_butterfly. ``tma`` (Tuning.p1_tma; one edge slot): each edge's weight, x and y rows (and gg_x, gg_y) come
-    from a stage of shared memory that thread 0 filled by bulk copies (``_tma_fill``) kP1Stages edges ahead; the
-    stages and barriers are the kernel's (s_tma, s_full, s_empty: ``_p1_tma_head``), used in turn over the passes
-    by the running count tma_n, so that no pass sets them up again."""
+    warp_butterfly."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
     WPS = M // 32
-    assert tma is None or (S == 1 and not w_only), "bulk copies: passes of one edge slot, not the deferred kernel"
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
     V = 1
     while V < len(y_cols):
@@ -973,14 +939,6 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     for key in out_keys:
         for k in range(key[2]):
             s.append(f"{I1}T {_bname('g', key)}_{k} = chan ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
-    if tma:
-        s.append(_tma_fill(I1, tma, gi, "s_tma", "s_full"))
-        s.append(f"{I1}const uint32_t n0 = tma_n;  // this pass's first edge in the stages' running count\n"
-                 f"{I1}if (threadIdx.x == 0)\n"
-                 f"{I1}  for (int k = 0; k < kP1Stages && e_begin + k < e_end; ++k) {{\n"
-                 f"{I1}    p1_stage_free(n0 + k);\n"
-                 f"{I1}    fill{gi}(int((n0 + k) % kP1Stages), e_begin + k, __ldg(src + e_begin + k));\n"
-                 f"{I1}  }}\n")
     if WPS == 1:
         s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}) {{\n")
     else:
@@ -989,17 +947,12 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     I2 = I1 + "  "
     s.append(f"{I2}const int64_t e = e0 + slot;\n")
     s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
-    if tma:
-        s.append(f"{I2}const uint32_t n = n0 + uint32_t(e0 - e_begin);\n"
-                 f"{I2}const int st = int(n % kP1Stages);\n"
-                 f"{I2}const int64_t en = e0 + kP1Stages;  // the edge this stage takes next\n"
-                 f"{I2}const int64_t snext = threadIdx.x == 0 && en < e_end ? __ldg(src + en) : 0;\n")
-    if prefetch and not tma:
+    if prefetch:
         pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}",
                                          f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd)
         tables += pf_tables
         s.append(code)
-    if prefetch_xy and not tma:
+    if prefetch_xy:
         pf_tables, code = _prefetch_next_xy(I2, group, f"kPx{G}", f"e + {S}", f"act && u < {mul} && e + {S} < e_end",
                                             dbwd)
         tables += pf_tables
@@ -1009,51 +962,32 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I2}#pragma unroll\n{I2}for (int v = 0; v < {V}; ++v) gy[v] = T(0);\n")
     s.append(f"{I2}if (act) {{\n")
     I3 = I2 + "  "
-    if tma:
-        s.append(f"{I3}mbar_wait(&s_full[st], (n / kP1Stages) & 1u);\n"
-                 f"{I3}const T* sb = s_tma + st * {tma.stage};\n")
-        s.append(f"{I3}T " + ", ".join(f"y{c}" for c in y_cols) + (", " + ", ".join(f"z{c}" for c in y_cols)
-                                                                   if dbwd else "") + ";\n")
-        s.append(f"{I3}if (ystage) {{\n" + "".join(
-            f"{I3}  y{c} = sb[{tma.y_pos(c)}];\n" + (f"{I3}  z{c} = sb[{tma.z_pos(c)}];\n" if dbwd else "")
-            for c in y_cols) + f"{I3}}} else {{\n")
-        I3y = I3 + "  "
-    else:
-        I3y = I3
-    s.append(f"{I3y}const T* yr = y + e * d.in2;\n")
+    s.append(f"{I3}const T* yr = y + e * d.in2;\n")
     if dbwd:
-        s.append(f"{I3y}const T* zr = ggy + e * d.in2;\n")
+        s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
     for c in y_cols:
-        decl = "" if tma else "const T "
-        s.append(f"{I3y}{decl}y{c} = __ldg(yr + {c});\n")
+        s.append(f"{I3}const T y{c} = __ldg(yr + {c});\n")
         if dbwd:
-            s.append(f"{I3y}{decl}z{c} = __ldg(zr + {c});\n")
-    if tma:
-        s.append(f"{I3}}}\n")
+            s.append(f"{I3}const T z{c} = __ldg(zr + {c});\n")
     s.append(f"{I3}if (u < {mul}) {{\n")
     I4 = I3 + "  "
     gregs = [f"{_bname('g', key)}_{k}" for key in out_keys for k in range(key[2])]
     s.append(f"{I4}per_iteration({', '.join(gregs)});  // cg * g products stay in the loop\n")
     s.append(f"{I4}const int64_t sidx = __ldg(src + e);\n")
-    if not tma:
-        s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
-    if not w_only and not tma:
+    s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
+    if not w_only:
         s.append(f"{I4}const T* wr = w + w_index(w_row, e) * d.w;\n")
     if dbwd:
-        if not tma:
-            s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
+        s.append(f"{I4}const T* hr = ggx + sidx * d.in1;\n")
         if not w_only:
             s.append(f"{I4}const T* vr = ggw + e * d.w;\n")
     in1_keys = list(dict.fromkeys(p.in1_key for p in group))
     for key in in1_keys:
         xk, hk, gxk = _bname('x', key), _bname('h', key), _bname('gx', key)
         for i in sorted({i for p in group if p.in1_key == key for (_, i, _, _) in p.nz}):
-            at = f"{key[0]} + u * {key[2]} + {i}"
-            xsrc = f"sb[{tma.x_pos(key[0])} + u * {key[2]} + {i}]" if tma else f"__ldg(xr + {at})"
-            s.append(f"{I4}const T {xk}_{i} = {xsrc};\n")
+            s.append(f"{I4}const T {xk}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
             if dbwd:
-                hsrc = f"sb[{tma.h_pos(key[0])} + u * {key[2]} + {i}]" if tma else f"__ldg(hr + {at})"
-                s.append(f"{I4}const T {hk}_{i} = {hsrc};\n")
+                s.append(f"{I4}const T {hk}_{i} = __ldg(hr + {key[0]} + u * {key[2]} + {i});\n")
         if not w_only:
             s.append(f"{I4}T " + ", ".join(f"{gxk}_{i} = T(0)" for i in range(key[2])) + ";\n")
     w_keys = []
@@ -1066,8 +1000,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I4}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I4 + "  "
         if not w_only:
-            wsrc = f"sb[{tma.w_pos(p.w_off)} + u]" if tma else _w_load(f'wr + {p.w_off} + u * {p.w_stride}', evict)
-            s.append(f"{I5}const T wp = {wsrc};\n")
+            s.append(f"{I5}const T wp = {_w_load(f'wr + {p.w_off} + u * {p.w_stride}', evict)};\n")
             if dbwd:
                 s.append(f"{I5}const T vp = {_ggw_load(f'vr + {p.w_off} + u * {p.w_stride}', evict)};\n")
         js = sorted({j for (_, _, j, _) in p.nz})
@@ -1138,12 +1071,6 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
 {I3}    if (!in1_covered(q)) work[e * d.in1 + q] = T(0);
 """)
     s.append(f"{I2}}}\n")
-    if tma:
-        s.append(f"{I2}__syncwarp();  // the warp has read stage st (every warp arrives: kThreads / 32)\n"
-                 f"{I2}if ((threadIdx.x & 31) == 0) mbar_arrive(&s_empty[st]);\n"
-                 f"{I2}if (threadIdx.x == 0 && en < e_end) {{\n"
-                 f"{I2}  p1_stage_free(n + kP1Stages);\n"
-                 f"{I2}  fill{gi}(st, en, snext);\n{I2}}}\n")
     gop = "=" if gy_first else "+="
     how = "through shared memory" if gy_smem else "butterfly"
     s.append(f"{I2}// grad_y: sum over channels, fixed order: {how} inside each warp, then the slot's warps in order.\n")
@@ -1187,8 +1114,6 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I2}  __syncthreads();  // s_red is refilled by the next chunk\n")
         s.append(f"{I2}}}\n")
     s.append(f"{I1}}}\n")
-    if tma:
-        s.append(f"{I1}tma_n += uint32_t(e_end - e_begin);\n")
     s.append(f"{I1}__syncthreads();  // the next pass may read-modify-write what this one wrote\n")
     s.append(f"{I}}}\n")
     return "".join(s), tables
@@ -1202,30 +1127,20 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
     return "kPrefetch" if tune.prefetch & (PF_BWD32 | PF_BWD64) else None
 
 
-def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str,
-                   parts: bool = True) -> str:
+def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str) -> str:
     """A per-edge kernel of the backward family around ``body`` (its passes): block n = receiver n, or with
-    kParts each block takes receiver parts on a persistent grid (``parts`` False: no kParts, one block per receiver
-    only; num_parts unused). In the double backward ggw and gw may be one buffer (TPSpec::dbwd_in_gg_w): neither is
-    __restrict__ there."""
+    kParts each block takes receiver parts on a persistent grid. In the double backward ggw and gw may be one
+    buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there."""
     extra = "const T* __restrict__ ggx, const T* __restrict__ ggy, const T* ggw, " if dbwd else ""
     gw = "T* gw" if dbwd else "T* __restrict__ gw"
     tmpl = ("template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first"
-            if prefetch_param else "template <typename T, bool kParts>" if parts else "template <typename T>")
-    head = f"""{tmpl}
+            if prefetch_param else "template <typename T, bool kParts>")
+    return f"""{tmpl}
 __global__ void {bounds} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, {gw},
     T* __restrict__ work, const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
-    const int64_t* __restrict__ w_row, int64_t {"num_parts" if parts else "/*num_parts*/"}, TPDims d, int pass_lo, int pass_hi) {{
-{red}"""
-    if not parts:
-        return head + f"""  const int64_t n = blockIdx.x;
-  const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
-  if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
-  const T* grow = g + n * d.out;
-{body}}}
-"""
-    return head + f"""  if constexpr (kParts) {{
+    const int64_t* __restrict__ w_row, int64_t num_parts, TPDims d, int pass_lo, int pass_hi) {{
+{red}  if constexpr (kParts) {{
     for (int64_t b = blockIdx.x; b < num_parts; b += gridDim.x) {{  // uniform over the block
       const int64_t n = b / d.split, part = b % d.split;
       const int64_t first = dst_ptr[n], deg = dst_ptr[n + 1] - first;
@@ -1326,37 +1241,13 @@ __global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ g
     return "".join(src)
 
 
-def _p1_tma_head(per_stage: int, n4: int, n8: int, dbwd: bool) -> str:
-    """Shared memory and set-up of a part-1 kernel with bulk copies (Tuning.p1_tma): kP1Stages stages of
-    ``per_stage`` elements (``n4`` in float32, ``n8`` in float64), a full barrier (the producer's copies) and an empty
-    one (an arrival per warp) per stage, initialised once per block; tma_n counts the edges through the stages over
-    the passes, from which each edge's stage and barrier phases follow; p1_stage_free(k): the producer's wait until
-    the stage of running edge k has been read by every warp since its last fill."""
-    gg = " && aligned16(ggy)" if dbwd else ""
-    return (f"  constexpr int kP1Stages = sizeof(T) == 4 ? {n4} : {n8};\n"
-            f"  __shared__ __align__(128) T s_tma[kP1Stages * {per_stage}];  // the stages\n"
-            f"  __shared__ __align__(8) uint64_t s_full[kP1Stages];  // a stage's rows have landed\n"
-            f"  __shared__ __align__(8) uint64_t s_empty[kP1Stages];  // a stage's rows have been read\n"
-            f"  if (threadIdx.x < kP1Stages) {{\n"
-            f"    mbar_init(&s_full[threadIdx.x], 1);\n"
-            f"    mbar_init(&s_empty[threadIdx.x], kThreads / 32);\n  }}\n"
-            f"  mbar_init_fence();\n  __syncthreads();\n"
-            f"  const bool ystage = d.in2 % {FWD_TMA_VEC} == 0 && aligned16(y){gg};  // else y by loads\n"
-            f"  uint32_t tma_n = 0;\n"
-            f"  const auto p1_stage_free = [&](uint32_t k) {{\n"
-            f"    if (k >= uint32_t(kP1Stages)) mbar_wait(&s_empty[k % kP1Stages], (k / kP1Stages - 1) & 1u);\n"
-            f"  }};\n")
-
-
 def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: bool, tag: str,
-             tune: Tuning) -> Optional[Tuple[str, bool, bool, int]]:
+             tune: Tuning) -> Optional[Tuple[str, bool, bool]]:
     """Per-receiver kernel of the backward (dbwd: of g_x, g_y, g_w of the double backward): per
     edge grad_w, grad_y and the edge's grad_x contribution (work row e, summed by sender later; with
     d.rows_in_gw in free grad_w columns, _rows_plan; with d.atomic_gx added into grad_x at once), and
-    what d.rows_in_gw launches; under Tuning.p1_tma the same kernel with bulk copies, ``<name>_tma``, where a pass
-    allows them (one edge slot, _tma_rows) and two stages fit (P1_TMA_SMEM). ``budget``, ``merge``: as _bwd_groups.
-    (source, whether rows in grad_w are available, whether grad_w may go into ggw's memory: _gw_in_one_pass, the
-    dtypes with a bulk-copy kernel: bit 1 float32, bit 2 float64)."""
+    what d.rows_in_gw launches. ``budget``, ``merge``: as _bwd_groups. (source, whether rows in grad_w are
+    available, whether grad_w may go into ggw's memory: _gw_in_one_pass)."""
     groups = _bwd_groups(live, budget, merge)
     y_used = max((len({p.in2_off + j for p in g for (_, _, j, _) in p.nz}) for g in groups), default=1)
     if y_used > MAX_IN2:
@@ -1390,26 +1281,9 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
 // grid of every part would be mostly empty blocks); else block n = receiver n (d.split = 1), straight-line
 // code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
 """
-    bounds = _bounds(tune, threads, dbwd_part1=dbwd)
-    src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red, bounds)
-    tma_bits = 0
-    tma_rows = [_tma_rows(g, dbwd) if threads // ((g[0].mul + 31) // 32 * 32) == 1 else None for g in groups]
-    if tune.p1_tma & (2 if dbwd else 1) and any(tma_rows):
-        per_stage = max(r.stage for r in tma_rows if r)
-        red_elems = sum(n for _, n in shared)
-        n4, n8 = (min(P1_TMA_STAGES, (P1_TMA_SMEM - red_elems * z) // (per_stage * z)) for z in (4, 8))
-        tma_bits = int(n4 >= 2) | 2 * int(n8 >= 2)
-    if tma_bits:
-        first = {}
-        body = "".join(_bwd_group(gi, g, threads, first, dbwd, tag, None, False, rows, evict=bool(tune.w_evict),
-                                  gy_smem=gy_smem, tma=r)[0] for gi, (g, r) in enumerate(zip(groups, tma_rows)))
-        src += (f"\n// The same with bulk copies (Tuning.p1_tma) in passes "
-                + ", ".join(str(gi) for gi, r in enumerate(tma_rows) if r) + f", one block per receiver: stages of "
-                f"{per_stage} elements, {n4} in float32, {n8} in float64.\n"
-                + _kernel_source(name + "_tma", body, dbwd, False, red + _p1_tma_head(per_stage, n4, n8, dbwd),
-                                 bounds, parts=False))
-    return (src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None,
-            _gw_in_one_pass(groups), tma_bits)
+    src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red,
+                                                  _bounds(tune, threads, dbwd_part1=dbwd))
+    return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None, _gw_in_one_pass(groups)
 
 
 def _gw_in_one_pass(groups: Sequence[List[_Path]]) -> bool:
@@ -1639,7 +1513,7 @@ __device__ __forceinline__ double ld_stream_rw(const double* a, uint64_t policy)
 """
 
 _TMA = r"""
-// Tuning.fwd_tma, p1_tma: mbarriers and bulk copies into shared memory (sm_90); the host emulation (tests/cuda_emu) has its own.
+// Tuning.fwd_tma: mbarriers and bulk copies into shared memory (sm_90); the host emulation (tests/cuda_emu) has its own.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900  // no bulk copies: fwd_tma_ok never launches the kernel there
 __device__ __forceinline__ void mbar_init(uint64_t*, int) { __trap(); }
 [[maybe_unused]] __device__ __forceinline__ void mbar_inval(uint64_t*) { __trap(); }
@@ -1683,18 +1557,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 }
 #endif
 __host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
-// Whether a kernel with bulk copies may take this call: the device has them (compute capability >= 9, asked once per
-// device) and the copied rows start on 16 bytes: x and w (and with gg the double backward's gg_x) and their row lengths.
-template <typename T>
-bool rows_copyable(const TPTensors<T>& t, const TPDims& d, bool gg) {
-  static int major[64] = {};  // compute capability per device (0: not asked yet)
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  if (major[dev] == 0) cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev);
-  return major[dev] >= 9 && aligned16(t.x) && aligned16(t.w) && (!gg || aligned16(t.ggx)) &&
-         d.in1 % kCopyVec == 0 && d.w % kCopyVec == 0;
-}
 """
 
 _FWD_TMA_LAUNCH = r"""  if (fwd_tma_ok<T>(t, d)) {{
@@ -1805,7 +1667,6 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
   };
   using Parts = std::true_type;
   using NoParts = std::false_type;
-  P1_TMA_BWD
   if constexpr (sizeof(T) == 4)
     return split ? run(bwd_kernel_BS<T, PF32, true>, Parts{}) : run(bwd_kernel_BS<T, PF32, false>, NoParts{});
   else if (PF64 && bwd64_prefetch())
@@ -1848,7 +1709,6 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
   };
   using Parts = std::true_type;
   using NoParts = std::false_type;
-  P1_TMA_DBWD
   if constexpr (sizeof(T) == 4)
     return split ? run(dbwd_kernel_DS<T, true>, Parts{}) : run(dbwd_kernel_DS<T, false>, NoParts{});
   else
@@ -1857,22 +1717,10 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
 """
 
 
-def _p1_tma_launch(kind: str, tag32: str, tag64: str, bits: int) -> str:
-    """The launcher's lines that take part 1's bulk-copy kernel (``kind`` bwd or dbwd; ``bits``: the dtypes that have
-    one, _gen_bwd) for one block per receiver where rows_copyable allows, or nothing."""
-    if not bits:
-        return ""
-    take = {4: f"return run({kind}_kernel_{tag32}_tma<T>, NoParts{{}});" if bits & 1 else "",
-            8: f"return run({kind}_kernel_{tag64}_tma<T>, NoParts{{}});" if bits & 2 else ""}
-    gg = "true" if kind == "dbwd" else "false"
-    return (f"  if (!split && rows_copyable(t, d, {gg})) {{  // part 1's rows by bulk copies (Tuning.p1_tma)\n"
-            f"    if constexpr (sizeof(T) == 4) {{\n      {take[4]}\n    }} else {{\n      {take[8]}\n    }}\n  }}\n")
-
-
 def _bwd_variants(live: List[_Path], threads: int, dbwd: bool,
-                  tune: Tuning) -> Optional[Tuple[str, str, str, int, int, int]]:
-    """(source, f32 kernel tag, f64 kernel tag, rows-in-grad_w bits, grad_w-in-ggw bits, bulk-copy kernel bits;
-    bits 1 float32, 2 float64); one kernel when both budgets give the same passes."""
+                  tune: Tuning) -> Optional[Tuple[str, str, str, int, int]]:
+    """(source, f32 kernel tag, f64 kernel tag, rows-in-grad_w bits, grad_w-in-ggw bits; bits 1 float32, 2
+    float64); one kernel when both budgets give the same passes."""
     b32, b64 = (tune.dbwd_g32, tune.dbwd_g64) if dbwd else (tune.bwd_g32, tune.bwd_g64)
     m32, m64 = (b32, min(b64, tune.merge_g64)) if tune.merge_in1 else (0, 0)
     pre = "d" if dbwd else "b"
@@ -1880,12 +1728,12 @@ def _bwd_variants(live: List[_Path], threads: int, dbwd: bool,
     if gen32 is None:
         return None
     if _bwd_groups(live, b32, m32) == _bwd_groups(live, b64, m64):
-        return gen32[0], pre + "s", pre + "s", 3 * int(gen32[1]), 3 * int(gen32[2]), gen32[3]
+        return gen32[0], pre + "s", pre + "s", 3 * int(gen32[1]), 3 * int(gen32[2])
     gen64 = _gen_bwd(live, threads, b64, m64, dbwd, pre + "d", tune)
     if gen64 is None:
         return None
     return (gen32[0] + gen64[0], pre + "s", pre + "d", int(gen32[1]) | 2 * int(gen64[1]),
-            int(gen32[2]) | 2 * int(gen64[2]), gen32[3] & 1 | gen64[3] & 2)
+            int(gen32[2]) | 2 * int(gen64[2]))
 
 
 def _bounds(tune: Tuning, threads: int, dbwd_part1: bool = False, fwd: bool = False,
@@ -1921,12 +1769,10 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
     fwd = fwd_block(live, threads, tune)
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd)
     fwd_tma = _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd, tma=True) if tune.fwd_tma else ""
+    if fwd_tma:
+        src += _TMA + fwd_tma
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
-    if fwd_tma or (bwd and bwd[5]) or (dbwd and dbwd[5]):
-        src += (f"constexpr int kCopyVec = {FWD_TMA_VEC};  // elements: every bulk-copied run starts on a multiple\n"
-                + _TMA)
-    src += fwd_tma
     launch = ""
     if bwd is not None:
         src += _covered_fn("in1_covered", [p.in1_off + q for p in live for q in range(p.mul * p.d1)])
@@ -1936,12 +1782,10 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
             "bwd_kernel_BD", f"bwd_kernel_{bwd[2]}").replace(
             "rows_in_gw_BS", f"rows_in_gw_{bwd[1]}").replace("rows_in_gw_BD", f"rows_in_gw_{bwd[2]}").replace(
             "PF32", "true" if tune.prefetch & PF_BWD32 else "false").replace(
-            "PF64", "true" if tune.prefetch & PF_BWD64 else "false").replace(
-            "  P1_TMA_BWD\n", _p1_tma_launch("bwd", bwd[1], bwd[2], bwd[5]))
+            "PF64", "true" if tune.prefetch & PF_BWD64 else "false")
         if dbwd is not None:
             src += _gen_fwd(live, dbwd=True, threads=threads, tune=tune) + dbwd[0]
-            launch = launch.replace("  P1_TMA_DBWD\n", _p1_tma_launch("dbwd", dbwd[1], dbwd[2], dbwd[5])).replace(
-                "dbwd_kernel_DS", f"dbwd_kernel_{dbwd[1]}").replace(
+            launch = launch.replace("dbwd_kernel_DS", f"dbwd_kernel_{dbwd[1]}").replace(
                 "dbwd_kernel_DD", f"dbwd_kernel_{dbwd[2]}").replace(
                 "rows_in_gw_DS", f"rows_in_gw_{dbwd[1]}").replace("rows_in_gw_DD", f"rows_in_gw_{dbwd[2]}")
         else:

@@ -567,31 +567,6 @@ def test_fused_op_double_backward_writes_grad_w_into_gg_w(name, dtype, specs, mo
         assert torch.equal(a, b), k
 
 
-def _bulk_copy_case(dtype, seed):
-    """The 128-channel plan (every pass one edge slot per block) on a 300-node graph with its inputs, and the same x
-    one element past a 16-byte boundary, which the bulk-copy kernels refuse. Skips below compute capability 9."""
-    if torch.cuda.get_device_capability()[0] < 9:
-        pytest.skip("bulk copies need compute capability 9 or newer")
-    problem = CONFIGS["mace_medium"]()
-    gen = torch.Generator().manual_seed(seed)
-    num_nodes = 300
-    g = random_graph(num_nodes, 6000, gen)
-    plan, pl = plan_tensors(problem, dtype)
-    x, y, w = inputs(problem, plan, g, num_nodes, dtype, gen)
-    assert OPS._tp_conv_specialised_for(x, *pl)
-    shifted = torch.cat([x.new_zeros(1), x.flatten()])[1:].view(x.shape)
-    assert x.data_ptr() % 16 == 0 and shifted.data_ptr() % 16 != 0
-    return gen, g, num_nodes, plan, pl, (x, y, w), shifted
-
-
-def _profiled(call, kernel_part):
-    """``call()``'s result and the names of the CUDA kernels it ran that contain ``kernel_part``."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out = call()
-        torch.cuda.synchronize()
-    return out, [k.key for k in prof.key_averages() if kernel_part in k.key]
-
-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_forward_rows_by_bulk_copies_on_the_device(dtype, specs):
     """The forward of a plan whose passes take one edge slot each (128 channels) is ``fwd_kernel_tma`` (its edge rows
@@ -599,50 +574,31 @@ def test_forward_rows_by_bulk_copies_on_the_device(dtype, specs):
     forward without copies. Both against the reference, with the same bits."""
     from md_accel.ops import _codegen
 
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("bulk copies need compute capability 9 or newer")
     if not _codegen.tuning().fwd_tma:
         pytest.skip("MD_ACCEL_TP_TUNING turns fwd_tma off")
-    _, g, num_nodes, plan, pl, (x, y, w), shifted = _bulk_copy_case(dtype, 21)
+    problem = CONFIGS["mace_medium"]()
+    gen = torch.Generator().manual_seed(21)
+    num_nodes = 300
+    g = random_graph(num_nodes, 6000, gen)
+    plan, pl = plan_tensors(problem, dtype)
+    x, y, w = inputs(problem, plan, g, num_nodes, dtype, gen)
+    assert OPS._tp_conv_specialised_for(x, *pl)
+    shifted = torch.cat([x.new_zeros(1), x.flatten()])[1:].view(x.shape)
+    assert x.data_ptr() % 16 == 0 and shifted.data_ptr() % 16 != 0
     ref = ref_call(lambda x, y, w, s, d, *r: tp_conv_fwd_ref(x, y, w, s, d, num_nodes, *r, plan.dim_out),
                    (x, y, w), g, plan)
     outs = []
     for xs, bulk in ((x, True), (shifted, False)):
         poison((num_nodes, plan.dim_out), dtype=dtype)
-        out, kernels = _profiled(lambda: OPS.tp_conv_fwd(xs, y, w, *graph_args(g), *pl, plan.dim_out), "fwd_kernel")
-        outs.append(out)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            outs.append(OPS.tp_conv_fwd(xs, y, w, *graph_args(g), *pl, plan.dim_out))
+            torch.cuda.synchronize()
+        kernels = [k.key for k in prof.key_averages() if "fwd_kernel" in k.key]
         assert kernels and any("fwd_kernel_tma" in k for k in kernels) == bulk, kernels
-        assert rel_err(out, ref) <= TOL[dtype], rel_err(out, ref)
+        assert rel_err(outs[-1], ref) <= TOL[dtype], rel_err(outs[-1], ref)
     assert torch.equal(outs[0], outs[1])
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_part1_rows_by_bulk_copies_on_the_device(dtype, specs, monkeypatch):
-    """Under Tuning.p1_tma, part 1 of the backward and of the double backward of a 128-channel plan is its ``_tma``
-    kernel (edge rows by bulk copies) on compute capability 9 and newer, with one block per receiver
-    (MD_ACCEL_BWD_SPLIT=1; receiver parts take the kernel without copies); a call whose x is not 16-byte aligned gets
-    the kernel without copies. Both against the reference, with the same bits."""
-    from md_accel.ops import _codegen
-
-    if _codegen.tuning().p1_tma != 3:
-        pytest.skip("MD_ACCEL_TP_TUNING does not turn p1_tma on for both kernels")
-    monkeypatch.setenv("MD_ACCEL_BWD_SPLIT", "1")
-    gen, g, num_nodes, plan, pl, (x, y, w), shifted = _bulk_copy_case(dtype, 23)
-    gout = torch.randn(num_nodes, plan.dim_out, generator=gen, dtype=torch.float64).to(DEV, dtype)
-    ggx, ggy, ggw = (torch.randn(t.shape, generator=gen, dtype=torch.float64).to(DEV, dtype) for t in (x, y, w))
-    ga = graph_args(g)
-    want = {"bwd": ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan),
-            "dbwd": ref_call(tp_conv_dbwd_ref, (ggx, ggy, ggw, gout, x, y, w), g, plan)[1:]}
-    calls = {"bwd": lambda xs: OPS.tp_conv_bwd(gout, xs, y, w, *ga, *pl),
-             "dbwd": lambda xs: OPS.tp_conv_dbwd(ggx, ggy, ggw, gout, xs, y, w, *ga, *pl, False)[1:]}
-    for what, call in calls.items():
-        outs = []
-        for xs, bulk in ((x, True), (shifted, False)):
-            poison((num_nodes, plan.dim_in1), (len(g.src), plan.dim_in2), (len(g.src), plan.weight_numel), dtype=dtype)
-            out, kernels = _profiled(lambda: call(xs), f"{what}_kernel_")
-            outs.append(out)
-            assert kernels and any("_tma" in k for k in kernels) == bulk, (what, kernels)
-            for a, b in zip(out, want[what]):
-                assert rel_err(a, b) <= TOL[dtype], (what, bulk, rel_err(a, b))
-        assert all(torch.equal(a, b) for a, b in zip(*outs)), what
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
