@@ -96,8 +96,8 @@ FWD_MIN_BLOCK = 128
 # aligned (fwd_tma_ok), else the forward above. Sessions 55-56 tried one producer per block for passes of several slots
 # (a stage holding each slot's next edge): it lost on all six SevenNet / NequIP cells, 0.59 against 0.69 ms up to 1.44
 # against 2.62 (sevennet_l3i5 float32), and was taken out (its code: commit a9ef71d). The same copies for part 1 of the
-# backward and double backward (GEN 37's Tuning.p1_tma, sessions 54-57) bought 0-6 % on forward + backward and cost
-# 1-12 % on the double backward of the three MACE shapes, and were taken out too (commit a0c5bab).
+# backward and double backward (GEN 37's Tuning.p1_tma, sessions 54-57) bought at most 4 % on forward + backward and
+# cost 1-12 % on the double backward of the three MACE shapes, and were taken out too (commit a0c5bab).
 FWD_TMA_STAGES = 4
 FWD_TMA_SMEM = 46 * 1024
 FWD_TMA_VEC = 4  # elements: every copied run starts and ends on a multiple (16 bytes in float32, 32 in float64)
