@@ -3,7 +3,7 @@
 # into the git-ignored .gpu/site, JIT-builds the op library from this csrc (~3 minutes) into .gpu/build and
 # .gpu/prebuilt and, at the same time, the generated kernels of tools/prebuild_gpu_kernels.py's STAGE_KERNELS (default
 # "tp-tests tp-gpu-tests": the benchmark workloads and the tensor-product GPU tests) under each tuning of
-# STAGE_TUNINGS (default "default"; e.g. "default p1_tma=3" for an A/B): a new checkout carries none of them, and the
+# STAGE_TUNINGS (default "default"; e.g. "default fwd_acc=72" for an A/B): a new checkout carries none of them, and the
 # device's 16 cores build both tunings of tp-tests in ~95 s. All stays on the warm machine for the next calls,
 # launched within its idle time (PYTHONPATH=.gpu/site, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1); $OUT/gpu_lib.tar.xz and
 # $OUT/gpu_k_<tuning>.tar.xz come back for later machines (copy them into .gpu/ and carry them), the logs in
