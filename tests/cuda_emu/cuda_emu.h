@@ -1,10 +1,10 @@
 // Host emulation of the CUDA subset md_accel's generated kernels use (tests/cuda_emu/emulate.py):
 // one std::thread per CUDA thread, std::barrier for __syncthreads, named barriers and warp
-// shuffles, host atomics for atomicAdd; blocks run one after the other. Shared memory (dynamic, and
-// static arrays through emu::block_static) starts as NaN bytes in every block, so reads of unwritten
-// shared memory show. EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy queries return (grid
-// sizes), EMU_SMEM_KIB the shared memory per block (default 227, an H100's). Lockstep-free: code that
-// relies on implicit warp synchrony fails here, as it should.
+// shuffles, host atomics for atomicAdd; blocks run one after the other, on the same threads. Shared
+// memory (dynamic, and static arrays through emu::block_static) starts as NaN bytes in every block,
+// so reads of unwritten shared memory show. EMU_SMS / EMU_PER_SM (< 8 each) set what the occupancy
+// queries return (grid sizes), EMU_SMEM_KIB the shared memory per block (default 227, an H100's).
+// Lockstep-free: code that relies on implicit warp synchrony fails here, as it should.
 #pragma once
 #include <atomic>
 #include <barrier>
@@ -108,19 +108,34 @@ A& block_static(const void* key) {
   return *reinterpret_cast<A*>((reinterpret_cast<uintptr_t>(p.get()) + 15) & ~uintptr_t(15));
 }
 inline Warp& warp() { return *g_block->warps[t_tid.x / 32]; }
+// The blocks of a launch run one after another on one team of `block` threads (made once per launch, not per block:
+// thread creation was most of the emulated tests' time): each thread runs its part of block b, then waits at `next`
+// for the others, whose completion step (one thread, all arrived) gives the next block fresh state (shared memory
+// poisoned again, new named barriers and static arrays).
 template <typename F>
 void launch(unsigned grid, unsigned block, size_t smem_bytes, F&& body) {
   g_gdim.x = grid;
   g_bdim.x = block;
-  for (unsigned b = 0; b < grid; ++b) {
-    Block blk(int(block), smem_bytes);
-    g_block = &blk;
-    std::vector<std::thread> ts;
-    for (unsigned t = 0; t < block; ++t)
-      ts.emplace_back([&, t, b] { t_tid.x = t; t_bid.x = b; body(); });
-    for (auto& th : ts) th.join();
-    g_block = nullptr;
-  }
+  if (grid == 0 || block == 0) return;
+  std::unique_ptr<Block> blk(new Block(int(block), smem_bytes));
+  g_block = blk.get();
+  auto fresh = [&]() noexcept {
+    blk.reset(new Block(int(block), smem_bytes));
+    g_block = blk.get();
+  };
+  std::barrier<decltype(fresh)> next(block, fresh);
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < block; ++t)
+    ts.emplace_back([&, t] {
+      t_tid.x = t;
+      for (unsigned b = 0; b < grid; ++b) {
+        t_bid.x = b;
+        body();
+        next.arrive_and_wait();
+      }
+    });
+  for (auto& th : ts) th.join();
+  g_block = nullptr;
 }
 }  // namespace emu
 
