@@ -699,6 +699,48 @@ def test_forward_rows_by_bulk_copies_only_in_one_slot_passes():
     assert not has("128x0e+128x1o", _codegen.Tuning(fwd_tma=0))
 
 
+# a plan whose forward passes come by bulk copies (128 channels, one edge slot) and one whose do not (64 and 32
+# channels on several slots, prefetch tables per pass)
+ACC32_PROBLEMS = {"128 channels": ("128x0e", "1x0e+1x1o+1x2e+1x3o"), "wide": ("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e")}
+
+
+@pytest.mark.parametrize("problem", list(ACC32_PROBLEMS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_forward_pass_plan_per_dtype(dtype, problem):
+    """``Tuning.fwd_acc32``: the float32 forward runs the passes of its own budget (here one pass per multiplicity),
+    the float64 forward those of fwd_acc (several): each dtype's output, poisoned first and in edge chunks, equals bit
+    for bit that of the library built with its budget alone, and the reference; in the bulk-copy forward each dtype
+    copies its own passes' rows (x once per pass)."""
+    in1, in2 = ACC32_PROBLEMS[problem]
+    make = lambda: TPProblem.all_uvu(in1, in2, 2)  # noqa: E731
+    both = _codegen.Tuning(fwd_acc=4, fwd_acc32=48, prefetch=_codegen.PF_ALL)
+    plan, lib = _library(f"acc32 {problem}", make, both)
+    alone = _library(f"acc32 {problem}", make, both._replace(fwd_acc=48 if dtype == torch.float32 else 4,
+                                                              fwd_acc32=0))[1]
+    struct = _codegen.plan_structure(plan)
+    _, live, _, _ = _codegen._analyse(struct)
+    n32, n64 = (len(_codegen._fwd_passes(live, acc, 1)) for acc in _codegen.fwd_budgets(both))
+    assert n32 == len({p.mul for p in live}) < n64
+    src = _codegen.generate(struct, both)
+    tma = "fwd_kernel_tma<T><<<" in src
+    assert tma == (problem == "128 channels")
+    assert src.count(f"{n32} pass(es) in float32, {n64} in float64") == 1 + tma
+    assert _codegen.generate(struct, both._replace(fwd_acc32=4)) == _codegen.generate(struct, both._replace(fwd_acc32=0))
+    n, g, inputs, ref = forward_problem(plan, 9)
+    inputs = [t.to(dtype).contiguous() for t in inputs]
+    e = g.src.numel()
+    if tma:
+        groups = _codegen._fwd_passes(live, _codegen.fwd_budgets(both)[dtype == torch.float64], 1)
+        per_edge = sum(r.stage for r in map(_codegen._tma_rows, groups)) * dtype.itemsize
+    for step in (17, e):
+        before = lib._lib.emu_bulk_copy_bytes()
+        out = chunked_forward(lib, plan, n, g, inputs, step)
+        if tma:
+            assert lib._lib.emu_bulk_copy_bytes() - before == e * per_edge, step
+        assert torch.equal(out, chunked_forward(alone, plan, n, g, inputs, step)), step
+        assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
+
+
 # y irreps -> the warp_sum_smem widths V (used y columns of a pass, to a power of two) of the wide plan's passes
 GY_SMEM_Y = {"1x0e": {1}, "1x0e+1x0o": {2}, "1x0e+1x2e": {8}, "1x0e+1x1o+1x2e+1x3o+1x4e": {4, 16, 32}}
 

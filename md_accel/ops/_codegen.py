@@ -180,6 +180,7 @@ class Tuning(NamedTuple):
     warps per SM requested from the compiler (0: the compiler's choice) per dtype, two switches and the
     float64 cap on backward passes shared by whole in1 blocks."""
     fwd_acc: int = FWD_ACC_BUDGET
+    fwd_acc32: int = 0  # the float32 forward's budget where it differs (0: fwd_acc; fwd_budgets)
     dbwd_acc: int = DBWD_ACC_BUDGET
     bwd_g32: int = BWD_G_BUDGET[0]
     bwd_g64: int = BWD_G_BUDGET[1]
@@ -602,7 +603,8 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int) -> str:
 
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
-               evict: bool = False, smem: int = FWD_SLOT_SMEM, tma: Optional[_TmaRows] = None) -> Tuple[str, str]:
+               evict: bool = False, smem: int = FWD_SLOT_SMEM, tma: Optional[_TmaRows] = None,
+               tag: str = "") -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
@@ -611,7 +613,8 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     the same in every lane) then serves them all. ``evict``: the weights loaded by ``_w_load`` (Tuning.w_evict).
     ``tma`` (the forward under Tuning.fwd_tma): each edge's rows come from the slot's stages in shared memory
     (kTmaStages of them, filled by the slot's thread u = 0 with ``_tma_fill``, full / empty mbarriers per stage).
-    Returns (device code, constant tables)."""
+    ``tag``: in the names of the constant tables (one forward holding a pass plan per dtype). Returns (device code,
+    constant tables)."""
     mul = group[0].mul
     out_keys = []
     for p in group:
@@ -663,11 +666,11 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
         s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     if prefetch and not tma:
-        tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end",
+        tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{tag}{gi}", f"e + {S}", f"e + {S} < e_end",
                                       dbwd, lanes)
         s.append(code)
     if prefetch_xy and not tma:
-        t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd,
+        t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{tag}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd,
                                     lanes)
         tables += t
         s.append(code)
@@ -769,6 +772,14 @@ def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path
     return [g for m, ps in _by_mul(live) for g in _out_groups(ps, budget // _fwd_cpl(m, cpl))]
 
 
+def fwd_budgets(tune: Tuning) -> Tuple[int, ...]:
+    """The forward's accumulator budgets: (fwd_acc,) where both dtypes run the same passes, else (float32's,
+    float64's). Why two: mace_large's forward in one pass (72 components) took 9.5 % less time in float32 and spilled
+    in float64 (session 56, H200)."""
+    acc32 = tune.fwd_acc32 or tune.fwd_acc
+    return (tune.fwd_acc,) if acc32 == tune.fwd_acc else (acc32, tune.fwd_acc)
+
+
 def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
     """(threads per block, shared-memory bytes for its edge slots' partial sums) of the forward kernel: the other
     kernels' ``threads``, times x = Tuning.fwd_min_block // threads where that is more than one (more edge slots per
@@ -778,7 +789,7 @@ def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
     if x == 1:
         return threads, FWD_SLOT_SMEM
     used = 0
-    for g in _fwd_passes(live, tune.fwd_acc, tune.fwd_cpl):
+    for g in (g for acc in fwd_budgets(tune) for g in _fwd_passes(live, acc, tune.fwd_cpl)):
         _, L, S = _fwd_slots(g[0].mul, _out_width(g), threads * x, _fwd_cpl(g[0].mul, tune.fwd_cpl), FWD_SLOT_SMEM_X)
         used = max(used, L * S)
     return max(threads, (used + 31) // 32 * 32), FWD_SLOT_SMEM_X
@@ -797,16 +808,17 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     shared memory) of ``fwd_block`` (default: the other kernels' block). ``tma``: the forward's variant under
     Tuning.fwd_tma, ``fwd_kernel_tma`` (its edge rows by bulk copies; '' where a pass has several edge slots, a
     pass's rows do not allow the copies or no two stages fit), with ``fwd_tma_ok``, the launcher's test of the
-    device and of the call's pointers and row lengths."""
+    device and of the call's pointers and row lengths. Where ``fwd_budgets`` differ by dtype, the forward holds
+    both pass plans, float32's under ``if constexpr``."""
     assert not (tma and dbwd), "the bulk-copy variant is the forward's alone"
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
-    groups = _fwd_passes(live, tune.dbwd_acc if dbwd else tune.fwd_acc, cpl)
+    plans = [_fwd_passes(live, acc, cpl) for acc in ((tune.dbwd_acc,) if dbwd else fwd_budgets(tune))]
     block, slot_smem = block or (threads, FWD_SLOT_SMEM)
-    rows = [_tma_rows(g) for g in groups] if tma else [None] * len(groups)
-    if tma and None in rows:
+    rows = [[_tma_rows(g) for g in groups] if tma else [None] * len(groups) for groups in plans]
+    if tma and any(None in r for r in rows):
         return ""
     red = 0
-    for g in groups:
+    for g in (g for groups in plans for g in groups):
         comps = _out_width(g)
         M, _, S = _fwd_slots(g[0].mul, comps, block, _fwd_cpl(g[0].mul, cpl), slot_smem)
         if S > 1:
@@ -814,13 +826,22 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     if tma:
         if red:  # a pass with several edge slots (the note at FWD_TMA_STAGES)
             return ""
-        per_stage, n4, n8 = _tma_stages(rows)
+        # (elements per stage, stages) in float32 and in float64, each from its own pass plan
+        (p32, n4, _), (p64, _, n8) = _tma_stages(rows[0]), _tma_stages(rows[-1])
         if max(n4, n8) < 2:
             return ""
-    parts = [_fwd_group(gi, g, "  ", dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                        _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r)
-             for gi, (g, r) in enumerate(zip(groups, rows))]
-    body, tables = "".join(p[0] for p in parts), "".join(p[1] for p in parts)
+    bodies, tables = [], ""
+    I = "  " if len(plans) == 1 else "    "
+    for groups, grows, tag in zip(plans, rows, ("",) if len(plans) == 1 else ("32_", "64_")):
+        parts = [_fwd_group(gi, g, I, dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
+                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag)
+                 for gi, (g, r) in enumerate(zip(groups, grows))]
+        bodies.append("".join(p[0] for p in parts))
+        tables += "".join(p[1] for p in parts)
+    body = bodies[0] if len(plans) == 1 else (
+        f"  if constexpr (sizeof(T) == 4) {{  // float32's pass plan\n{bodies[0]}  }} else {{\n{bodies[1]}  }}\n")
+    passes = (f"{len(plans[0])} pass(es)" if len(plans) == 1
+              else f"{len(plans[0])} pass(es) in float32, {len(plans[1])} in float64,")
     smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
     name = "dfwd_kernel" if dbwd else "fwd_kernel_tma" if tma else "fwd_kernel"
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
@@ -833,20 +854,23 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
         bars = max(n4, n8)  # one edge slot per pass
         what = "Forward, its edge rows by bulk copies (Tuning.fwd_tma)"
         decl = (f"template <typename T>\nconstexpr int kTmaStagesOf = sizeof(T) == 4 ? {n4} : {n8};\n"
+                + (f"template <typename T>\nconstexpr int kTmaStageLen = sizeof(T) == 4 ? {p32} : {p64};  // elements\n"
+                   if p32 != p64 else "")
                 + f"template <typename T>\nbool fwd_tma_ok(const TPTensors<T>& t, const TPDims& d) {{\n"
                 f"  static int major[64] = {{}};  // compute capability per device (0: not asked yet)\n"
                 f"  int dev = 0;\n  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;\n"
                 f"  if (major[dev] == 0) cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev);\n"
                 f"  return major[dev] >= 9 && kTmaStagesOf<T> >= 2 && aligned16(t.x) && aligned16(t.w) && "
                 f"d.in1 % {FWD_TMA_VEC} == 0 && d.w % {FWD_TMA_VEC} == 0;\n}}\n")
+        stage_len = "kTmaStageLen<T>" if p32 != p64 else p32
         head = (f"  constexpr int kTmaStages = kTmaStagesOf<T> < 2 ? 2 : kTmaStagesOf<T>;  // (< 2: never launched)\n"
-                f"  __shared__ __align__(128) T s_tma[kTmaStagesOf<T> < 2 ? 1 : kTmaStages * {per_stage}];  // the "
+                f"  __shared__ __align__(128) T s_tma[kTmaStagesOf<T> < 2 ? 1 : kTmaStages * {stage_len}];  // the "
                 f"slots' stages\n"
                 f"  __shared__ __align__(8) uint64_t s_full[{bars}];  // a stage's rows have landed\n"
                 f"  __shared__ __align__(8) uint64_t s_empty[{bars}];  // a stage's rows have been read\n"
                 f"  const bool ystage = d.in2 % {FWD_TMA_VEC} == 0 && aligned16(y);  // else y by loads\n")
     return tables + f"""
-// {what}: block n = receiver; {len(groups)} pass(es) over its edges.
+// {what}: block n = receiver; {passes} over its edges.
 {decl}template <typename T>
 __global__ void {_bounds(tune, block, fwd=not dbwd, block_const=tc)} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}T* __restrict__ out, const int64_t* __restrict__ src,
