@@ -35,12 +35,13 @@ _LIB = {}
 # (MD_ACCEL_TP_TUNING): prefetch in every kernel, of y and x too (PF_FWD_XY, PF_PART1_XY), with budgets
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
 # host emulation reads as plain loads), and the forward in blocks of one warp (its default: four edge slots, as
-# the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma); grad_y through
+# the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma, and every pass is
+# split in float32 too, fwd_acc32=0); grad_y through
 # shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
-           "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4)}
+           "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4, fwd_acc32=0)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -635,7 +636,7 @@ def test_forward_rows_by_bulk_copies(dtype, problem):
     rows are 16-byte multiples (16 columns; 9 are loaded). With x (or w) not 16-byte aligned the launcher takes the
     forward without copies; with y not aligned the kernel loads y itself: the same bits either way."""
     in1, in2, acc = TMA_PROBLEMS[problem]
-    tune = _codegen.Tuning(fwd_min_block=32, fwd_acc=acc)
+    tune = _codegen.Tuning(fwd_min_block=32, fwd_acc=acc, fwd_acc32=0)  # one pass plan (fwd_acc32: the next test)
     make = lambda: TPProblem.all_uvu(in1, in2, 2)  # noqa: E731
     plan, lib = _library(f"tma {in1} {in2}", make, tune)
     base = _library(f"tma {in1} {in2}", make, tune._replace(fwd_tma=0))[1]
@@ -699,45 +700,48 @@ def test_forward_rows_by_bulk_copies_only_in_one_slot_passes():
     assert not has("128x0e+128x1o", _codegen.Tuning(fwd_tma=0))
 
 
-# a plan whose forward passes come by bulk copies (128 channels, one edge slot) and one whose do not (64 and 32
-# channels on several slots, prefetch tables per pass)
-ACC32_PROBLEMS = {"128 channels": ("128x0e", "1x0e+1x1o+1x2e+1x3o"), "wide": ("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e")}
+# a plan whose forward passes come by bulk copies (128 channels, one edge slot), and one whose do not (its 32-channel
+# block on four edge slots, which keeps fwd_acc in float32 too; prefetch tables per pass and dtype)
+ACC32_PROBLEMS = {"128 channels": ("128x0e", "1x0e+1x1o+1x2e+1x3o"),
+                  "128 and 32 channels": ("128x0e+32x1o", "1x0e+1x1o+1x2e")}
 
 
 @pytest.mark.parametrize("problem", list(ACC32_PROBLEMS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_forward_pass_plan_per_dtype(dtype, problem):
-    """``Tuning.fwd_acc32``: the float32 forward runs the passes of its own budget (here one pass per multiplicity),
-    the float64 forward those of fwd_acc (several): each dtype's output, poisoned first and in edge chunks, equals bit
-    for bit that of the library built with its budget alone, and the reference; in the bulk-copy forward each dtype
-    copies its own passes' rows (x once per pass)."""
+    """``Tuning.fwd_acc32``: the float32 forward runs its one-slot passes (128 channels) under their own budget (here
+    one pass), the rest and the float64 forward under fwd_acc (several passes each): each dtype's output, poisoned
+    first and in edge chunks, equals the reference, and bit for bit the output of the library without fwd_acc32 (each
+    output component sums the same products in the same order, whichever pass holds it); in the bulk-copy forward
+    each dtype copies its own passes' rows (x once per pass)."""
     in1, in2 = ACC32_PROBLEMS[problem]
     make = lambda: TPProblem.all_uvu(in1, in2, 2)  # noqa: E731
     both = _codegen.Tuning(fwd_acc=4, fwd_acc32=48, prefetch=_codegen.PF_ALL)
     plan, lib = _library(f"acc32 {problem}", make, both)
-    alone = _library(f"acc32 {problem}", make, both._replace(fwd_acc=48 if dtype == torch.float32 else 4,
-                                                              fwd_acc32=0))[1]
     struct = _codegen.plan_structure(plan)
-    _, live, _, _ = _codegen._analyse(struct)
-    n32, n64 = (len(_codegen._fwd_passes(live, acc, 1)) for acc in _codegen.fwd_budgets(both))
-    assert n32 == len({p.mul for p in live}) < n64
+    _, live, threads, _ = _codegen._analyse(struct)
+    plans = _codegen.fwd_plans(live, threads, both)
+    assert len(plans) == 2
+    f32, f64 = ([(g[0].mul, _codegen._out_width(g)) for g in groups] for groups in plans)
+    assert sum(m == 128 for m, _ in f32) == 1 and len(f64) > len(f32)
+    assert [mw for mw in f32 if mw[0] < 128] == [mw for mw in f64 if mw[0] < 128]  # several slots: fwd_acc
+    assert _codegen.fwd_plans(live, threads, both._replace(fwd_acc32=0)) == [plans[1]]
     src = _codegen.generate(struct, both)
     tma = "fwd_kernel_tma<T><<<" in src
     assert tma == (problem == "128 channels")
-    assert src.count(f"{n32} pass(es) in float32, {n64} in float64") == 1 + tma
-    assert _codegen.generate(struct, both._replace(fwd_acc32=4)) == _codegen.generate(struct, both._replace(fwd_acc32=0))
+    assert src.count(f"{len(f32)} pass(es) in float32, {len(f64)} in float64") == 1 + tma
+    base = _library(f"acc32 {problem}", make, both._replace(fwd_acc32=0))[1]
     n, g, inputs, ref = forward_problem(plan, 9)
     inputs = [t.to(dtype).contiguous() for t in inputs]
     e = g.src.numel()
     if tma:
-        groups = _codegen._fwd_passes(live, _codegen.fwd_budgets(both)[dtype == torch.float64], 1)
-        per_edge = sum(r.stage for r in map(_codegen._tma_rows, groups)) * dtype.itemsize
+        per_edge = sum(_codegen._tma_rows(gr).stage for gr in plans[dtype == torch.float64]) * dtype.itemsize
     for step in (17, e):
         before = lib._lib.emu_bulk_copy_bytes()
         out = chunked_forward(lib, plan, n, g, inputs, step)
         if tma:
             assert lib._lib.emu_bulk_copy_bytes() - before == e * per_edge, step
-        assert torch.equal(out, chunked_forward(alone, plan, n, g, inputs, step)), step
+        assert torch.equal(out, chunked_forward(base, plan, n, g, inputs, step)), step
         assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
 
 

@@ -66,10 +66,14 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 38  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 39  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
+# float32's budget for the forward passes of one edge slot (fwd_plans): mace_large's forward in one pass of 71
+# components, 1.040 / 1.052 ms against 1.184 / 1.176 in two (session 58, H200, float32, default and fwd_acc32=72 in
+# turn); its float64 pass would spill (session 56), so float64 keeps FWD_ACC_BUDGET.
+FWD_ACC32_BUDGET = 72
 DBWD_ACC_BUDGET = 32  # the same for g_grad_out of the double backward (x, ggx, y, ggy live too)
 FWD_SLOT_SMEM = 24 * 1024  # shared-memory bytes (float64) for the fwd edge slots' partial sums
 FWD_SLOT_SMEM_X = 46 * 1024  # the same in a forward block widened to FWD_MIN_BLOCK (at most 48 KiB of static memory)
@@ -180,7 +184,7 @@ class Tuning(NamedTuple):
     warps per SM requested from the compiler (0: the compiler's choice) per dtype, two switches and the
     float64 cap on backward passes shared by whole in1 blocks."""
     fwd_acc: int = FWD_ACC_BUDGET
-    fwd_acc32: int = 0  # the float32 forward's budget where it differs (0: fwd_acc; fwd_budgets)
+    fwd_acc32: int = FWD_ACC32_BUDGET  # float32's budget for forward passes of one edge slot (fwd_plans; 0: fwd_acc)
     dbwd_acc: int = DBWD_ACC_BUDGET
     bwd_g32: int = BWD_G_BUDGET[0]
     bwd_g64: int = BWD_G_BUDGET[1]
@@ -772,12 +776,25 @@ def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path
     return [g for m, ps in _by_mul(live) for g in _out_groups(ps, budget // _fwd_cpl(m, cpl))]
 
 
-def fwd_budgets(tune: Tuning) -> Tuple[int, ...]:
-    """The forward's accumulator budgets: (fwd_acc,) where both dtypes run the same passes, else (float32's,
-    float64's). Why two: mace_large's forward in one pass (72 components) took 9.5 % less time in float32 and spilled
-    in float64 (session 56, H200)."""
-    acc32 = tune.fwd_acc32 or tune.fwd_acc
-    return (tune.fwd_acc,) if acc32 == tune.fwd_acc else (acc32, tune.fwd_acc)
+def _fwd_one_slot(mul: int, block: int, cpl: int) -> bool:
+    """A forward pass of multiplicity ``mul`` has the block of ``block`` threads to itself (one edge slot)."""
+    return 2 * ((mul + 31) // 32 * 32 // _fwd_cpl(mul, cpl)) > block
+
+
+def fwd_plans(live: List[_Path], threads: int, tune: Tuning) -> List[List[List[_Path]]]:
+    """The forward's passes: [the plan of both dtypes], or [float32's, float64's] where Tuning.fwd_acc32 gives
+    float32's one-slot passes (``_fwd_one_slot``: 128 channels in blocks of 128) a budget of their own. Why: mace_large's
+    float32 forward in one such pass (71 components) took 0.89x the time of two, where its float64 one spills (sessions
+    56 and 58, H200); sevennet_l3i5's 32-channel passes on four slots took 1.13x under the same budget (session 58)."""
+    cpl = tune.fwd_cpl
+    base = _fwd_passes(live, tune.fwd_acc, cpl)
+    if not tune.fwd_acc32 or tune.fwd_acc32 == tune.fwd_acc:
+        return [base]
+    block = fwd_block(live, threads, tune)[0]
+    f32 = [g for m, ps in _by_mul(live)
+           for g in _out_groups(ps, (tune.fwd_acc32 if _fwd_one_slot(m, block, cpl) else tune.fwd_acc)
+                                // _fwd_cpl(m, cpl))]
+    return [base] if f32 == base else [f32, base]
 
 
 def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
@@ -789,7 +806,7 @@ def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
     if x == 1:
         return threads, FWD_SLOT_SMEM
     used = 0
-    for g in (g for acc in fwd_budgets(tune) for g in _fwd_passes(live, acc, tune.fwd_cpl)):
+    for g in _fwd_passes(live, tune.fwd_acc, tune.fwd_cpl):
         _, L, S = _fwd_slots(g[0].mul, _out_width(g), threads * x, _fwd_cpl(g[0].mul, tune.fwd_cpl), FWD_SLOT_SMEM_X)
         used = max(used, L * S)
     return max(threads, (used + 31) // 32 * 32), FWD_SLOT_SMEM_X
@@ -808,11 +825,11 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     shared memory) of ``fwd_block`` (default: the other kernels' block). ``tma``: the forward's variant under
     Tuning.fwd_tma, ``fwd_kernel_tma`` (its edge rows by bulk copies; '' where a pass has several edge slots, a
     pass's rows do not allow the copies or no two stages fit), with ``fwd_tma_ok``, the launcher's test of the
-    device and of the call's pointers and row lengths. Where ``fwd_budgets`` differ by dtype, the forward holds
-    both pass plans, float32's under ``if constexpr``."""
+    device and of the call's pointers and row lengths. Where ``fwd_plans`` differ by dtype, the forward holds
+    both, float32's under ``if constexpr``."""
     assert not (tma and dbwd), "the bulk-copy variant is the forward's alone"
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
-    plans = [_fwd_passes(live, acc, cpl) for acc in ((tune.dbwd_acc,) if dbwd else fwd_budgets(tune))]
+    plans = [_fwd_passes(live, tune.dbwd_acc, cpl)] if dbwd else fwd_plans(live, threads, tune)
     block, slot_smem = block or (threads, FWD_SLOT_SMEM)
     rows = [[_tma_rows(g) for g in groups] if tma else [None] * len(groups) for groups in plans]
     if tma and any(None in r for r in rows):
