@@ -745,6 +745,34 @@ def test_forward_pass_plan_per_dtype(dtype, problem):
         assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_forward_edge_slots_of_float32_sums(dtype):
+    """``Tuning.fwd_slots32``: the float32 forward counts its edge slots' partial sums at 4 bytes, so the 32-channel
+    pass that FWD_SLOT_SMEM holds to three slots of a 128-thread block in float64 (39 components per channel) runs on
+    four in float32. Outputs, poisoned first and in edge chunks, against the reference; float64 bit-identical to the
+    default library's, float32 equal to it to rounding (the slots' sums add in another order)."""
+    make = lambda: TPProblem.all_uvu("128x0e+32x1o", "1x0e+1x1o+1x2e+1x3o", 3)  # noqa: E731
+    tune = _codegen.Tuning(fwd_slots32=1)
+    plan, lib = _library("slots32", make, tune)
+    base = _library("slots32", make, _codegen.Tuning())[1]
+    struct = _codegen.plan_structure(plan)
+    src = _codegen.generate(struct, tune)
+    fwd = src[src.index("// Forward:"):]
+    fwd = fwd[:fwd.index("\n}\n")]
+    assert "2 pass(es) in float32, 2 in float64" in fwd
+    assert re.findall(r"32 channels x (\d+) edge slot", fwd) == ["4", "3"]  # float32's pass, then float64's
+    assert "s_acc[sizeof(T) == 4 ? " in fwd
+    n, g, inputs, ref = forward_problem(plan, 21)
+    inputs = [t.to(dtype).contiguous() for t in inputs]
+    for step in (17, g.src.numel()):
+        out, out_base = (chunked_forward(library, plan, n, g, inputs, step) for library in (lib, base))
+        assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
+        if dtype == torch.float64:
+            assert torch.equal(out, out_base), step
+        else:
+            assert rel_err(out, out_base.double()) <= TOL[dtype], step
+
+
 # y irreps -> the warp_sum_smem widths V (used y columns of a pass, to a power of two) of the wide plan's passes
 GY_SMEM_Y = {"1x0e": {1}, "1x0e+1x0o": {2}, "1x0e+1x2e": {8}, "1x0e+1x1o+1x2e+1x3o+1x4e": {4, 16, 32}}
 

@@ -202,6 +202,7 @@ class Tuning(NamedTuple):
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
     fwd_min_block: int = FWD_MIN_BLOCK  # forward: at least this many threads per block (fwd_block; 32 to 1024)
+    fwd_slots32: int = 0  # 1: float32's forward edge slots counted with 4-byte partial sums (_fwd_slots; opt-in)
     fwd_tma: int = 1  # 1: the forward's edge rows through shared memory by bulk copies where they allow (FWD_TMA_STAGES)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
@@ -231,7 +232,7 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
     if not 32 <= values.get("fwd_min_block", FWD_MIN_BLOCK) <= MAX_THREADS:
         raise ValueError(f"{TUNING_ENV}: fwd_min_block is 32 to {MAX_THREADS}")
-    for key in ("w_evict", "gy_smem", "fwd_tma"):
+    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -378,13 +379,14 @@ def _fwd_cpl(mul: int, cpl: int) -> int:
     return cpl if mul % 32 == 0 else 1
 
 
-def _fwd_slots(mul: int, comps: int, threads: int, cpl: int = 1, smem: int = FWD_SLOT_SMEM) -> Tuple[int, int, int]:
+def _fwd_slots(mul: int, comps: int, threads: int, cpl: int = 1, smem: int = FWD_SLOT_SMEM,
+               elem: int = 8) -> Tuple[int, int, int]:
     """(M, L, S): channels rounded up to a warp, lanes per edge slot (M / cpl: each lane holds channels u,
     u + L, ..), and edge slots per block (the partial sums of slots 1..S-1 meet in shared memory, at most
-    ``smem`` bytes in float64)."""
+    ``smem`` bytes of ``elem``-byte sums: float64's unless Tuning.fwd_slots32)."""
     M = (mul + 31) // 32 * 32
     L = M // cpl
-    S = max(1, min(threads // L, 1 + smem // (comps * M * 8)))
+    S = max(1, min(threads // L, 1 + smem // (comps * M * elem)))
     return M, L, S
 
 
@@ -608,7 +610,7 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int) -> str:
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
                evict: bool = False, smem: int = FWD_SLOT_SMEM, tma: Optional[_TmaRows] = None,
-               tag: str = "") -> Tuple[str, str]:
+               tag: str = "", elem: int = 8) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
@@ -617,15 +619,15 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     the same in every lane) then serves them all. ``evict``: the weights loaded by ``_w_load`` (Tuning.w_evict).
     ``tma`` (the forward under Tuning.fwd_tma): each edge's rows come from the slot's stages in shared memory
     (kTmaStages of them, filled by the slot's thread u = 0 with ``_tma_fill``, full / empty mbarriers per stage).
-    ``tag``: in the names of the constant tables (one forward holding a pass plan per dtype). Returns (device code,
-    constant tables)."""
+    ``tag``: in the names of the constant tables (one forward holding a pass plan per dtype); ``elem``: the bytes of
+    a partial sum that ``_fwd_slots`` counts. Returns (device code, constant tables)."""
     mul = group[0].mul
     out_keys = []
     for p in group:
         if p.out_key not in out_keys:
             out_keys.append(p.out_key)
     comps = sum(k[2] for k in out_keys)
-    M, L, S = _fwd_slots(mul, comps, threads, cpl, smem)
+    M, L, S = _fwd_slots(mul, comps, threads, cpl, smem, elem)
     # per channel copy c: the suffix of its registers and the channel index; cpl 1 keeps the names it always had
     copies = [("", "u")] if cpl == 1 else [(f"c{c}", f"(u + {c * L})") for c in range(cpl)]
     y_cols = sorted({p.in2_off + j for p in group for (_, _, j, _) in p.nz})
@@ -831,15 +833,24 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     plans = [_fwd_passes(live, tune.dbwd_acc, cpl)] if dbwd else fwd_plans(live, threads, tune)
     block, slot_smem = block or (threads, FWD_SLOT_SMEM)
-    rows = [[_tma_rows(g) for g in groups] if tma else [None] * len(groups) for groups in plans]
+
+    def slots(groups, elem):  # (S, partial-sum elements of slots 1..S-1) per pass
+        out = []
+        for g in groups:
+            M, _, S = _fwd_slots(g[0].mul, _out_width(g), block, _fwd_cpl(g[0].mul, cpl), slot_smem, elem)
+            out.append((S, (S - 1) * _out_width(g) * M))
+        return out
+
+    # each dtype's (passes, bytes of a partial sum): one entry where both run the same code
+    specs = [(groups, 8) for groups in plans]
+    if not dbwd and tune.fwd_slots32 and slots(specs[0][0], 4) != slots(specs[0][0], 8):
+        specs[0] = (specs[0][0], 4)
+        specs += [(plans[0], 8)] if len(plans) == 1 else []
+    rows = [[_tma_rows(g) for g in groups] if tma else [None] * len(groups) for groups, _ in specs]
     if tma and any(None in r for r in rows):
         return ""
-    red = 0
-    for g in (g for groups in plans for g in groups):
-        comps = _out_width(g)
-        M, _, S = _fwd_slots(g[0].mul, comps, block, _fwd_cpl(g[0].mul, cpl), slot_smem)
-        if S > 1:
-            red = max(red, (S - 1) * comps * M)
+    reds = [max([r for _, r in slots(groups, elem)], default=0) for groups, elem in specs]
+    red = max(reds)
     if tma:
         if red:  # a pass with several edge slots (the note at FWD_TMA_STAGES)
             return ""
@@ -848,18 +859,19 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
         if max(n4, n8) < 2:
             return ""
     bodies, tables = [], ""
-    I = "  " if len(plans) == 1 else "    "
-    for groups, grows, tag in zip(plans, rows, ("",) if len(plans) == 1 else ("32_", "64_")):
+    I = "  " if len(specs) == 1 else "    "
+    for (groups, elem), grows, tag in zip(specs, rows, ("",) if len(specs) == 1 else ("32_", "64_")):
         parts = [_fwd_group(gi, g, I, dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag)
+                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag, elem)
                  for gi, (g, r) in enumerate(zip(groups, grows))]
         bodies.append("".join(p[0] for p in parts))
         tables += "".join(p[1] for p in parts)
-    body = bodies[0] if len(plans) == 1 else (
+    body = bodies[0] if len(specs) == 1 else (
         f"  if constexpr (sizeof(T) == 4) {{  // float32's pass plan\n{bodies[0]}  }} else {{\n{bodies[1]}  }}\n")
-    passes = (f"{len(plans[0])} pass(es)" if len(plans) == 1
-              else f"{len(plans[0])} pass(es) in float32, {len(plans[1])} in float64,")
-    smem = f"  __shared__ T s_acc[{red}];  // partial sums of edge slots 1..S-1\n" if red else ""
+    passes = (f"{len(specs[0][0])} pass(es)" if len(specs) == 1
+              else f"{len(specs[0][0])} pass(es) in float32, {len(specs[1][0])} in float64,")
+    size = red if len(set(reds)) == 1 else f"sizeof(T) == 4 ? {max(reds[0], 1)} : {max(reds[1], 1)}"
+    smem = f"  __shared__ T s_acc[{size}];  // partial sums of edge slots 1..S-1\n" if red else ""
     name = "dfwd_kernel" if dbwd else "fwd_kernel_tma" if tma else "fwd_kernel"
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
