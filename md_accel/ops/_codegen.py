@@ -780,7 +780,7 @@ def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path
 
 def _fwd_one_slot(mul: int, block: int, cpl: int) -> bool:
     """A forward pass of multiplicity ``mul`` has the block of ``block`` threads to itself (one edge slot)."""
-    return 2 * ((mul + 31) // 32 * 32 // _fwd_cpl(mul, cpl)) > block
+    return 2 * _fwd_slots(mul, 1, block, _fwd_cpl(mul, cpl))[1] > block
 
 
 def fwd_plans(live: List[_Path], threads: int, tune: Tuning) -> List[List[List[_Path]]]:
@@ -843,9 +843,8 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
 
     # each dtype's (passes, bytes of a partial sum): one entry where both run the same code
     specs = [(groups, 8) for groups in plans]
-    if not dbwd and tune.fwd_slots32 and slots(specs[0][0], 4) != slots(specs[0][0], 8):
-        specs[0] = (specs[0][0], 4)
-        specs += [(plans[0], 8)] if len(plans) == 1 else []
+    if not dbwd and tune.fwd_slots32 and slots(plans[0], 4) != slots(plans[0], 8):
+        specs = [(plans[0], 4), (plans[-1], 8)]
     rows = [[_tma_rows(g) for g in groups] if tma else [None] * len(groups) for groups, _ in specs]
     if tma and any(None in r for r in rows):
         return ""
