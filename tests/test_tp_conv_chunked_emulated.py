@@ -562,8 +562,10 @@ def chunked_forward(lib, plan, n: int, g, inputs, step: int):
     return out
 
 
+# (split: one pass plan for both dtypes, which the source then holds once)
 CPL_TUNINGS = {"cpl2": _codegen.Tuning(fwd_cpl=2),
-               "cpl2_split_prefetch_all": _codegen.Tuning(fwd_cpl=2, fwd_acc=6, prefetch=_codegen.PF_ALL)}
+               "cpl2_split_prefetch_all": _codegen.Tuning(fwd_cpl=2, fwd_acc=6, prefetch=_codegen.PF_ALL, fwd_acc32=0,
+                                                          fwd_slots32=0)}
 
 
 @pytest.mark.parametrize("tuning", list(CPL_TUNINGS))
@@ -592,15 +594,14 @@ def test_forward_with_two_channels_per_thread(dtype, tuning):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_forward_block_of_four_warps(dtype, problem):
     """The forward's block has FWD_MIN_BLOCK threads where the other kernels' is narrower: the test plan (8 channels,
-    blocks of one warp) runs its passes on four edge slots, the wide plan (64 channels, two warps) on two or more,
-    each with more room for the slots' partial sums (FWD_SLOT_SMEM_X). The output, poisoned first and in edge chunks
-    too, matches the reference, and the forward of one-warp blocks (fwd_min_block=32) to rounding (the slots add in
-    another order)."""
+    blocks of one warp) runs its passes on four edge slots, the wide plan (64 channels, two warps) on two or more
+    each. The output, poisoned first and in edge chunks too, matches the reference, and the forward of one-warp blocks
+    (fwd_min_block=32) to rounding (the slots add in another order)."""
     plan, lib = plan_and_library() if problem == "test plan" else wide_plan_and_library(_codegen.Tuning())
     struct = _codegen.plan_structure(plan)
     _, live, threads, _ = _codegen._analyse(struct)
     assert threads < _codegen.FWD_MIN_BLOCK
-    assert _codegen.fwd_block(live, threads, _codegen.Tuning()) == (_codegen.FWD_MIN_BLOCK, _codegen.FWD_SLOT_SMEM_X)
+    assert _codegen.fwd_block(live, threads, _codegen.Tuning()) == (_codegen.FWD_MIN_BLOCK, _codegen.FWD_SLOT_SMEM)
     assert _codegen.fwd_block(live, threads, _codegen.Tuning(fwd_min_block=32)) == (threads, _codegen.FWD_SLOT_SMEM)
     src = _codegen.generate(struct)
     fwd = src[src.index("// Forward:"):]
@@ -706,17 +707,19 @@ ACC32_PROBLEMS = {"128 channels": ("128x0e", "1x0e+1x1o+1x2e+1x3o"),
                   "128 and 32 channels": ("128x0e+32x1o", "1x0e+1x1o+1x2e")}
 
 
+@pytest.mark.parametrize("slots32", [0, 1], ids=["one-slot passes", "fwd_slots32"])
 @pytest.mark.parametrize("problem", list(ACC32_PROBLEMS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_forward_pass_plan_per_dtype(dtype, problem):
+def test_forward_pass_plan_per_dtype(dtype, problem, slots32):
     """``Tuning.fwd_acc32``: the float32 forward runs its one-slot passes (128 channels) under their own budget (here
-    one pass), the rest and the float64 forward under fwd_acc (several passes each): each dtype's output, poisoned
-    first and in edge chunks, equals the reference, and bit for bit the output of the library without fwd_acc32 (each
-    output component sums the same products in the same order, whichever pass holds it); in the bulk-copy forward
-    each dtype copies its own passes' rows (x once per pass)."""
+    one pass), and under ``fwd_slots32`` its several-slot passes too (32 channels); the rest and the float64 forward
+    under fwd_acc (several passes each): each dtype's output, poisoned first and in edge chunks, equals the reference,
+    and bit for bit the output of the library without fwd_acc32 (each output component sums the same products in the
+    same order, whichever pass holds it) but where fwd_slots32 gives float32's passes other edge slots (to rounding
+    then); in the bulk-copy forward each dtype copies its own passes' rows (x once per pass)."""
     in1, in2 = ACC32_PROBLEMS[problem]
     make = lambda: TPProblem.all_uvu(in1, in2, 2)  # noqa: E731
-    both = _codegen.Tuning(fwd_acc=4, fwd_acc32=48, prefetch=_codegen.PF_ALL)
+    both = _codegen.Tuning(fwd_acc=4, fwd_acc32=48, prefetch=_codegen.PF_ALL, fwd_slots32=slots32)
     plan, lib = _library(f"acc32 {problem}", make, both)
     struct = _codegen.plan_structure(plan)
     _, live, threads, _ = _codegen._analyse(struct)
@@ -724,7 +727,11 @@ def test_forward_pass_plan_per_dtype(dtype, problem):
     assert len(plans) == 2
     f32, f64 = ([(g[0].mul, _codegen._out_width(g)) for g in groups] for groups in plans)
     assert sum(m == 128 for m, _ in f32) == 1 and len(f64) > len(f32)
-    assert [mw for mw in f32 if mw[0] < 128] == [mw for mw in f64 if mw[0] < 128]  # several slots: fwd_acc
+    narrow32 = [mw for mw in f32 if mw[0] < 128]
+    if slots32:  # every multiplicity in one pass
+        assert len(f32) == len({m for m, _ in f32}) and (problem == "128 channels") == (not narrow32)
+    else:  # several slots: fwd_acc
+        assert narrow32 == [mw for mw in f64 if mw[0] < 128]
     assert _codegen.fwd_plans(live, threads, both._replace(fwd_acc32=0)) == [plans[1]]
     src = _codegen.generate(struct, both)
     tma = "fwd_kernel_tma<T><<<" in src
@@ -741,27 +748,48 @@ def test_forward_pass_plan_per_dtype(dtype, problem):
         out = chunked_forward(lib, plan, n, g, inputs, step)
         if tma:
             assert lib._lib.emu_bulk_copy_bytes() - before == e * per_edge, step
-        assert torch.equal(out, chunked_forward(base, plan, n, g, inputs, step)), step
+        out_base = chunked_forward(base, plan, n, g, inputs, step)
+        if dtype == torch.float32 and slots32 and narrow32:
+            assert rel_err(out, out_base.double()) <= TOL[dtype], step
+        else:
+            assert torch.equal(out, out_base), step
         assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
 
 
+# (in1, in2, lmax, fwd_acc = fwd_acc32, fwd_slot_smem, the forward's block in float64's count / under fwd_slots32): a
+# 32-channel pass that 24 KiB hold to three slots of the 128-thread block in float64 (39 components per channel; four
+# in FWD_SLOT_SMEM), and a 32-channel plan of one-warp blocks whose one pass of 90 components gets three slots of
+# FWD_SLOT_SMEM in float64, four in float32 (the forward's block then 128 threads, not 96)
+SLOTS32_PROBLEMS = {"128 and 32 channels": ("128x0e+32x1o", "1x0e+1x1o+1x2e+1x3o", 3, 48, 24 * 1024, (128, 128)),
+                    "32 channels, one pass": ("32x1o+32x2e", "1x0e+1x1o+1x2e+1x3o", 3, 96, _codegen.FWD_SLOT_SMEM,
+                                              (96, 128))}
+
+
+@pytest.mark.parametrize("problem", list(SLOTS32_PROBLEMS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_forward_edge_slots_of_float32_sums(dtype):
-    """``Tuning.fwd_slots32``: the float32 forward counts its edge slots' partial sums at 4 bytes, so the 32-channel
-    pass that FWD_SLOT_SMEM holds to three slots of a 128-thread block in float64 (39 components per channel) runs on
-    four in float32. Outputs, poisoned first and in edge chunks, against the reference; float64 bit-identical to the
-    default library's, float32 equal to it to rounding (the slots' sums add in another order)."""
-    make = lambda: TPProblem.all_uvu("128x0e+32x1o", "1x0e+1x1o+1x2e+1x3o", 3)  # noqa: E731
-    tune = _codegen.Tuning(fwd_slots32=1)
-    plan, lib = _library("slots32", make, tune)
-    base = _library("slots32", make, _codegen.Tuning())[1]
+def test_forward_edge_slots_of_float32_sums(dtype, problem):
+    """``Tuning.fwd_slots32``: the float32 forward counts its edge slots' partial sums at 4 bytes, so a 32-channel
+    pass that the shared memory holds to three slots in float64 runs on four in float32, the forward's block sized for
+    the wider of the two. Outputs, poisoned first and in edge chunks, against the reference; float64 bit-identical to
+    the library without it, float32 equal to it to rounding (the slots' sums add in another order)."""
+    in1, in2, lmax, acc, smem, blocks = SLOTS32_PROBLEMS[problem]
+    make = lambda: TPProblem.all_uvu(in1, in2, lmax)  # noqa: E731
+    tune = _codegen.Tuning(fwd_acc=acc, fwd_acc32=acc, fwd_slots32=1, fwd_slot_smem=smem)
+    plan, lib = _library(f"slots32 {problem}", make, tune)
+    base = _library(f"slots32 {problem}", make, tune._replace(fwd_slots32=0))[1]
     struct = _codegen.plan_structure(plan)
+    _, live, threads, _ = _codegen._analyse(struct)
+    assert tuple(_codegen.fwd_block(live, threads, t)[0] for t in (tune._replace(fwd_slots32=0), tune)) == blocks
     src = _codegen.generate(struct, tune)
     fwd = src[src.index("// Forward:"):]
     fwd = fwd[:fwd.index("\n}\n")]
-    assert "2 pass(es) in float32, 2 in float64" in fwd
+    passes = len(_codegen.fwd_plans(live, threads, tune)[0])
+    assert f"{passes} pass(es) in float32, {passes} in float64" in fwd
     assert re.findall(r"32 channels x (\d+) edge slot", fwd) == ["4", "3"]  # float32's pass, then float64's
     assert "s_acc[sizeof(T) == 4 ? " in fwd
+    if smem < _codegen.FWD_SLOT_SMEM:  # float64's pass on four slots too in the default's shared memory
+        src = _codegen.generate(struct, tune._replace(fwd_slot_smem=_codegen.FWD_SLOT_SMEM))
+        assert re.findall(r"32 channels x (\d+) edge slot", src[src.index("// Forward:"):]).count("3") == 0
     n, g, inputs, ref = forward_problem(plan, 21)
     inputs = [t.to(dtype).contiguous() for t in inputs]
     for step in (17, g.src.numel()):

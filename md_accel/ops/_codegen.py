@@ -66,17 +66,23 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 39  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 41  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
-# float32's budget for the forward passes of one edge slot (fwd_plans): mace_large's forward in one pass of 71
-# components, 1.040 / 1.052 ms against 1.184 / 1.176 in two (session 58, H200, float32, default and fwd_acc32=72 in
-# turn); its float64 pass would spill (session 56), so float64 keeps FWD_ACC_BUDGET.
-FWD_ACC32_BUDGET = 72
+# float32's budget for its forward passes (fwd_plans; float64's passes would spill, session 56, so it keeps
+# FWD_ACC_BUDGET). mace_large's forward in one pass of 71 components, 1.040 / 1.052 ms against 1.184 / 1.176 in two
+# (session 58, H200, float32); with the slots' sums counted at 4 bytes (Tuning.fwd_slots32), sevennet_l3i5's 32-channel
+# passes 52 + 49 components on four slots, 1.237 / 1.233 ms against 1.368 / 1.370 (three passes on four, three and
+# three), nequip_l3's 76 + 80, 0.745 / 0.744 against 0.859 / 0.859 (four passes; session 59, H200, float32, GEN 39's
+# defaults and fwd_slots32=1,fwd_acc32=96 in turn).
+FWD_ACC32_BUDGET = 96
 DBWD_ACC_BUDGET = 32  # the same for g_grad_out of the double backward (x, ggx, y, ggy live too)
-FWD_SLOT_SMEM = 24 * 1024  # shared-memory bytes (float64) for the fwd edge slots' partial sums
-FWD_SLOT_SMEM_X = 46 * 1024  # the same in a forward block widened to FWD_MIN_BLOCK (at most 48 KiB of static memory)
+# shared-memory bytes for the forward's edge slots' partial sums (Tuning.fwd_slot_smem, at most this: 48 KiB of
+# static memory). sevennet_l3i5's float64 forward with its 32-channel passes on four slots each (24 KiB gave two of
+# them three): 2.317 / 2.293 ms against 2.460 / 2.443 (session 59, H200, float64, 24 and 46 KiB in turn).
+FWD_SLOT_SMEM = 46 * 1024
+DFWD_SLOT_SMEM = 24 * 1024  # the same for the double backward's g_grad_out kernel (dfwd_kernel)
 # The forward's block has at least this many threads: plans whose channels fit one warp (32 threads for the other
 # kernels) run 4 edge slots per receiver in the forward, and those of 64 channels 2. Session 52 (H200, kernels.py, the
 # random symmetric graph of 4,000 nodes and 312,000 edges, default and variant in turn twice): nequip_l3 forward
@@ -184,7 +190,7 @@ class Tuning(NamedTuple):
     warps per SM requested from the compiler (0: the compiler's choice) per dtype, two switches and the
     float64 cap on backward passes shared by whole in1 blocks."""
     fwd_acc: int = FWD_ACC_BUDGET
-    fwd_acc32: int = FWD_ACC32_BUDGET  # float32's budget for forward passes of one edge slot (fwd_plans; 0: fwd_acc)
+    fwd_acc32: int = FWD_ACC32_BUDGET  # float32's forward budget (fwd_plans; 0: fwd_acc)
     dbwd_acc: int = DBWD_ACC_BUDGET
     bwd_g32: int = BWD_G_BUDGET[0]
     bwd_g64: int = BWD_G_BUDGET[1]
@@ -202,7 +208,9 @@ class Tuning(NamedTuple):
     merge_g64: int = MERGE_G64  # float64: such a shared pass holds at most this many grad_out components
     fwd_cpl: int = 1  # forward: channels per thread in blocks whose multiplicity is a multiple of 32 (1 or 2)
     fwd_min_block: int = FWD_MIN_BLOCK  # forward: at least this many threads per block (fwd_block; 32 to 1024)
-    fwd_slots32: int = 0  # 1: float32's forward edge slots counted with 4-byte partial sums (_fwd_slots; opt-in)
+    fwd_slot_smem: int = FWD_SLOT_SMEM  # forward: bytes of shared memory for the edge slots' partial sums (fwd_block)
+    fwd_slots32: int = 1  # 1: float32's forward planned in its own sizes: 4-byte slot sums, fwd_acc32 on every pass
+    # (0: fwd_acc32 for its one-slot passes only, the slots counted at 8 bytes: GEN 39)
     fwd_tma: int = 1  # 1: the forward's edge rows through shared memory by bulk copies where they allow (FWD_TMA_STAGES)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
@@ -232,6 +240,8 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
     if not 32 <= values.get("fwd_min_block", FWD_MIN_BLOCK) <= MAX_THREADS:
         raise ValueError(f"{TUNING_ENV}: fwd_min_block is 32 to {MAX_THREADS}")
+    if not 0 <= values.get("fwd_slot_smem", FWD_SLOT_SMEM) <= FWD_SLOT_SMEM:
+        raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
@@ -785,33 +795,44 @@ def _fwd_one_slot(mul: int, block: int, cpl: int) -> bool:
 
 def fwd_plans(live: List[_Path], threads: int, tune: Tuning) -> List[List[List[_Path]]]:
     """The forward's passes: [the plan of both dtypes], or [float32's, float64's] where Tuning.fwd_acc32 gives
-    float32's one-slot passes (``_fwd_one_slot``: 128 channels in blocks of 128) a budget of their own. Why: mace_large's
-    float32 forward in one such pass (71 components) took 0.89x the time of two, where its float64 one spills (sessions
-    56 and 58, H200); sevennet_l3i5's 32-channel passes on four slots took 1.13x under the same budget (session 58)."""
+    float32 a budget of its own: for every pass under Tuning.fwd_slots32 (float32 planned in its own sizes: 4-byte
+    accumulators and partial sums), else for its one-slot passes only (``_fwd_one_slot``: 128 channels in blocks of
+    128). Why: mace_large's float32 forward in one such pass (71 components) took 0.89x the time of two, where its
+    float64 one spills (sessions 56 and 58, H200); sevennet_l3i5's 32-channel passes under the same budget, their
+    slots counted at 8 bytes (three or two instead of four), took 1.13x (session 58)."""
     cpl = tune.fwd_cpl
     base = _fwd_passes(live, tune.fwd_acc, cpl)
     if not tune.fwd_acc32 or tune.fwd_acc32 == tune.fwd_acc:
         return [base]
-    block = fwd_block(live, threads, tune)[0]
-    f32 = [g for m, ps in _by_mul(live)
-           for g in _out_groups(ps, (tune.fwd_acc32 if _fwd_one_slot(m, block, cpl) else tune.fwd_acc)
-                                // _fwd_cpl(m, cpl))]
+    if tune.fwd_slots32:
+        f32 = _fwd_passes(live, tune.fwd_acc32, cpl)
+    else:
+        block = fwd_block(live, threads, tune)[0]
+        f32 = [g for m, ps in _by_mul(live)
+               for g in _out_groups(ps, (tune.fwd_acc32 if _fwd_one_slot(m, block, cpl) else tune.fwd_acc)
+                                    // _fwd_cpl(m, cpl))]
     return [base] if f32 == base else [f32, base]
 
 
 def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
-    """(threads per block, shared-memory bytes for its edge slots' partial sums) of the forward kernel: the other
-    kernels' ``threads``, times x = Tuning.fwd_min_block // threads where that is more than one (more edge slots per
-    receiver: FWD_MIN_BLOCK), with FWD_SLOT_SMEM_X bytes for the slots then, and no more threads than the passes'
-    slots use."""
+    """(threads per block, shared-memory bytes for its edge slots' partial sums: Tuning.fwd_slot_smem) of the forward
+    kernel: the other kernels' ``threads``, times x = Tuning.fwd_min_block // threads where that is more than one (more
+    edge slots per receiver: FWD_MIN_BLOCK), and no more threads than the passes' slots use (under Tuning.fwd_slots32
+    float32's passes with their slots counted at 4 bytes, besides float64's)."""
     x = max(1, tune.fwd_min_block // threads)
     if x == 1:
-        return threads, FWD_SLOT_SMEM
+        return threads, tune.fwd_slot_smem
+    specs = [(_fwd_passes(live, tune.fwd_acc, tune.fwd_cpl), 8)]
+    if tune.fwd_slots32:
+        plans = fwd_plans(live, threads, tune)
+        specs = [(plans[0], 4), (plans[-1], 8)]
     used = 0
-    for g in _fwd_passes(live, tune.fwd_acc, tune.fwd_cpl):
-        _, L, S = _fwd_slots(g[0].mul, _out_width(g), threads * x, _fwd_cpl(g[0].mul, tune.fwd_cpl), FWD_SLOT_SMEM_X)
-        used = max(used, L * S)
-    return max(threads, (used + 31) // 32 * 32), FWD_SLOT_SMEM_X
+    for groups, elem in specs:
+        for g in groups:
+            _, L, S = _fwd_slots(g[0].mul, _out_width(g), threads * x, _fwd_cpl(g[0].mul, tune.fwd_cpl),
+                                 tune.fwd_slot_smem, elem)
+            used = max(used, L * S)
+    return max(threads, (used + 31) // 32 * 32), tune.fwd_slot_smem
 
 
 def _tma_stages(rows: List[_TmaRows]) -> Tuple[int, int, int]:
@@ -832,7 +853,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     assert not (tma and dbwd), "the bulk-copy variant is the forward's alone"
     cpl = 1 if dbwd else tune.fwd_cpl  # (g_grad_out of the double backward: one channel per thread)
     plans = [_fwd_passes(live, tune.dbwd_acc, cpl)] if dbwd else fwd_plans(live, threads, tune)
-    block, slot_smem = block or (threads, FWD_SLOT_SMEM)
+    block, slot_smem = block or (threads, DFWD_SLOT_SMEM)
 
     def slots(groups, elem):  # (S, partial-sum elements of slots 1..S-1) per pass
         out = []
