@@ -39,9 +39,10 @@ _LIB = {}
 # split in float32 too, fwd_acc32=0); grad_y through
 # shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
-           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, bwd_g32=4, bwd_g64=4),
+           "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, fwd_acc_narrow=0, bwd_g32=4,
+                                                 bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
-           "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4, fwd_acc32=0)}
+           "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4, fwd_acc32=0, fwd_acc_narrow=0)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -565,7 +566,7 @@ def chunked_forward(lib, plan, n: int, g, inputs, step: int):
 # (split: one pass plan for both dtypes, which the source then holds once)
 CPL_TUNINGS = {"cpl2": _codegen.Tuning(fwd_cpl=2),
                "cpl2_split_prefetch_all": _codegen.Tuning(fwd_cpl=2, fwd_acc=6, prefetch=_codegen.PF_ALL, fwd_acc32=0,
-                                                          fwd_slots32=0)}
+                                                          fwd_acc_narrow=0, fwd_slots32=0)}
 
 
 @pytest.mark.parametrize("tuning", list(CPL_TUNINGS))
@@ -637,7 +638,8 @@ def test_forward_rows_by_bulk_copies(dtype, problem):
     rows are 16-byte multiples (16 columns; 9 are loaded). With x (or w) not 16-byte aligned the launcher takes the
     forward without copies; with y not aligned the kernel loads y itself: the same bits either way."""
     in1, in2, acc = TMA_PROBLEMS[problem]
-    tune = _codegen.Tuning(fwd_min_block=32, fwd_acc=acc, fwd_acc32=0)  # one pass plan (fwd_acc32: the next test)
+    # one pass plan (fwd_acc32: the next test), fwd_acc for every multiplicity
+    tune = _codegen.Tuning(fwd_min_block=32, fwd_acc=acc, fwd_acc32=0, fwd_acc_narrow=0)
     make = lambda: TPProblem.all_uvu(in1, in2, 2)  # noqa: E731
     plan, lib = _library(f"tma {in1} {in2}", make, tune)
     base = _library(f"tma {in1} {in2}", make, tune._replace(fwd_tma=0))[1]
@@ -774,7 +776,7 @@ def test_forward_edge_slots_of_float32_sums(dtype, problem):
     the library without it, float32 equal to it to rounding (the slots' sums add in another order)."""
     in1, in2, lmax, acc, smem, blocks = SLOTS32_PROBLEMS[problem]
     make = lambda: TPProblem.all_uvu(in1, in2, lmax)  # noqa: E731
-    tune = _codegen.Tuning(fwd_acc=acc, fwd_acc32=acc, fwd_slots32=1, fwd_slot_smem=smem)
+    tune = _codegen.Tuning(fwd_acc=acc, fwd_acc32=acc, fwd_acc_narrow=0, fwd_slots32=1, fwd_slot_smem=smem)
     plan, lib = _library(f"slots32 {problem}", make, tune)
     base = _library(f"slots32 {problem}", make, tune._replace(fwd_slots32=0))[1]
     struct = _codegen.plan_structure(plan)
@@ -799,6 +801,39 @@ def test_forward_edge_slots_of_float32_sums(dtype, problem):
             assert torch.equal(out, out_base), step
         else:
             assert rel_err(out, out_base.double()) <= TOL[dtype], step
+
+
+# in1 (y: 1x0e+1x1o+1x2e, l_out <= 2) -> whether every multiplicity is at most FWD_NARROW_MUL
+NARROW_PROBLEMS = {"32x0e+32x1o+32x2e": True, "128x0e+32x1o+32x2e": False}
+
+
+@pytest.mark.parametrize("in1", list(NARROW_PROBLEMS))
+def test_float64_forward_budget_of_narrow_plans(in1):
+    """``Tuning.fwd_acc_narrow`` (GEN 42): float64's forward passes hold up to FWD_ACC_NARROW output components per
+    channel where no multiplicity exceeds FWD_NARROW_MUL (here one pass of 51 components instead of two under
+    fwd_acc), fwd_acc where a wider block shares the kernel. The float64 output, poisoned first and in edge chunks,
+    equals the reference, and bit for bit the library's without the rule (each component sums the same products in
+    the same order, whichever pass holds it)."""
+    make = lambda: TPProblem.all_uvu(in1, "1x0e+1x1o+1x2e", 2)  # noqa: E731
+    tune = _codegen.Tuning()
+    plan, lib = _library(f"narrow {in1}", make, tune)
+    _, live, threads, _ = _codegen._analyse(_codegen.plan_structure(plan))
+    f64 = _codegen.fwd_plans(live, threads, tune)[-1]
+    without = _codegen.fwd_plans(live, threads, tune._replace(fwd_acc_narrow=0))[-1]
+    narrow_widths = [_codegen._out_width(g) for g in f64 if g[0].mul <= _codegen.FWD_NARROW_MUL]
+    if NARROW_PROBLEMS[in1]:
+        assert narrow_widths == [51] and len(without) == 2
+        assert max(_codegen._out_width(g) for g in without) <= _codegen.FWD_ACC_BUDGET
+    else:
+        assert f64 == without and max(narrow_widths) <= _codegen.FWD_ACC_BUDGET
+        return
+    base = _library(f"narrow {in1}", make, tune._replace(fwd_acc_narrow=0))[1]
+    n, g, inputs, ref = forward_problem(plan, 23)
+    inputs = [t.contiguous() for t in inputs]  # float64
+    for step in (17, g.src.numel()):
+        out, out_base = (chunked_forward(library, plan, n, g, inputs, step) for library in (lib, base))
+        assert rel_err(out, ref) <= TOL[torch.float64], (step, rel_err(out, ref))
+        assert torch.equal(out, out_base), step
 
 
 # y irreps -> the warp_sum_smem widths V (used y columns of a pass, to a power of two) of the wide plan's passes

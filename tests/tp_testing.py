@@ -18,6 +18,8 @@ CONFIGS = {
     "first_layer": lambda: uvu_problem("128x0e", sh(3), 3),
     "sevennet0_like": lambda: uvu_problem("128x0e+64x1e+32x2e", sh(2), 2),
     "sevennet_l3i5_like": lambda: uvu_problem("64x0e+32x1o+32x2e+32x3o", sh(3), 3),
+    # every multiplicity 32: the float64 forward's wider budget (_codegen.FWD_ACC_NARROW), as benchmarks' nequip_l3
+    "nequip_l3": lambda: uvu_problem("32x0e+32x1o+32x2e+32x3o", sh(3), 3),
     "nequip_l4": lambda: uvu_problem("16x0e+16x1o+16x2e+16x3o+16x4e", sh(4), 4),
     "l6": lambda: uvu_problem("3x5o+2x6e", sh(6), 6),
     "in2_mul2": lambda: TPProblem.create("8x0e+8x1o", "2x0e+1x1o", "8x0e+8x1o+8x1o",

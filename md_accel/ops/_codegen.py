@@ -66,7 +66,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 41  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 42  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -77,6 +77,15 @@ FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd 
 # three), nequip_l3's 76 + 80, 0.745 / 0.744 against 0.859 / 0.859 (four passes; session 59, H200, float32, GEN 39's
 # defaults and fwd_slots32=1,fwd_acc32=96 in turn).
 FWD_ACC32_BUDGET = 96
+# float64's forward budget where no multiplicity exceeds FWD_NARROW_MUL channels (Tuning.fwd_acc_narrow): every pass
+# then runs on several edge slots of the block, and a wider pass costs no pass that had the block to itself (sessions 56
+# and 60: the register count FWD_ACC_BUDGET keeps those at). nequip_l3's float64 forward in three passes of 56, 51 and
+# 49 components, 1.608 / 1.616 ms against 1.680 / 1.698 in four; the same budget for every kernel took sevennet_l3i5's
+# float64 forward (a one-slot pass of 128 channels besides its 32-channel ones) from 2.283 / 2.308 to 2.647 / 2.663 ms
+# (255 registers, 8 resident warps per SM instead of 12); mace_mp0_medium's unchanged (session 60, H200, float64,
+# fwd_acc=64 and the defaults in turn).
+FWD_ACC_NARROW = 64
+FWD_NARROW_MUL = 32
 DBWD_ACC_BUDGET = 32  # the same for g_grad_out of the double backward (x, ggx, y, ggy live too)
 # shared-memory bytes for the forward's edge slots' partial sums (Tuning.fwd_slot_smem, at most this: 48 KiB of
 # static memory). sevennet_l3i5's float64 forward with its 32-channel passes on four slots each (24 KiB gave two of
@@ -191,6 +200,7 @@ class Tuning(NamedTuple):
     float64 cap on backward passes shared by whole in1 blocks."""
     fwd_acc: int = FWD_ACC_BUDGET
     fwd_acc32: int = FWD_ACC32_BUDGET  # float32's forward budget (fwd_plans; 0: fwd_acc)
+    fwd_acc_narrow: int = FWD_ACC_NARROW  # float64's where no multiplicity exceeds FWD_NARROW_MUL (0: fwd_acc)
     dbwd_acc: int = DBWD_ACC_BUDGET
     bwd_g32: int = BWD_G_BUDGET[0]
     bwd_g64: int = BWD_G_BUDGET[1]
@@ -788,6 +798,14 @@ def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path
     return [g for m, ps in _by_mul(live) for g in _out_groups(ps, budget // _fwd_cpl(m, cpl))]
 
 
+def _fwd_acc64(live: List[_Path], tune: Tuning) -> int:
+    """float64's forward budget (and float32's where Tuning.fwd_acc32 gives it none of its own): Tuning.fwd_acc_narrow
+    where no multiplicity exceeds FWD_NARROW_MUL (all passes on several edge slots), else Tuning.fwd_acc."""
+    if tune.fwd_acc_narrow and max((p.mul for p in live), default=0) <= FWD_NARROW_MUL:
+        return tune.fwd_acc_narrow
+    return tune.fwd_acc
+
+
 def _fwd_one_slot(mul: int, block: int, cpl: int) -> bool:
     """A forward pass of multiplicity ``mul`` has the block of ``block`` threads to itself (one edge slot)."""
     return 2 * _fwd_slots(mul, 1, block, _fwd_cpl(mul, cpl))[1] > block
@@ -801,15 +819,16 @@ def fwd_plans(live: List[_Path], threads: int, tune: Tuning) -> List[List[List[_
     float64 one spills (sessions 56 and 58, H200); sevennet_l3i5's 32-channel passes under the same budget, their
     slots counted at 8 bytes (three or two instead of four), took 1.13x (session 58)."""
     cpl = tune.fwd_cpl
-    base = _fwd_passes(live, tune.fwd_acc, cpl)
-    if not tune.fwd_acc32 or tune.fwd_acc32 == tune.fwd_acc:
+    acc64 = _fwd_acc64(live, tune)
+    base = _fwd_passes(live, acc64, cpl)
+    if not tune.fwd_acc32 or tune.fwd_acc32 == acc64:
         return [base]
     if tune.fwd_slots32:
         f32 = _fwd_passes(live, tune.fwd_acc32, cpl)
     else:
         block = fwd_block(live, threads, tune)[0]
         f32 = [g for m, ps in _by_mul(live)
-               for g in _out_groups(ps, (tune.fwd_acc32 if _fwd_one_slot(m, block, cpl) else tune.fwd_acc)
+               for g in _out_groups(ps, (tune.fwd_acc32 if _fwd_one_slot(m, block, cpl) else acc64)
                                     // _fwd_cpl(m, cpl))]
     return [base] if f32 == base else [f32, base]
 
@@ -822,7 +841,7 @@ def fwd_block(live: List[_Path], threads: int, tune: Tuning) -> Tuple[int, int]:
     x = max(1, tune.fwd_min_block // threads)
     if x == 1:
         return threads, tune.fwd_slot_smem
-    specs = [(_fwd_passes(live, tune.fwd_acc, tune.fwd_cpl), 8)]
+    specs = [(_fwd_passes(live, _fwd_acc64(live, tune), tune.fwd_cpl), 8)]
     if tune.fwd_slots32:
         plans = fwd_plans(live, threads, tune)
         specs = [(plans[0], 4), (plans[-1], 8)]
