@@ -8,7 +8,8 @@ values (exact constants ``kCg<q>``: no load per non-zero; the op library uses a 
 calls whose ``cg_val`` equals them in the call's dtype). Mapping:
 
 * fwd: one block per receiver; passes over its incoming edges, each for a group of output blocks
-  of one multiplicity (accumulators out[u, k] in registers, at most FWD_ACC_BUDGET per channel).
+  of one multiplicity (accumulators out[u, k] in registers, at most FWD_ACC_BUDGET per channel; FWD_ACC_NARROW in
+  float64 where no multiplicity exceeds FWD_NARROW_MUL, FWD_ACC32_BUDGET in float32).
   Thread (slot, u) = channel u of every S-th edge: a 32-channel block in a 64-thread kernel uses
   both warps; the slots' partial sums are added in slot order at the end (no atomics:
   bit-reproducible). The forward's block has at least FWD_MIN_BLOCK threads (``kFwdThreads``): a plan whose
@@ -813,11 +814,11 @@ def _fwd_one_slot(mul: int, block: int, cpl: int) -> bool:
 
 def fwd_plans(live: List[_Path], threads: int, tune: Tuning) -> List[List[List[_Path]]]:
     """The forward's passes: [the plan of both dtypes], or [float32's, float64's] where Tuning.fwd_acc32 gives
-    float32 a budget of its own: for every pass under Tuning.fwd_slots32 (float32 planned in its own sizes: 4-byte
-    accumulators and partial sums), else for its one-slot passes only (``_fwd_one_slot``: 128 channels in blocks of
-    128). Why: mace_large's float32 forward in one such pass (71 components) took 0.89x the time of two, where its
-    float64 one spills (sessions 56 and 58, H200); sevennet_l3i5's 32-channel passes under the same budget, their
-    slots counted at 8 bytes (three or two instead of four), took 1.13x (session 58)."""
+    float32 a budget other than float64's (``_fwd_acc64``): for every pass under Tuning.fwd_slots32 (float32 planned
+    in its own sizes: 4-byte accumulators and partial sums), else for its one-slot passes only (``_fwd_one_slot``: 128
+    channels in blocks of 128). Why: mace_large's float32 forward in one such pass (71 components) took 0.89x the
+    time of two, where its float64 one spills (sessions 56 and 58, H200); sevennet_l3i5's 32-channel passes under the
+    same budget, their slots counted at 8 bytes (three or two instead of four), took 1.13x (session 58)."""
     cpl = tune.fwd_cpl
     acc64 = _fwd_acc64(live, tune)
     base = _fwd_passes(live, acc64, cpl)
