@@ -18,9 +18,9 @@ fi
 export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peers/tab/wheels SMI_LOG=100
 export TORCH_EXTENSIONS_DIR=$PWD/.gpu/torch_ext  # OpenEquivariance's JIT extension, kept for the next call
 source tools/gpu_call_env.sh 2> /dev/null  # exits 3 without an op library
-workloads=${WORKLOADS:-mace_mp0_medium,sevennet_l3i5,mace_large,mace_first,sevennet_0,nequip_l3}
+# kernels.py's own default: every workload of benchmarks/workloads.py
 timeout $((585 - SECONDS)) python benchmarks/kernels.py --impls md_accel,cueq,oeq_det,oeq_atomic,e3nn \
-  --dtypes "$dtype" --workloads "$workloads" --repeats 10 --min-seconds 1.0 --budget $((565 - SECONDS)) \
+  --dtypes "$dtype" ${WORKLOADS:+--workloads "$WORKLOADS"} --repeats 10 --min-seconds 1.0 --budget $((565 - SECONDS)) \
   --graph random_sym:4000:312000 --reference-cache .gpu/refcache --out "$R/peers_$dtype" > "$R/peers_$dtype.log" 2>&1
 echo "== table rc=$? (${SECONDS}s)"
 smi_stop
