@@ -57,6 +57,27 @@ __device__ __forceinline__ void copy_row(T* dst, const T* src, int n) {
   for (int q = threadIdx.x; q < n; q += blockDim.x) dst[q] = src[q];
 }
 
+// The sums every generic kernel forms over one path's non-zeros q0..q1, in their order: term(q, i, j, k)
+// added up while the index Key (0: i, 1: j, 2: k) stays the same, each run's sum handed to flush(index, sum)
+// when it changes and at the end.
+template <int Key, typename T, typename Term, typename Flush>
+__device__ __forceinline__ void sum_runs(const int* s_ijk, int q0, int q1, Term term, Flush flush) {
+  T r = T(0);
+  int prev = -1;
+  for (int q = q0; q < q1; ++q) {
+    int i, j, k;
+    unpack(s_ijk[q], i, j, k);
+    const int key = Key == 0 ? i : (Key == 1 ? j : k);
+    if (key != prev) {
+      if (prev >= 0) flush(prev, r);
+      r = T(0);
+      prev = key;
+    }
+    r += term(q, i, j, k);
+  }
+  if (prev >= 0) flush(prev, r);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Segmented sum over receivers.
 //   DB = false: out[n] = sum_e fwd_e(x, y, w)
@@ -99,36 +120,21 @@ __global__ void fwd_kernel(TPTensors<T> a, TPGraph g, TPPlan p, TPDims d) {
           const T* yv = ys + pa.in2_off;
           T* au = acc + pa.out_off + u * pa.d3;
           const T wu = we[pa.w_off + u * pa.w_stride];
-          // r accumulates the terms of one output component k; flushed when k changes.
-          T r = T(0);
-          int kprev = -1;
+          // runs of one output component k
           if (!DB) {
-            for (int q = s_ptr[pi]; q < s_ptr[pi + 1]; ++q) {
-              int i, j, k;
-              unpack(s_ijk[q], i, j, k);
-              if (k != kprev) {
-                if (kprev >= 0) au[kprev] += wu * r;
-                r = T(0);
-                kprev = k;
-              }
-              r += s_val[q] * xu[i] * yv[j];
-            }
-            if (kprev >= 0) au[kprev] += wu * r;
+            sum_runs<2, T>(s_ijk, s_ptr[pi], s_ptr[pi + 1],
+                           [&](int q, int i, int j, int) { return s_val[q] * xu[i] * yv[j]; },
+                           [&](int k, T r) { au[k] += wu * r; });
           } else {
             const T* gxu = gxs + pa.in1_off + u * pa.d1;
             const T* gyv = gys + pa.in2_off;
             const T gwu = gwe[pa.w_off + u * pa.w_stride];
-            for (int q = s_ptr[pi]; q < s_ptr[pi + 1]; ++q) {
-              int i, j, k;
-              unpack(s_ijk[q], i, j, k);
-              if (k != kprev) {
-                if (kprev >= 0) au[kprev] += r;
-                r = T(0);
-                kprev = k;
-              }
-              r += s_val[q] * (wu * (gxu[i] * yv[j] + xu[i] * gyv[j]) + gwu * xu[i] * yv[j]);
-            }
-            if (kprev >= 0) au[kprev] += r;
+            sum_runs<2, T>(
+                s_ijk, s_ptr[pi], s_ptr[pi + 1],
+                [&](int q, int i, int j, int) {
+                  return s_val[q] * (wu * (gxu[i] * yv[j] + xu[i] * gyv[j]) + gwu * xu[i] * yv[j]);
+                },
+                [&](int k, T r) { au[k] += r; });
           }
         }
       }
@@ -178,34 +184,17 @@ __global__ void bwd_x_kernel(TPTensors<T> a, TPGraph g, TPPlan p, TPDims d) {
           const T* yv = ys + pa.in2_off;
           const T* gu = gs + pa.out_off + u * pa.d3;
           const T wu = we[pa.w_off + u * pa.w_stride];
-          T rr = T(0);
-          int iprev = -1;
+          // runs of one in1 component i
           if (!DB) {
-            for (int q = s_ptr[pi]; q < s_ptr[pi + 1]; ++q) {
-              int i, j, k;
-              unpack(s_ijk[q], i, j, k);
-              if (i != iprev) {
-                if (iprev >= 0) au[iprev] += wu * rr;
-                rr = T(0);
-                iprev = i;
-              }
-              rr += s_val[q] * yv[j] * gu[k];
-            }
-            if (iprev >= 0) au[iprev] += wu * rr;
+            sum_runs<0, T>(s_ijk, s_ptr[pi], s_ptr[pi + 1],
+                           [&](int q, int, int j, int k) { return s_val[q] * yv[j] * gu[k]; },
+                           [&](int i, T r) { au[i] += wu * r; });
           } else {
             const T* gyv = gys + pa.in2_off;
             const T gwu = gwe[pa.w_off + u * pa.w_stride];
-            for (int q = s_ptr[pi]; q < s_ptr[pi + 1]; ++q) {
-              int i, j, k;
-              unpack(s_ijk[q], i, j, k);
-              if (i != iprev) {
-                if (iprev >= 0) au[iprev] += rr;
-                rr = T(0);
-                iprev = i;
-              }
-              rr += s_val[q] * (wu * gyv[j] + gwu * yv[j]) * gu[k];
-            }
-            if (iprev >= 0) au[iprev] += rr;
+            sum_runs<0, T>(s_ijk, s_ptr[pi], s_ptr[pi + 1],
+                           [&](int q, int, int j, int k) { return s_val[q] * (wu * gyv[j] + gwu * yv[j]) * gu[k]; },
+                           [&](int i, T r) { au[i] += r; });
           }
         }
       }
@@ -274,40 +263,28 @@ __global__ void bwd_edge_kernel(TPTensors<T> a, TPGraph g, TPPlan p, TPDims d) {
         const T* gu = gs + pa.out_off + u * pa.d3;
         T* pv = part + size_t(pa.in2_off) * nt + threadIdx.x;
         const T wu = we[pa.w_off + u * pa.w_stride];
-        T sw = T(0);  // grad of w[u] of this path
-        T rj = T(0);  // grad_y component j partial, flushed when j changes
-        int jprev = -1;
+        T sw = T(0);  // grad of w[u] of this path, beside the runs of one grad_y component j
         if (!DB) {
-          for (int q = s_ptr[pi]; q < s_ptr[pi + 1]; ++q) {
-            int i, j, k;
-            unpack(s_ijk[q], i, j, k);
-            if (j != jprev) {
-              if (jprev >= 0) pv[jprev * nt] += wu * rj;
-              rj = T(0);
-              jprev = j;
-            }
-            const T cxg = s_val[q] * xu[i] * gu[k];
-            rj += cxg;
-            sw += cxg * yv[j];
-          }
-          if (jprev >= 0) pv[jprev * nt] += wu * rj;
+          sum_runs<1, T>(
+              s_ijk, s_ptr[pi], s_ptr[pi + 1],
+              [&](int q, int i, int j, int k) {
+                const T cxg = s_val[q] * xu[i] * gu[k];
+                sw += cxg * yv[j];
+                return cxg;
+              },
+              [&](int j, T r) { pv[j * nt] += wu * r; });
         } else {
           const T* gxu = gxs + pa.in1_off + u * pa.d1;
           const T* gyv = gys + pa.in2_off;
           const T gwu = gwe[pa.w_off + u * pa.w_stride];
-          for (int q = s_ptr[pi]; q < s_ptr[pi + 1]; ++q) {
-            int i, j, k;
-            unpack(s_ijk[q], i, j, k);
-            if (j != jprev) {
-              if (jprev >= 0) pv[jprev * nt] += rj;
-              rj = T(0);
-              jprev = j;
-            }
-            const T cg = s_val[q] * gu[k];
-            rj += cg * (wu * gxu[i] + gwu * xu[i]);
-            sw += cg * (gxu[i] * yv[j] + xu[i] * gyv[j]);
-          }
-          if (jprev >= 0) pv[jprev * nt] += rj;
+          sum_runs<1, T>(
+              s_ijk, s_ptr[pi], s_ptr[pi + 1],
+              [&](int q, int i, int j, int k) {
+                const T cg = s_val[q] * gu[k];
+                sw += cg * (gxu[i] * yv[j] + xu[i] * gyv[j]);
+                return cg * (wu * gxu[i] + gwu * xu[i]);
+              },
+              [&](int j, T r) { pv[j * nt] += r; });
         }
         accw[pa.w_off + u * pa.w_stride] += sw;
       }

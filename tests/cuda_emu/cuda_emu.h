@@ -150,6 +150,10 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) {
   emu::named_sync(1 << 20 | int(threadIdx.x / 32), __builtin_popcount(mask));
 }
 template <typename T> T __ldg(const T* p) { return *p; }
+// CUDA's integer min of device code (csrc/tp_conv_kernels.cu)
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
 // the block's threads run concurrently (host threads): device atomics as host atomics
 template <typename T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
 template <typename T> T __shfl_xor_sync(unsigned, T v, int off) {
