@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_emu import emulate  # noqa: E402
+from tp_testing import hub_graph, rel_err, second_order_problem  # noqa: E402
 
 if not emulate.available():
     pytest.skip("needs g++", allow_module_level=True)
@@ -75,30 +76,6 @@ def chunk_graph(g, e0: int, e1: int):
     slot = torch.where(member, count - 1, torch.arange(ec, ec + g.src_perm.numel()))
     src_perm = torch.empty(ec + g.src_perm.numel(), dtype=torch.int64).scatter_(0, slot, g.src_perm - e0)
     return g.src[e0:e1], g.dst[e0:e1], dst_ptr, src_perm, src_ptr
-
-
-def hub_graph(gen):
-    """30 nodes: 24..29 neither send nor receive; node 3 receives 60 edges (cut by small chunks)."""
-    n = 30
-    src = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.randint(0, 24, (60,), generator=gen)])
-    dst = torch.cat([torch.randint(0, 24, (150,), generator=gen), torch.full((60,), 3)])
-    return n, build_graph(src, dst, n)
-
-
-def second_order_problem(plan, seed: int):
-    """(n, hub graph, float64 (x, y, w, grad_out, gg_x, gg_y, gg_w), dense CG blocks) for a double backward."""
-    gen = torch.Generator().manual_seed(seed)
-    n, g = hub_graph(gen)
-    e = g.src.numel()
-    shapes = ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out))
-    first = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes]
-    second = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes[:3]]
-    return n, g, first + second, [c.double() for c in plan.dense]
-
-
-def rel_err(a, b):
-    assert torch.isfinite(a).all(), "unwritten (NaN) element"
-    return (a.double() - b).abs().max().item() / max(b.abs().max().item(), 1e-300)
 
 
 @pytest.mark.parametrize("tuning", list(TUNINGS))

@@ -1,9 +1,10 @@
 """The generic CUDA kernels of the tensor-product convolution (csrc/tp_conv_kernels.cu: the plan read from
 shared memory, the path of configurations without a generated library) compiled for the host with
 tests/cuda_emu, against the plain-torch reference: forward, backward and double backward (with and without
-g_grad_out), float64 and float32, every output poisoned with NaN first; a graph with nodes that neither send nor
-receive, a receiver of many edges, blocks of different multiplicities and several paths into one output block;
-bit-identical outputs on a second run. The GPU side: tests/gpu/test_tp_conv_cuda.py (the ``generic`` kernels)."""
+g_grad_out), float64 and float32, every output poisoned with NaN first; the emulated tests' hub graph (nodes that
+neither send nor receive, a receiver of 60 edges), blocks of different multiplicities and several paths into one
+output block; bit-identical outputs on a second run. The GPU side: tests/gpu/test_tp_conv_cuda.py (the ``generic``
+kernels)."""
 from __future__ import annotations
 
 import ctypes
@@ -15,11 +16,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_emu import emulate  # noqa: E402
+from tp_testing import rel_err, second_order_problem  # noqa: E402
 
 if not emulate.available():
     pytest.skip("needs g++", allow_module_level=True)
 
-from md_accel.ops.tp_conv import build_graph  # noqa: E402
 from md_accel.ops.tp_problem import TPProblem  # noqa: E402
 from md_accel.ops.tp_reference import tp_conv_bwd_ref, tp_conv_dbwd_ref, tp_conv_fwd_ref  # noqa: E402
 
@@ -78,36 +79,16 @@ class Generic:
         self.c_plan = Plan(*(t.data_ptr() for t in self._tables), plan.paths.shape[0], ijk.shape[0],
                            int(plan.paths[:, 1].max()))
 
-    def run(self, kind: int, graph_, n: int, **tensors):
+    def run(self, kind: int, graph, n: int, **tensors):
         names = ("x", "y", "w", "g", "ggx", "ggy", "ggw", "out", "gx", "gy", "gw")
         t = emulate.Tensors(*(tensors[k].data_ptr() if tensors.get(k) is not None else None for k in names))
-        graph = emulate.Graph(*(v.data_ptr() for v in (graph_.src, graph_.dst, graph_.dst_ptr, graph_.src_perm,
-                                                        graph_.src_ptr)), n,
-                              graph_.src.numel(), None)
+        c_graph = emulate.Graph(*(v.data_ptr() for v in (graph.src, graph.dst, graph.dst_ptr, graph.src_perm,
+                                                          graph.src_ptr)), n, graph.src.numel(), None)
         x = tensors["x"]
         d = emulate.Dims(x.shape[1], tensors["y"].shape[1], tensors["w"].shape[1], self.plan.dim_out)
         err = self.lib.emu_generic(kind, int(self.dtype == torch.float64), ctypes.addressof(t),
-                                   ctypes.addressof(graph), ctypes.addressof(self.c_plan), ctypes.addressof(d))
+                                   ctypes.addressof(c_graph), ctypes.addressof(self.c_plan), ctypes.addressof(d))
         assert err is None, err
-
-
-def graph_and_operands(plan, seed):
-    """18 nodes (15..17 neither send nor receive, node 2 receives 40 edges) and float64 operands."""
-    gen = torch.Generator().manual_seed(seed)
-    n = 18
-    src = torch.cat([torch.randint(0, 15, (70,), generator=gen), torch.randint(0, 15, (40,), generator=gen)])
-    dst = torch.cat([torch.randint(0, 15, (70,), generator=gen), torch.full((40,), 2)])
-    g = build_graph(src, dst, n)
-    e = src.numel()
-    shapes = ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out))
-    first = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes]
-    second = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes[:3]]
-    return n, g, first, second
-
-
-def rel_err(a, b):
-    assert torch.isfinite(a).all(), "unwritten (NaN) element"
-    return (a.double() - b).abs().max().item() / max(b.abs().max().item(), 1e-300)
 
 
 def nan_like(t):
@@ -118,8 +99,8 @@ def nan_like(t):
 def test_generic_kernels_match_reference(lib, dtype):
     plan = problem().lower()
     gk = Generic(lib, plan, dtype)
-    n, g, (x, y, w, go), (ggx, ggy, ggw) = graph_and_operands(plan, 5)
-    dense, paths = [c.double() for c in plan.dense], plan.paths.tolist()
+    n, g, (x, y, w, go, ggx, ggy, ggw), dense = second_order_problem(plan, 5)
+    paths = plan.paths.tolist()
     ref_out = tp_conv_fwd_ref(x, y, w, g.src, g.dst, n, paths, dense, plan.dim_out)
     ref_bwd = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, paths, dense)
     ref_dbwd = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, paths, dense)
