@@ -628,6 +628,12 @@ def test_forward_rows_by_bulk_copies(dtype, problem):
     groups = _codegen._fwd_passes(live, tune.fwd_acc, tune.fwd_cpl)
     assert (len(groups) > len(_codegen._fwd_passes(live, 48, 1))) == (acc < 48)
     rows = [_codegen._tma_rows(g) for g in groups]
+    # Tuning.w_evict: each weight run is copied under the evict-first policy, the x runs and y under the default one
+    hinted, plain = "bulk_copy_hint(b + ", "bulk_copy(b + "
+    assert src.count(hinted) == sum(len(r.w_runs) for r in rows)
+    assert src.count(plain) == sum(len(r.x_runs) + 1 for r in rows)
+    no_evict = _codegen.generate(struct, tune._replace(w_evict=0))
+    assert hinted not in no_evict and no_evict.count(plain) == src.count(hinted) + src.count(plain)
     ystage = plan.dim_in2 % _codegen.FWD_TMA_VEC == 0
     assert ystage == (in2 != "1x0e+1x1o+1x2e")
     rows_bytes = sum(r.w_len + r.x_len for r in rows) * dtype.itemsize

@@ -6,7 +6,8 @@
 # The peers come from the lean bundle .peers/tab (tools/peers_tab.sh) and .peers/oeq (OpenEquivariance alone),
 # unpacked into .gpu/site unless an earlier call of this machine did; the op library as tools/gpu_call_env.sh finds it
 # (carried .gpu/gpu_lib.tar.xz, or built by an earlier call). Results in $OUT/results.tar.gz (r/peers_<dtype>/).
-# One dtype takes ~350-450 s on an H200.          Usage (device): bash tools/gpu_peer_table.sh float64|float32
+# One dtype takes ~350-450 s on an H200 (all six workloads). LIMIT (default 585): the seconds the table may take, for a
+# call that runs it after other work.               Usage (device): bash tools/gpu_peer_table.sh float64|float32
 set -u
 cd "$(dirname "$0")/.."
 dtype=${1:?usage: tools/gpu_peer_table.sh float64|float32}
@@ -19,8 +20,9 @@ export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peer
 export TORCH_EXTENSIONS_DIR=$PWD/.gpu/torch_ext  # OpenEquivariance's JIT extension, kept for the next call
 source tools/gpu_call_env.sh 2> /dev/null  # exits 3 without an op library
 # kernels.py's own default: every workload of benchmarks/workloads.py
-timeout $((585 - SECONDS)) python benchmarks/kernels.py --impls md_accel,cueq,oeq_det,oeq_atomic,e3nn \
-  --dtypes "$dtype" ${WORKLOADS:+--workloads "$WORKLOADS"} --repeats 10 --min-seconds 1.0 --budget $((565 - SECONDS)) \
+LIMIT=${LIMIT:-585}
+timeout $((LIMIT - SECONDS)) python benchmarks/kernels.py --impls md_accel,cueq,oeq_det,oeq_atomic,e3nn \
+  --dtypes "$dtype" ${WORKLOADS:+--workloads "$WORKLOADS"} --repeats 10 --min-seconds 1.0 --budget $((LIMIT - 20 - SECONDS)) \
   --graph random_sym:4000:312000 --reference-cache .gpu/refcache --out "$R/peers_$dtype" > "$R/peers_$dtype.log" 2>&1
 echo "== table rc=$? (${SECONDS}s)"
 smi_stop

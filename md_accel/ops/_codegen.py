@@ -67,7 +67,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 42  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 43  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -193,6 +193,11 @@ PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 # medium float32's and MACE first's float32 forward, within their runs' spread. Weight rows shared by two edges
 # (TPGraph::w_row, the MD step's edge_partner) are read twice but loaded evict-first too: session 43's MD steps
 # (copper MACE, SevenNet-0; 4,000 and 32,000 atoms; both dtypes) took the same time as with w_evict=0 or less.
+# The bulk-copy forward (Tuning.fwd_tma) copies the weight rows under the same policy since GEN 43 (bulk_copy_hint):
+# under the default one mace_large's float64 forward moved 8.75 GB against its 5.80 GB floor, the gathered x rows
+# from DRAM again (ncu, session 62); with the hint 6.99 GB, and kernels.py (H200, default and w_evict=0 in turn twice):
+# mace_large 2.29-2.32 against 2.51 ms (float64), 1.05-1.09 against 1.11-1.12 (float32), mace_mp0_medium float64
+# 1.03-1.05 against 1.08-1.09, the others within their runs' spread.
 
 
 class Tuning(NamedTuple):
@@ -608,9 +613,10 @@ def _tma_rows(group: List[_Path]) -> Optional[_TmaRows]:
     return _TmaRows(tuple((a, b - a) for a, b in w_runs), tuple((a, b - a) for a, b in x_runs), y_lo, y_hi)
 
 
-def _tma_fill(I: str, rows: _TmaRows, gi: int) -> str:
+def _tma_fill(I: str, rows: _TmaRows, gi: int, evict: bool) -> str:
     """Device code: lambda fill{gi}(stage, e, sidx) of the slot's producer thread, the bulk copies of edge e's rows
-    into that stage, completing on its full barrier (the y columns only where ``ystage``)."""
+    into that stage, completing on its full barrier (the y columns only where ``ystage``); ``evict`` (Tuning.w_evict):
+    the weight rows copied under the L2 evict-first policy."""
     s = [f"{I}auto fill{gi} = [&](int st, int64_t e, int64_t sidx) {{\n",
          f"{I}  T* b = sbase + st * {rows.stage};\n",
          f"{I}  const T* wr = w + w_index(w_row, e) * d.w;\n",
@@ -618,8 +624,11 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int) -> str:
          f"{I}  fence_proxy_async();  // the stage's earlier reads before the copies' writes\n",
          f"{I}  mbar_expect(&full[st], uint32_t(sizeof(T)) * ({rows.w_len + rows.x_len}"
          f" + (ystage ? {rows.y_hi - rows.y_lo} : 0)));\n"]
+    if evict:
+        s.append(f"{I}  const uint64_t wpol = stream_policy();\n")
     for a, n in rows.w_runs:
-        s.append(f"{I}  bulk_copy(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &full[st]);\n")
+        copy = "bulk_copy_hint" if evict else "bulk_copy"
+        s.append(f"{I}  {copy}(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &full[st]{', wpol' if evict else ''});\n")
     for a, n in rows.x_runs:
         s.append(f"{I}  bulk_copy(b + {rows.x_pos(a)}, xr + {a}, {n} * sizeof(T), &full[st]);\n")
     s.append(f"{I}  if (ystage) bulk_copy(b + {rows.w_len + rows.x_len}, y + e * d.in2 + {rows.y_lo}, "
@@ -675,7 +684,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I2}T* sbase = s_tma + slot * kTmaStages * {tma.stage};\n")
         s.append(f"{I2}uint64_t* full = s_full + slot * kTmaStages;\n"
                  f"{I2}uint64_t* empty = s_empty + slot * kTmaStages;\n")
-        s.append(_tma_fill(I2, tma, gi))
+        s.append(_tma_fill(I2, tma, gi, evict))
         s.append(f"{I2}const bool producer = slot < {S} && u == 0;\n")
         s.append(f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + slot + st * {S} < e_end; "
                  f"++st)\n{I2}    fill{gi}(st, e_begin + slot + st * {S}, __ldg(src + e_begin + slot + st * {S}));\n")
@@ -1616,6 +1625,7 @@ __device__ __forceinline__ void mbar_arrive(uint64_t*) { __trap(); }
 __device__ __forceinline__ void mbar_expect(uint64_t*, uint32_t) { __trap(); }
 __device__ __forceinline__ void mbar_wait(uint64_t*, uint32_t) { __trap(); }
 __device__ __forceinline__ void bulk_copy(void*, const void*, uint32_t, uint64_t*) { __trap(); }
+__device__ __forceinline__ void bulk_copy_hint(void*, const void*, uint32_t, uint64_t*, uint64_t) { __trap(); }
 #elif defined(__CUDA_ARCH__) || !defined(MD_ACCEL_MMA_HOST_EMU)
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -1647,6 +1657,13 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+// The same with an L2 cache policy (stream_policy's evict-first for the weights, read once: under the default policy
+// their stream evicted the gathered x rows, which then came from DRAM again)
+__device__ __forceinline__ void bulk_copy_hint(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                               uint64_t policy) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+               "%4;" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy) : "memory");
 }
 #endif
 __host__ __device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

@@ -211,4 +211,7 @@ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar)
   emu::bulk_bytes += bytes;
   emu::mbar_update(bar, 0, -int64_t(bytes));
 }
+inline void bulk_copy_hint(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint64_t) {  // (no L2 here)
+  bulk_copy(dst, src, bytes, bar);
+}
 extern "C" int64_t emu_bulk_copy_bytes() { return emu::bulk_bytes.load(); }
