@@ -171,6 +171,21 @@ def min_seconds(value: Optional[float], device) -> float:
     return MIN_SECONDS_CUDA if torch.device(device).type == "cuda" else 0.0
 
 
+def add_timing_args(ap, tag: str, unit: str) -> None:
+    """The options every timing script shares: --device, --warmup, --repeats, --min-seconds (``min_seconds``), --budget,
+    --out and --tag (default ``tag``); ``unit``: what one timed call is, for the help ("cell", "step")."""
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--min-seconds", type=float, default=None,
+                    help=f"time each {unit} over at least this long (more calls than --repeats), so that a power-capped "
+                         f"GPU's clock has settled (session 44, H200); default {MIN_SECONDS_CUDA} on CUDA "
+                         "(common.MIN_SECONDS_CUDA), 0 elsewhere")
+    ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--tag", default=tag)
+
+
 def _timed(one: Callable[[], float], repeats: int, seconds: float, window: Optional[List[str]]) -> Dict[str, float]:
     """Statistics of ``one()`` (a call's milliseconds) over ``repeats`` calls, and more until ``seconds`` have passed
     (at most MAX_REPEATS); ``window`` gets the first call's start and the last one's end (``local_stamp``)."""

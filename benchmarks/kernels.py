@@ -581,16 +581,7 @@ def main(argv=None):
     ap.add_argument("--check-nodes", type=int, default=0, help="nodes of the correctness subgraph (default auto)")
     ap.add_argument("--reference-cache", default=None,
                     help="directory keeping e3nn's float64 check results between runs (tuning sweeps)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--min-seconds", type=float, default=None,
-                    help="time each cell over at least this long (more calls than --repeats), so that a power-capped "
-                         "GPU's clock has settled (session 44, H200); default 1.5 on CUDA (common.MIN_SECONDS_CUDA), "
-                         "0 elsewhere")
-    ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--tag", default="kernels")
+    common.add_timing_args(ap, "kernels", "cell")
     ap.add_argument("--kernel-times", action="store_true",
                     help="after each timing, each kernel's device time per call (torch.profiler), logged and recorded")
     args = ap.parse_args(argv)

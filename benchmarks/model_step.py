@@ -565,16 +565,7 @@ def main(argv=None):
     ap.add_argument("--sevenn-checkpoint", default="SevenNet_l3i5")
     ap.add_argument("--nequip-model", default=nequip_peer.DEFAULT_MODEL,
                     help="nequip .ckpt (or .nequip.zip: e3nn only) for nequip:* and md_accel:nequip")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--min-seconds", type=float, default=None,
-                    help="time each step over at least this long (more steps than --repeats), so that a power-capped "
-                         "GPU's clock has settled (session 44); default 1.5 on CUDA (common.MIN_SECONDS_CUDA), 0 "
-                         "elsewhere")
-    ap.add_argument("--budget", type=float, default=0, help="seconds; work that does not fit is skipped")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--tag", default="model_step")
+    common.add_timing_args(ap, "model_step", "step")
     args = ap.parse_args(argv)
     args.dtype_t = getattr(torch, args.dtype)
     budget = common.Budget(args.budget)
