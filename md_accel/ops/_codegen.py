@@ -626,11 +626,11 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int, evict: bool) -> str:
          f"{I}  fence_proxy_async();  // the stage's earlier reads before the copies' writes\n",
          f"{I}  mbar_expect(&full[st], uint32_t(sizeof(T)) * ({rows.w_len + rows.x_len}"
          f" + (ystage ? {rows.y_hi - rows.y_lo} : 0)));\n"]
+    copy, policy = ("bulk_copy_hint", ", wpol") if evict else ("bulk_copy", "")
     if evict:
         s.append(f"{I}  const uint64_t wpol = stream_policy();\n")
     for a, n in rows.w_runs:
-        copy = "bulk_copy_hint" if evict else "bulk_copy"
-        s.append(f"{I}  {copy}(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &full[st]{', wpol' if evict else ''});\n")
+        s.append(f"{I}  {copy}(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &full[st]{policy});\n")
     for a, n in rows.x_runs:
         s.append(f"{I}  bulk_copy(b + {rows.x_pos(a)}, xr + {a}, {n} * sizeof(T), &full[st]);\n")
     s.append(f"{I}  if (ystage) bulk_copy(b + {rows.w_len + rows.x_len}, y + e * d.in2 + {rows.y_lo}, "
