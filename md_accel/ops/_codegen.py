@@ -65,6 +65,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from . import _codegen_mma
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
 GEN_VERSION = 43  # bump when the generated code changes: names the cache entries
@@ -228,6 +229,8 @@ class Tuning(NamedTuple):
     fwd_slots32: int = 1  # 1: float32's forward planned in its own sizes: 4-byte slot sums, fwd_acc32 on every pass
     # (0: fwd_acc32 for its one-slot passes only, the slots counted at 8 bytes: GEN 39)
     fwd_tma: int = 1  # 1: the forward's edge rows through shared memory by bulk copies where they allow (FWD_TMA_STAGES)
+    fwd_mma: int = 0  # float32's forward on the tensor cores where the plan allows, this many n-tiles per pass
+    # (_codegen_mma; 0: off, the default until timed)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     pf_evict: int = 0  # 1: the next edge's weight lines prefetched into L2 evict-first (prefetch_l2_evict; opt-in)
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
@@ -257,6 +260,8 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_cpl is 1 or 2")
     if not 32 <= values.get("fwd_min_block", FWD_MIN_BLOCK) <= MAX_THREADS:
         raise ValueError(f"{TUNING_ENV}: fwd_min_block is 32 to {MAX_THREADS}")
+    if not 0 <= values.get("fwd_mma", 0) <= _codegen_mma.MAX_TILES:
+        raise ValueError(f"{TUNING_ENV}: fwd_mma is 0 to {_codegen_mma.MAX_TILES} (n-tiles per pass)")
     if not 0 <= values.get("fwd_slot_smem", FWD_SLOT_SMEM) <= FWD_SLOT_SMEM:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     for key in ("w_evict", "pf_evict", "gy_smem", "fwd_tma", "fwd_slots32"):
@@ -1706,7 +1711,7 @@ template <typename T>
 const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {{
   if (g.num_nodes == 0) return nullptr;
   if (g.num_nodes > 0x7fffffffLL) return "too many nodes";
-{fwd_tma}  fwd_kernel<T><<<unsigned(g.num_nodes), {fwd_threads}, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, g.w_row, d);
+{fwd_mma}{fwd_tma}  fwd_kernel<T><<<unsigned(g.num_nodes), {fwd_threads}, 0, stream>>>(t.x, t.y, t.w, t.out, g.src, g.dst_ptr, g.w_row, d);
   return last_error();
 }}
 {bwd_launch}
@@ -1907,6 +1912,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
     fwd_tma = _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd, tma=True) if tune.fwd_tma else ""
     if fwd_tma:
         src += _TMA + fwd_tma
+    fwd_mma = _codegen_mma.generate(live, cg_val, tune.fwd_mma, bool(tune.prefetch)) if tune.fwd_mma else ""
+    src += fwd_mma
     bwd = _bwd_variants(live, threads, dbwd=False, tune=tune)
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
     launch = ""
@@ -1928,6 +1935,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
             launch = launch[:launch.index("// Double backward")]
     src += _LAUNCHERS.format(
         fwd_threads="kThreads" if fwd[0] == threads else "kFwdThreads", bwd_launch=launch, num_paths=len(paths),
+        fwd_mma=_codegen_mma.LAUNCH if fwd_mma else "",
         fwd_tma=_FWD_TMA_LAUNCH.format(fwd_threads="kThreads" if fwd[0] == threads else "kFwdThreads")
         if fwd_tma else "",
         bwd_f32="bwd_launch<float>" if bwd is not None else "nullptr",
@@ -1940,6 +1948,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         dbwd_in_gg_w=dbwd[4] if dbwd is not None else 0)
     if _GY_SMEM_CALL in src:
         src = src[:gy_at] + _GY_SMEM + src[gy_at:]
+    if fwd_mma:  # (after the insertion at gy_at)
+        src = src.replace('#include "tp_spec_abi.h"\n', '#include "tp_spec_abi.h"\n#include "mma.cuh"\n', 1)
     return src
 
 

@@ -36,6 +36,7 @@ using std::fma;
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) uint4 { uint32_t x, y, z, w; };
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -156,6 +157,18 @@ inline long min(long a, long b) { return a < b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 // the block's threads run concurrently (host threads): device atomics as host atomics
 template <typename T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
+// __shfl_sync of a full warp: lane src's value (src taken modulo 32, as the hardware's width 32)
+template <typename T> T __shfl_sync(unsigned, T v, int src) {
+  static_assert(sizeof(T) <= 8);
+  auto& w = emu::warp();
+  const int lane = threadIdx.x & 31;
+  std::memcpy(w.slot[lane], &v, sizeof(T));
+  w.bar.arrive_and_wait();
+  T r;
+  std::memcpy(&r, w.slot[src & 31], sizeof(T));
+  w.bar.arrive_and_wait();
+  return r;
+}
 template <typename T> T __shfl_xor_sync(unsigned, T v, int off) {
   static_assert(sizeof(T) <= 8);
   auto& w = emu::warp();
