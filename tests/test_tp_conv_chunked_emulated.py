@@ -170,22 +170,6 @@ def test_weights_loaded_evict_first_only_where_asked():
     assert "ld_stream" not in plain and "createpolicy" not in plain
 
 
-def test_weight_prefetch_evict_first_only_where_asked():
-    """Tuning.pf_evict (opt-in): every prefetch of the next edge's weight lines (w and ggw, forward, dfwd and both
-    part-1 kernels) asks for the evict-first policy (prefetch_l2_evict with stream_policy), one for one with the
-    default's plain prefetches; nothing else changes, and without it the source does not mention it. The emulation
-    prefetches nothing either way."""
-    plan, _ = plan_and_library()
-    struct = _codegen.plan_structure(plan)
-    plain, hinted = _codegen.generate(struct), _codegen.generate(struct, _codegen.Tuning(pf_evict=1))
-    asks = re.findall(r"prefetch_l2\((\w+) \+ ", plain)
-    assert asks and set(asks) == {"w", "ggw"}
-    assert sorted(re.findall(r"prefetch_l2_evict\((\w+) \+ [^;]*, stream_policy\(\)\);", hinted)) == sorted(asks)
-    assert "prefetch_l2(w + " not in hinted and "prefetch_l2_evict" not in plain
-    strip = re.compile(r"prefetch_l2(_evict)?\(([^;]*?)(, stream_policy\(\))?\);")
-    assert strip.sub(r"prefetch_l2(\2);", hinted.replace(_codegen._PREFETCH_EVICT, "")) == plain
-
-
 def test_prefetch_bits_checked(monkeypatch):
     """MD_ACCEL_TP_TUNING refuses prefetch bits no kernel reads (a build would be cached under a name of its own
     while generating what another setting generates)."""
@@ -920,8 +904,8 @@ def test_tuning_names_and_checks(monkeypatch):
     monkeypatch.setenv(_codegen.TUNING_ENV, "w_evict=2")
     with pytest.raises(ValueError, match="w_evict is 0 or 1"):
         _codegen.tuning()
-    monkeypatch.setenv(_codegen.TUNING_ENV, "pf_evict=2")
-    with pytest.raises(ValueError, match="pf_evict is 0 or 1"):
+    monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_mma=17")
+    with pytest.raises(ValueError, match="fwd_mma is 0 to 16"):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "gy_smem=2")
     with pytest.raises(ValueError, match="gy_smem is 0 or 1"):

@@ -230,9 +230,8 @@ class Tuning(NamedTuple):
     # (0: fwd_acc32 for its one-slot passes only, the slots counted at 8 bytes: GEN 39)
     fwd_tma: int = 1  # 1: the forward's edge rows through shared memory by bulk copies where they allow (FWD_TMA_STAGES)
     fwd_mma: int = 0  # float32's forward on the tensor cores where the plan allows, this many n-tiles per pass
-    # (_codegen_mma; 0: off, the default until timed)
+    # (_codegen_mma; 0: off; opt-in: slower than the scalar forward on every measured shape, session 63)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
-    pf_evict: int = 0  # 1: the next edge's weight lines prefetched into L2 evict-first (prefetch_l2_evict; opt-in)
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
     gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
 
@@ -264,7 +263,7 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_mma is 0 to {_codegen_mma.MAX_TILES} (n-tiles per pass)")
     if not 0 <= values.get("fwd_slot_smem", FWD_SLOT_SMEM) <= FWD_SLOT_SMEM:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
-    for key in ("w_evict", "pf_evict", "gy_smem", "fwd_tma", "fwd_slots32"):
+    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -522,16 +521,15 @@ def _line_loop(I: str, name: str, offsets: Callable[[int], List[int]], mul: int,
 
 
 def _prefetch_next(I: str, group: List[_Path], name: str, nxt: str, cond: str, dbwd: bool,
-                   lanes: Optional[int] = None, evict: bool = False) -> Tuple[str, str]:
+                   lanes: Optional[int] = None) -> Tuple[str, str]:
     """(tables, device code): where ``cond`` holds, the threads of a slot ask L2 for the lines of the
     group's weights (and ggw) in the rows of edge ``nxt``, one line each, so that they are L2 hits
     rather than DRAM accesses when that edge is processed; thread u of the slot takes lines u, u + mul,
     ... (``lanes``: threads per slot where not mul). Emitted first in the edge iteration, where nothing else is
-    live yet. ``evict`` (Tuning.pf_evict): the lines enter L2 under the evict-first policy (prefetch_l2_evict)."""
+    live yet."""
     rows = ["w"] + (["ggw"] if dbwd else [])
-    ask = "prefetch_l2_evict({}, stream_policy());" if evict else "prefetch_l2({});"
     tables, loop = _line_loop(I + "  ", name, lambda elem: _prefetch_lines(group, elem), lanes or group[0].mul,
-                              [ask.format(f"{r} + {_w_index(r, nxt)} * d.w + off") for r in rows])
+                              [f"prefetch_l2({r} + {_w_index(r, nxt)} * d.w + off);" for r in rows])
     return tables, f"{I}if ({cond}) {{  // the next edge's weight lines into L2\n" + loop + f"{I}}}\n"
 
 
@@ -647,7 +645,7 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int, evict: bool) -> str:
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
                evict: bool = False, smem: int = FWD_SLOT_SMEM, tma: Optional[_TmaRows] = None,
-               tag: str = "", elem: int = 8, pf_evict: bool = False) -> Tuple[str, str]:
+               tag: str = "", elem: int = 8) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
@@ -657,7 +655,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     ``tma`` (the forward under Tuning.fwd_tma): each edge's rows come from the slot's stages in shared memory
     (kTmaStages of them, filled by the slot's thread u = 0 with ``_tma_fill``, full / empty mbarriers per stage).
     ``tag``: in the names of the constant tables (one forward holding a pass plan per dtype); ``elem``: the bytes of
-    a partial sum that ``_fwd_slots`` counts; ``pf_evict``: as _prefetch_next's ``evict``. Returns (device code,
+    a partial sum that ``_fwd_slots`` counts. Returns (device code,
     constant tables)."""
     mul = group[0].mul
     out_keys = []
@@ -711,7 +709,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
     if prefetch and not tma:
         tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{tag}{gi}", f"e + {S}", f"e + {S} < e_end",
-                                      dbwd, lanes, pf_evict)
+                                      dbwd, lanes)
         s.append(code)
     if prefetch_xy and not tma:
         t, code = _prefetch_next_xy(I3, group, f"kPx{'D' if dbwd else 'F'}{tag}{gi}", f"e + {S}", f"e + {S} < e_end", dbwd,
@@ -919,7 +917,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     I = "  " if len(specs) == 1 else "    "
     for (groups, elem), grows, tag in zip(specs, rows, ("",) if len(specs) == 1 else ("32_", "64_")):
         parts = [_fwd_group(gi, g, I, dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag, elem, bool(tune.pf_evict))
+                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag, elem)
                  for gi, (g, r) in enumerate(zip(groups, grows))]
         bodies.append("".join(p[0] for p in parts))
         tables += "".join(p[1] for p in parts)
@@ -1007,8 +1005,7 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
-               w_only: bool = False, evict: bool = False, gy_smem: bool = False,
-               pf_evict: bool = False) -> Tuple[str, str]:
+               w_only: bool = False, evict: bool = False, gy_smem: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
@@ -1016,7 +1013,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     ``rows``: where the grad_x rows go with d.rows_in_gw (deferred paths' weight gradients are then not
     written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``evict``: as _fwd_group;
     ``gy_smem``: grad_y summed over each warp's lanes by warp_sum_smem (the kernel declares s_gy) instead of
-    warp_butterfly; ``pf_evict``: as _prefetch_next's ``evict``."""
+    warp_butterfly."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -1060,7 +1057,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
     if prefetch:
         pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}",
-                                         f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd, evict=pf_evict)
+                                         f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd)
         tables += pf_tables
         s.append(code)
     if prefetch_xy:
@@ -1380,8 +1377,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     bodies, tables = [], []
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
-                          bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem,
-                          pf_evict=bool(tune.pf_evict))
+                          bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem)
         bodies.append(b)
         tables.append(t)
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
@@ -1556,26 +1552,6 @@ template <typename T>
 __device__ __forceinline__ void prefetch_l2(const T* p) {
 #ifdef __CUDA_ARCH__
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#endif
-}
-"""
-
-_PREFETCH_EVICT = r"""
-// The same under an L2 cache policy (Tuning.pf_evict: stream_policy's evict-first; prefetch.global.L2 has no such
-// level): the bulk prefetch of p's 128-byte line (sm_90; before it the plain prefetch). Session 62's ncu of
-// mace_mp0_medium float64's part-1 kernels: 0.8 GB (backward) and 1.9 GB (double backward) of DRAM reads more than
-// the weights, rows and gradients need, the gathered x (and gg_x) rows missing L2 again; the weight lines the plain
-// prefetch brings in (3.2 GB per weight tensor and kernel) enter it at the default priority.
-template <typename T>
-__device__ __forceinline__ void prefetch_l2_evict(const T* p, uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], 128, %1;"
-               ::"l"(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(127)), "l"(policy) : "memory");
-#elif defined(__CUDA_ARCH__)
-  (void)policy;
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-#else
-  (void)p, (void)policy;
 #endif
 }
 """
@@ -1902,9 +1878,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), cg_decls=_cg_decls(cg_idx, cg_val),
         covered=covered)
     if tune.prefetch:
-        src += _PREFETCH + (_PREFETCH_EVICT if tune.pf_evict else "") + (
-            _PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
-    if tune.w_evict or tune.pf_evict:  # (stream_policy)
+        src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
+    if tune.w_evict:  # (stream_policy)
         src += _LD_STREAM
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
     fwd = fwd_block(live, threads, tune)

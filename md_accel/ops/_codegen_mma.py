@@ -22,11 +22,13 @@ Layout (one warp = 32 channels of one edge slot; passes and edge slots as in the
 Generated where every path of the plan has a multiplicity that is a multiple of 32 (at most the block), its own
 output block, unit weight stride and a weight offset that is a multiple of 4, and y's components fit a warp;
 the launcher takes it in float32 when the weights are 16-byte aligned rows of a multiple of 4 (``fwd_mma_ok``),
-else the scalar forward."""
+else the scalar forward. Opt-in: on the H200 it was slower than the scalar forward on every benchmark workload
+(nequip_l3 1.34 against 0.76 ms at fwd_mma=7: about 13 % fewer instructions per edge, more waiting on each edge's
+loads; docs/benchmarks.md, "Session 63")."""
 from __future__ import annotations
 
 import struct as _struct
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 MMA_THREADS = 128  # the kernel's block: edge slots of mul / 32 warps each
 MAX_TILES = 16  # n-tiles per pass (Tuning.fwd_mma), 8 accumulators per lane each
@@ -113,8 +115,9 @@ def _entries(tiles: List[_Tile], cg_val) -> List[Tuple[int, List[Tuple[int, int]
 
 def _rounds(entries, trash: int) -> Tuple[List[int], List[Tuple[int, int]]]:
     """The staging table of a pass: entries by term count (most first) in rounds of 32 lanes, each lane's record
-    [place, y component, CG bits, ...] padded to whole uint4; unused lanes write zero to ``trash``. Returns (the
-    table's words, per round (the records' length in uint4, the terms))."""
+    [place, y component, CG bits, ...] padded to whole uint4, stored uint4 by uint4 across the lanes (uint4 q of lane l
+    at 32 q + l in its round: loads at fixed offsets from the lane's own base); unused lanes write zero to ``trash``.
+    Returns (the table's words, per round (the records' length in uint4, the terms))."""
     order = sorted(entries, key=lambda e: -len(e[1]))
     words: List[int] = []
     widths = []
@@ -123,10 +126,12 @@ def _rounds(entries, trash: int) -> Tuple[List[int], List[Tuple[int, int]]]:
         terms = max(len(t) for _, t in chunk)
         width = -(-(1 + 2 * terms) // 4)
         widths.append((width, terms))
+        recs = []
         for lane in range(32):
             place, ts = chunk[lane] if lane < len(chunk) else (trash, [])
             rec = [place] + [v for t in ts for v in t] + [0, 0] * (terms - len(ts))
-            words += rec + [0] * (4 * width - len(rec))
+            recs.append(rec + [0] * (4 * width - len(rec)))
+        words += [v for q in range(width) for rec in recs for v in rec[4 * q:4 * q + 4]]
     return words, widths
 
 
@@ -137,20 +142,18 @@ def _select(values: List[int]) -> str:
     return f"(t == 0 ? {values[0]} : t == 1 ? {values[1]} : t == 2 ? {values[2]} : {values[3]})"
 
 
-def _prefetch_next(I: str, gi: int, tiles: List[_Tile], S: int) -> str:
-    """The next edge's rows asked into L2 (prefetch_l2) by the warp's lanes, one 128-byte line each: its weights of
-    the pass's paths for the warp's channels, its sender's x blocks for them, its y row."""
+def _prefetch_next(I: str, gi: int, tiles: List[_Tile], S: int) -> Tuple[str, str, str]:
+    """The next edge's weight lines of the pass's paths for the warp's channels (lane a: path a's 128 bytes) and its
+    y row (the lane after them) asked into L2 (prefetch_l2); the x rows, gathered by sender, are left to L2 as they
+    are. Returns (the lanes' offset table, its code before the edge loop, the code in it)."""
     wl = sorted({c[0].w_off for t in tiles for c in t.cols if c})
-    xl = [(off, d1, q) for off, _, d1 in dict.fromkeys(t.key for t in tiles) for q in range(d1)]
-    if len(wl) + len(xl) + 1 > 32:
-        return ""
-    cases = ([f"lane == {a} ? wn + {o}" for a, o in enumerate(wl)]
-             + [f"lane == {len(wl) + a} ? xn + {off} + cb * {d1} + {32 * q}" for a, (off, d1, q) in enumerate(xl)])
-    return (f"{I}if (e + {S} < e_end) {{  // the next edge's lines into L2\n"
-            f"{I}  const float* wn = w + w_index(w_row, e + {S}) * d.w + cb;\n"
-            f"{I}  const float* xn = x + __ldg(src + e + {S}) * d.in1;\n"
-            f"{I}  const float* p = " + " : ".join(cases) + f" : y + (e + {S}) * d.in2;\n"
-            f"{I}  if (lane <= {len(cases)}) prefetch_l2(p);\n{I}}}\n")
+    if len(wl) >= 32:
+        return "", "", ""
+    table = f"__device__ const int kMmaPf{gi}[32] = {{{', '.join(str(v) for v in wl + [0] * (32 - len(wl)))}}};\n"
+    setup = f"{I}const int pfo = __ldg(kMmaPf{gi} + lane) + cb;  // this lane's weight line in a row\n"
+    code = (f"{I}  if (lane <= {len(wl)} && e + {S} < e_end)  // the next edge's weight lines and y row into L2\n"
+            f"{I}    prefetch_l2(lane < {len(wl)} ? w + w_index(w_row, e + {S}) * d.w + pfo : y + (e + {S}) * d.in2);\n")
+    return table, setup, code
 
 
 def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tuple[str, str, int]:
@@ -179,30 +182,44 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
     for n, tile in enumerate(tiles):
         offs = [tile.cols[2 * t][0].w_off if tile.cols[2 * t] else 0 for t in range(4)]
         s.append(f"{I2}const int wo{n} = {_select(offs)};\n")
+    s.append(f"{I2}const uint4* tab = kMmaTab{gi} + lane;  // this lane's records\n")
+    for off, _, d1 in dict.fromkeys(t.key for t in tiles):
+        for i in range(0, 8 * _ksteps((off, 0, d1)), 4):
+            if i < d1:
+                s.append(f"{I2}const int xq{off}_{i} = min(t + {i}, {d1 - 1});\n")
+                if i + 3 >= d1:
+                    s.append(f"{I2}const bool xv{off}_{i} = t + {i} < {d1};\n")
+    pf_table, pf_setup, pf_code = _prefetch_next(I2, gi, tiles, S) if prefetch else ("", "", "")
+    table += pf_table
+    s.append(pf_setup)
+    s.append(f"{I2}int64_t sn = e_begin + slot < e_end ? __ldg(src + e_begin + slot) : 0;  // the sender, a step ahead\n")
     s.append(f"{I2}if (slot < {S})\n{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
-    s.append(f"{I3}const float* xr = x + __ldg(src + e) * d.in1;\n")
+    s.append(f"{I3}const float* xr = x + sn * d.in1;\n")
+    s.append(f"{I3}if (e + {S} < e_end) sn = __ldg(src + e + {S});\n")
     s.append(f"{I3}const float* wr = w + w_index(w_row, e) * d.w + cb + 4 * g;\n")
-    s.append(f"{I3}const float yv = lane < {ymax} ? __ldg(y + e * d.in2 + lane) : 0.f;\n")
+    s.append(f"{I3}const float yv = __ldg(y + e * d.in2 + min(lane, {ymax - 1}));  // (lanes past y: never read)\n")
     # every load of the edge first (one memory latency per edge, not one per phase): x as A's elements, the weights
+    # (x: from the block's row of channel cb + 4 g at the lane's components, xq: t + i clamped into the block, so that
+    # every load stays in the row; xv: whether it is a component, else the element is zero)
     keys = list(dict.fromkeys(t.key for t in tiles))
     for key in keys:
         off, _, d1 = key
+        s.append(f"{I3}const float* xb{off} = xr + {off} + (cb + 4 * g) * {d1};\n")
         for k in range(_ksteps(key)):
             for m in range(2):
                 for v in range(4):
                     i = 8 * k + (4 if v >= 2 else 0)
-                    ld = f"__ldg(xr + {off} + (cb + 4 * g + {2 * m + (v & 1)}) * {d1} + t + {i})"
-                    val = "0.f" if i >= d1 else f"(t + {i} < {d1} ? {ld} : 0.f)" if i + 3 >= d1 else ld
+                    ld = f"__ldg(xb{off} + xq{off}_{i} + {(2 * m + (v & 1)) * d1})"
+                    val = "0.f" if i >= d1 else f"(xv{off}_{i} ? {ld} : 0.f)" if i + 3 >= d1 else ld
                     s.append(f"{I3}const float x{off}_{k}_{m}_{v} = {val};\n")
     for n in range(len(tiles)):
         s.append(f"{I3}const float4 wv{n} = __ldg(reinterpret_cast<const float4*>(wr + wo{n}));\n")
-    if prefetch:
-        s.append(_prefetch_next(I3, gi, tiles, S))
+    s.append(pf_code)
     s.append(f"{I3}__syncwarp();  // the previous edge's fragments have been read\n")
     pos = 0
     for r, (width, terms) in enumerate(widths):
         s.append(f"{I3}{{  // round {r}\n")
-        loads = [f"__ldg(kMmaTab{gi} + {pos} + lane * {width} + {q})" for q in range(width)]
+        loads = [f"__ldg(tab + {pos + 32 * q})" for q in range(width)]
         for q, ld in enumerate(loads):
             s.append(f"{I3}  const uint4 r{q} = {ld};\n")
         flat = [f"r{q}.{c}" for q in range(width) for c in "xyzw"]
@@ -210,7 +227,7 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
         for tt in range(1, terms):
             expr = f"fmaf(__uint_as_float({flat[2 + 2 * tt]}), __shfl_sync(0xffffffffu, yv, int({flat[1 + 2 * tt]})), " \
                    f"{expr})"
-        s.append(f"{I3}  uint32_t hi, lo;\n{I3}  split_tf32({expr}, hi, lo);\n")
+        s.append(f"{I3}  uint32_t hi, lo;\n{I3}  split_tf32_int({expr}, hi, lo);\n")
         s.append(f"{I3}  sb[r0.x] = __uint_as_float(hi);\n{I3}  sb[r0.x + 2] = __uint_as_float(lo);\n{I3}}}\n")
         pos += 32 * width
     s.append(f"{I3}__syncwarp();  // B is staged\n")
@@ -225,7 +242,7 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
         for k in range(ks):
             for m in range(2):
                 for v in range(4):
-                    s.append(f"{I3}  split_tf32(x{off}_{k}_{m}_{v}, ah[{k}][{m}][{v}], al[{k}][{m}][{v}]);\n")
+                    s.append(f"{I3}  split_tf32_int(x{off}_{k}_{m}_{v}, ah[{k}][{m}][{v}], al[{k}][{m}][{v}]);\n")
         for tile in [t for t in tiles if t.key == key]:
             s.append(f"{I3}  {{  // n-tile {n}\n")
             for k in range(ks):
@@ -276,6 +293,18 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
     return "".join(s), table, max(buf * (MMA_THREADS // 32), red)
 
 
+_SPLIT = r"""
+// x = hi + lo for the 3xTF32 products, as csrc/mma.cuh's split_tf32 but in integer operations: hi rounds x to TF32
+// (nearest, ties away from zero, as cvt.rna.tf32.f32, which sm_90 carries out as a sequence of about five
+// instructions: ncu, session 63), lo = x - hi is passed whole (the mma reads its TF32 bits, truncating: an error of
+// 2^-22 |x| at most, the size of the dropped lo * lo term). For finite x.
+__device__ __forceinline__ void split_tf32_int(float x, uint32_t& hi, uint32_t& lo) {
+  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(x - __uint_as_float(hi));
+}
+"""
+
+
 def generate(live, cg_val, tiles: int, prefetch: bool) -> str:
     """``fwd_kernel_mma`` and ``fwd_mma_ok`` (the launcher's test), or '' where not ``supported``."""
     ymax = max(p.in2_off + 2 * p.l2 + 1 for p in live)
@@ -290,7 +319,7 @@ def generate(live, cg_val, tiles: int, prefetch: bool) -> str:
     return f"""
 // Tuning.fwd_mma: the float32 forward on the tensor cores (md_accel/ops/_codegen_mma.py); block n = receiver,
 // {len(parts)} pass(es) over its edges.
-{tables}bool fwd_mma_ok(const TPTensors<float>& t, const TPDims& d) {{
+{_SPLIT}{tables}bool fwd_mma_ok(const TPTensors<float>& t, const TPDims& d) {{
   static int major[64] = {{}};  // compute capability per device (0: not asked yet)
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;

@@ -157,28 +157,24 @@ inline long min(long a, long b) { return a < b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 // the block's threads run concurrently (host threads): device atomics as host atomics
 template <typename T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
-// __shfl_sync of a full warp: lane src's value (src taken modulo 32, as the hardware's width 32)
-template <typename T> T __shfl_sync(unsigned, T v, int src) {
+namespace emu {
+// A full warp's exchange: every lane posts v, then reads the value lane `from(lane)` posted
+template <typename T, typename F> T warp_exchange(T v, F from) {
   static_assert(sizeof(T) <= 8);
-  auto& w = emu::warp();
+  auto& w = warp();
   const int lane = threadIdx.x & 31;
   std::memcpy(w.slot[lane], &v, sizeof(T));
   w.bar.arrive_and_wait();
   T r;
-  std::memcpy(&r, w.slot[src & 31], sizeof(T));
+  std::memcpy(&r, w.slot[from(lane) & 31], sizeof(T));
   w.bar.arrive_and_wait();
   return r;
 }
+}  // namespace emu
+// __shfl_sync (lane src modulo 32, as the hardware's width 32) and __shfl_xor_sync of a full warp
+template <typename T> T __shfl_sync(unsigned, T v, int src) { return emu::warp_exchange(v, [src](int) { return src; }); }
 template <typename T> T __shfl_xor_sync(unsigned, T v, int off) {
-  static_assert(sizeof(T) <= 8);
-  auto& w = emu::warp();
-  const int lane = threadIdx.x & 31;
-  std::memcpy(w.slot[lane], &v, sizeof(T));
-  w.bar.arrive_and_wait();
-  T r;
-  std::memcpy(&r, w.slot[lane ^ off], sizeof(T));
-  w.bar.arrive_and_wait();
-  return r;
+  return emu::warp_exchange(v, [off](int lane) { return lane ^ off; });
 }
 
 // mbarriers and bulk copies (Tuning.fwd_tma's forward; the device versions are PTX in the generated source): an
