@@ -78,6 +78,15 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) 
   lo = tf32_rna(x - __uint_as_float(hi));
 }
 
+// The same split in integer operations (the tensor-core forward, md_accel/ops/_codegen_mma.py): hi rounds x to TF32
+// as cvt.rna.tf32.f32 does (nearest, ties away from zero), which sm_90 carries out as a sequence of about five
+// instructions (ncu, session 63); lo = x - hi goes to the mma whole (it reads lo's TF32 bits, truncating: an error of
+// at most 2^-22 |x|, the size of the dropped lo * lo term). For finite x.
+__device__ __forceinline__ void split_tf32_int(float x, uint32_t& hi, uint32_t& lo) {
+  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
 // c + h, h half a unit in the last place of c with c's sign (the mean of what rounding toward
 // zero cut off a result c whose dropped bits are uniform), rounded to nearest: a tie, to even, so
 // c or c + 2h, each half the time. One fma: (c's sign and exponent) * 2^-24 + c; it adds nothing to

@@ -655,8 +655,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     ``tma`` (the forward under Tuning.fwd_tma): each edge's rows come from the slot's stages in shared memory
     (kTmaStages of them, filled by the slot's thread u = 0 with ``_tma_fill``, full / empty mbarriers per stage).
     ``tag``: in the names of the constant tables (one forward holding a pass plan per dtype); ``elem``: the bytes of
-    a partial sum that ``_fwd_slots`` counts. Returns (device code,
-    constant tables)."""
+    a partial sum that ``_fwd_slots`` counts. Returns (device code, constant tables)."""
     mul = group[0].mul
     out_keys = []
     for p in group:
@@ -1413,7 +1412,7 @@ _PRELUDE = r"""
 #include <cstdint>
 #include <type_traits>
 #include "tp_spec_abi.h"
-
+{includes}
 namespace md_accel {{
 namespace {{
 
@@ -1876,7 +1875,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         gen=GEN_VERSION, key=structure_key(struct), num_paths=len(paths), nnz=nnz, threads=threads,
         paths=", ".join(str(v) for r in paths for v in r), cg_ptr=", ".join(str(v) for v in cg_ptr),
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), cg_decls=_cg_decls(cg_idx, cg_val),
-        covered=covered)
+        covered=covered, includes='#include "mma.cuh"\n' if tune.fwd_mma else "")
     if tune.prefetch:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:  # (stream_policy)
@@ -1923,8 +1922,6 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         dbwd_in_gg_w=dbwd[4] if dbwd is not None else 0)
     if _GY_SMEM_CALL in src:
         src = src[:gy_at] + _GY_SMEM + src[gy_at:]
-    if fwd_mma:  # (after the insertion at gy_at)
-        src = src.replace('#include "tp_spec_abi.h"\n', '#include "tp_spec_abi.h"\n#include "mma.cuh"\n', 1)
     return src
 
 

@@ -169,6 +169,7 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
              + "};\n")
     na = len(tiles) * 8
     acc = [f"acc{n}_{m}_{v}" for n in range(len(tiles)) for m in range(2) for v in range(4)]
+    keys = list(dict.fromkeys(t.key for t in tiles))  # the pass's in1 blocks, in tile order
     I, I2, I3 = "  ", "    ", "      "
     s = [f"{I}{{  // pass {gi}: {len(tiles)} n-tiles of {mul} channels, {S} edge slot(s)\n"]
     s.append(f"{I2}const int slot = threadIdx.x / {mul}, cb = threadIdx.x % {mul} & ~31;  // edge slot; the warp's "
@@ -183,8 +184,9 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
         offs = [tile.cols[2 * t][0].w_off if tile.cols[2 * t] else 0 for t in range(4)]
         s.append(f"{I2}const int wo{n} = {_select(offs)};\n")
     s.append(f"{I2}const uint4* tab = kMmaTab{gi} + lane;  // this lane's records\n")
-    for off, _, d1 in dict.fromkeys(t.key for t in tiles):
-        for i in range(0, 8 * _ksteps((off, 0, d1)), 4):
+    for key in keys:
+        off, _, d1 = key
+        for i in range(0, 8 * _ksteps(key), 4):
             if i < d1:
                 s.append(f"{I2}const int xq{off}_{i} = min(t + {i}, {d1 - 1});\n")
                 if i + 3 >= d1:
@@ -201,7 +203,6 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
     # every load of the edge first (one memory latency per edge, not one per phase): x as A's elements, the weights
     # (x: from the block's row of channel cb + 4 g at the lane's components, xq: t + i clamped into the block, so that
     # every load stays in the row; xv: whether it is a component, else the element is zero)
-    keys = list(dict.fromkeys(t.key for t in tiles))
     for key in keys:
         off, _, d1 = key
         s.append(f"{I3}const float* xb{off} = xr + {off} + (cb + 4 * g) * {d1};\n")
@@ -219,9 +220,8 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
     pos = 0
     for r, (width, terms) in enumerate(widths):
         s.append(f"{I3}{{  // round {r}\n")
-        loads = [f"__ldg(tab + {pos + 32 * q})" for q in range(width)]
-        for q, ld in enumerate(loads):
-            s.append(f"{I3}  const uint4 r{q} = {ld};\n")
+        for q in range(width):
+            s.append(f"{I3}  const uint4 r{q} = __ldg(tab + {pos + 32 * q});\n")
         flat = [f"r{q}.{c}" for q in range(width) for c in "xyzw"]
         expr = f"__uint_as_float({flat[2]}) * __shfl_sync(0xffffffffu, yv, int({flat[1]}))"
         for tt in range(1, terms):
@@ -233,7 +233,7 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
     s.append(f"{I3}__syncwarp();  // B is staged\n")
     base = 0
     n = 0
-    for key in dict.fromkeys(t.key for t in tiles):
+    for key in keys:
         off, _, d1 = key
         ks = _ksteps(key)
         s.append(f"{I3}{{  // in1 block at {off} ({d1} components)\n")
@@ -293,18 +293,6 @@ def _pass(gi: int, tiles: List[_Tile], cg_val, ymax: int, prefetch: bool) -> Tup
     return "".join(s), table, max(buf * (MMA_THREADS // 32), red)
 
 
-_SPLIT = r"""
-// x = hi + lo for the 3xTF32 products, as csrc/mma.cuh's split_tf32 but in integer operations: hi rounds x to TF32
-// (nearest, ties away from zero, as cvt.rna.tf32.f32, which sm_90 carries out as a sequence of about five
-// instructions: ncu, session 63), lo = x - hi is passed whole (the mma reads its TF32 bits, truncating: an error of
-// 2^-22 |x| at most, the size of the dropped lo * lo term). For finite x.
-__device__ __forceinline__ void split_tf32_int(float x, uint32_t& hi, uint32_t& lo) {
-  hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  lo = __float_as_uint(x - __uint_as_float(hi));
-}
-"""
-
-
 def generate(live, cg_val, tiles: int, prefetch: bool) -> str:
     """``fwd_kernel_mma`` and ``fwd_mma_ok`` (the launcher's test), or '' where not ``supported``."""
     ymax = max(p.in2_off + 2 * p.l2 + 1 for p in live)
@@ -319,7 +307,7 @@ def generate(live, cg_val, tiles: int, prefetch: bool) -> str:
     return f"""
 // Tuning.fwd_mma: the float32 forward on the tensor cores (md_accel/ops/_codegen_mma.py); block n = receiver,
 // {len(parts)} pass(es) over its edges.
-{_SPLIT}{tables}bool fwd_mma_ok(const TPTensors<float>& t, const TPDims& d) {{
+{tables}bool fwd_mma_ok(const TPTensors<float>& t, const TPDims& d) {{
   static int major[64] = {{}};  // compute capability per device (0: not asked yet)
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
