@@ -205,7 +205,7 @@ def test_grad_y_through_shared_memory_where_the_double_backward_spills(monkeypat
     name = "_ZN8md_accel12_GLOBAL__N_113dbwd_kernel_dsI{}Lb{}EEEvPKT_"
     f64_whole, f64_parts, f32 = name.format("d", 0), name.format("d", 1), name.format("f", 0)
     fwd64 = "_ZN8md_accel12_GLOBAL__N_110fwd_kernelIdEEvPKT_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE"
-    on = _codegen.Tuning(dbwd_auto_warps32=0, fwd_auto_warps64=0)  # the grad_y rule alone
+    on = _codegen.Tuning(dbwd_auto_warps32=0, fwd_auto_warps64=0, g_spill_bytes=0)  # the grad_y rule alone
     at = on.gy_spill_bytes
     assert at == _codegen.GY_SPILL_BYTES and 412 < at <= 2204  # mace_large's spills: not; sevennet_l3i5's: yes
 
@@ -229,6 +229,42 @@ def test_grad_y_through_shared_memory_where_the_double_backward_spills(monkeypat
     both = on._replace(fwd_auto_warps64=8)
     assert _codegen._register_capped(struct, both, report(at, 0, others=560)) == _codegen.generate(
         struct, both._replace(gy_smem=1, fwd_min_warps64=8))
+
+
+def test_grad_out_through_shared_memory_where_part1_spills():
+    """``Tuning.g_spill_bytes``: the part-1 kernels whose float64 instantiation (any variant) spilled at least that
+    many bytes in the first build take their grad_out through shared memory in the second (``g_smem``, each kernel
+    its own G_SMEM_BIT: one serving both dtypes in both), beside the grad_y rule's change where that fires too;
+    fewer bytes, float32 spills, the rule off or g_smem asked for keep the first build, and so does a bit whose kernel the plan lacks."""
+    struct = _codegen.plan_structure(_conv(mul=40))  # one backward and one double backward kernel for both dtypes
+
+    def kernel(tag: str, dtype: str, spills: int, variant: str = "Lb1ELb0") -> str:
+        kind = "dbwd" if tag[0] == "d" else "bwd"
+        return _ptxas_lines(f"_ZN8md_accel12_GLOBAL__N_113{kind}_kernel_{tag}I{dtype}{variant}EEEvPKT_", 168, spills)
+
+    on = _codegen.Tuning(dbwd_auto_warps32=0, fwd_auto_warps64=0, gy_spill_bytes=0)  # the grad_out rule alone
+    at = on.g_spill_bytes
+    assert at == _codegen.G_SPILL_BYTES and 92 < at <= 196  # mace_mp0_medium's backward: not; sevennet_0's dbwd: yes
+    bits = lambda report: _codegen._g_through_smem(on, _codegen.ptxas_kernels(report))  # noqa: E731
+    quiet = kernel("bs", "f", 4096) + kernel("bs", "d", at - 1) + kernel("ds", "d", 0)
+    assert bits(quiet) is None
+    assert bits(quiet + kernel("dd", "d", at)) == _codegen.G_SMEM_BIT["dd"] == 8
+    assert bits(quiet + kernel("bd", "d", at, "Lb0ELb1") + kernel("dd", "d", 2 * at)) == 2 | 8
+    assert bits(kernel("bs", "d", at) + kernel("ds", "d", at)) == 1 | 4
+    spilling = _codegen.ptxas_kernels(quiet + kernel("dd", "d", at))
+    assert _codegen._g_through_smem(on._replace(g_spill_bytes=0), spilling) is None
+    assert _codegen._g_through_smem(on._replace(g_smem=2), spilling) is None
+    first = _codegen.generate(struct, on)
+    assert _codegen._register_capped(struct, on, quiet) is None
+    assert _codegen._register_capped(struct, on, quiet + kernel("ds", "d", at)) == _codegen.generate(
+        struct, on._replace(g_smem=4)) != first
+    assert _codegen._register_capped(struct, on, quiet + kernel("dd", "d", at)) is None  # no float64-only kernel here
+    # with the grad_y rule: one second build with both
+    both = on._replace(gy_spill_bytes=_codegen.GY_SPILL_BYTES)
+    assert _codegen._register_capped(struct, both, kernel("ds", "d", _codegen.GY_SPILL_BYTES)) == _codegen.generate(
+        struct, both._replace(g_smem=4, gy_smem=1))
+    with pytest.warns(UserWarning, match="no float64 part-1 kernel"):
+        assert bits(kernel("bs", "f", at)) is None
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),

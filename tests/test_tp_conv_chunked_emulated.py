@@ -865,6 +865,62 @@ def test_grad_y_through_shared_memory(dtype, in2, monkeypatch):
     assert "s_gy" not in src and "warp_sum_smem" not in src and "= warp_butterfly<T" in src  # nor its template
 
 
+@pytest.mark.parametrize("problem", ["test plan", "wide"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_grad_out_through_shared_memory(dtype, problem, monkeypatch):
+    """``Tuning.g_smem`` (every part-1 kernel): grad_out's components in shared memory, each path reading its own in
+    the edge loop (every channel's, shared by a block's edge slots: the wide plan's 32- and 8-channel passes run
+    several). The
+    same operations on the same values as with them in registers: the backward (edge chunks, receivers in parts)
+    and the double backward bit for bit the default library's, every output poisoned first, and within the
+    float64 bound of the references. Where s_g would exceed GY_SMEM_BYTES beside the other arrays, registers."""
+    tune = _codegen.Tuning(g_smem=_codegen.G_SMEM_ALL)
+    plan, base = plan_and_library() if problem == "test plan" else wide_plan_and_library(_codegen.Tuning())
+    struct = _codegen.plan_structure(plan)
+    src = _codegen.generate(struct, tune)
+    assert "__shared__ T s_g[" in src and "lds_each(&s_g[" in src
+    assert src.count("per_iteration(g") < _codegen.generate(struct).count("per_iteration(g")  # (the deferred kernel's)
+    lib = emulate.SpecLibrary(src)
+    gen = torch.Generator().manual_seed(5)
+    n, g = hub_graph(gen)
+    e = g.src.numel()
+    x, y, w, go, ggx, ggy, ggw = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in
+                                  ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out),
+                                   (n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel)))
+    xs, ys, ws, gos, ggxs, ggys, ggws = (t.to(dtype) for t in (x, y, w, go, ggx, ggy, ggw))
+    nan = float("nan")
+
+    def backward(library, split: int, step: int):
+        gx, gy, gw = torch.full_like(xs, nan), torch.full_like(ys, nan), torch.full_like(ws, nan)
+        for e0 in range(0, e, step):
+            e1 = min(e, e0 + step)
+            library.bwd(gos, xs, ys[e0:e1], ws[e0:e1], chunk_graph(g, e0, e1), gx, gy[e0:e1], gw[e0:e1],
+                        torch.full((e1 - e0, plan.dim_in1), nan, dtype=dtype), accumulate=e0 > 0, split=split)
+        return gx, gy, gw
+
+    def double_backward(library, split: int):
+        outs = [torch.full(s, nan, dtype=dtype) for s in ((n, plan.dim_out), x.shape, y.shape, w.shape)]
+        library.dbwd(ggxs, ggys, ggws, gos, xs, ys, ws, (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr), *outs,
+                     torch.full((e, plan.dim_in1), nan, dtype=dtype), split=split)
+        return outs
+
+    for split, step in ((1, e), (3, 13)):
+        for what, a, b in zip(("grad_x", "grad_y", "grad_w"), backward(lib, split, step), backward(base, split, step)):
+            assert torch.isfinite(a).all() and torch.equal(a, b), (what, split, step)
+        for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), double_backward(lib, split),
+                              double_backward(base, split)):
+            assert torch.isfinite(a).all() and torch.equal(a, b), (what, split)
+    dense = [c.double() for c in plan.dense]
+    for what, a, b in zip(("grad_x", "grad_y", "grad_w"), backward(lib, 1, e),
+                          tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)):
+        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
+    ref = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
+    for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), double_backward(lib, 1), ref):
+        assert rel_err(a, b) <= TOL[dtype], (what, rel_err(a, b))
+    monkeypatch.setattr(_codegen, "GY_SMEM_BYTES", 1024)
+    assert "s_g[" not in _codegen.generate(struct, tune) and "lds_each" not in _codegen.generate(struct, tune)
+
+
 def test_forward_float64_minimum_is_its_own():
     """Tuning.fwd_min_warps64: the float64 minimum of resident warps asked of the compiler (__launch_bounds__) in the
     forward kernel, and in no other kernel (g_grad_out's forward-shaped kernel keeps min_warps64)."""

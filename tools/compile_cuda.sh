@@ -72,13 +72,15 @@ if "$PYTHON" -m md_accel.ops._codegen "64x0e+32x1o+32x2e+32x3o" "1x0e+1x1o+1x2e+
 else
   echo "FAIL codegen"; status=1
 fi
-# the same with the opt-in float32 forward on the tensor cores (md_accel/ops/_codegen_mma.py, Tuning.fwd_mma)
-if MD_ACCEL_TP_TUNING=fwd_mma=7 "$PYTHON" -m md_accel.ops._codegen "64x0e+32x1o+32x2e+32x3o" "1x0e+1x1o+1x2e+1x3o" 3 \
-     "$GEN/l3i5_mma.cu" && grep -q "fwd_kernel_mma<<<" "$GEN/l3i5_mma.cu"; then
+# the same with the opt-in float32 forward on the tensor cores (md_accel/ops/_codegen_mma.py, Tuning.fwd_mma) and every
+# part-1 kernel's grad_out in shared memory (Tuning.g_smem; a build gives it only to the kernels whose float64 form spills)
+if MD_ACCEL_TP_TUNING=fwd_mma=7,g_smem=15 "$PYTHON" -m md_accel.ops._codegen "64x0e+32x1o+32x2e+32x3o" \
+     "1x0e+1x1o+1x2e+1x3o" 3 "$GEN/l3i5_mma.cu" && grep -q "fwd_kernel_mma<<<" "$GEN/l3i5_mma.cu" \
+     && grep -q "lds_each(&s_g" "$GEN/l3i5_mma.cu"; then
   "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -shared -Xcompiler -fPIC -Icsrc "$GEN/l3i5_mma.cu" -o "$GEN/l3i5_mma.so" &
-  pids+=("$!:generated sevennet_l3i5_like spec, tensor-core forward")
+  pids+=("$!:generated sevennet_l3i5_like spec, tensor-core forward, grad_out in shared memory")
 else
-  echo "FAIL codegen fwd_mma"; status=1
+  echo "FAIL codegen fwd_mma / g_smem"; status=1
 fi
 # fused-radial libraries (md_accel/ops/_codegen_fused.py, hidden width 64): MACE-MP-0 medium, l3i5-like
 if "$PYTHON" -m md_accel.ops._codegen_fused "128x0e+128x1o" "1x0e+1x1o+1x2e+1x3o" 3 64 "$GEN/mace_fused.cu" parity; then

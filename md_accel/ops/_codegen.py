@@ -68,7 +68,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from . import _codegen_mma
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 43  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 44  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -162,6 +162,19 @@ FWD_SPILL_BYTES = 128
 # 0.985x, their other passes 0.98-1.00x; mace_mp0_medium (240 bytes) 1.012x slower in float64 (mace_large,
 # 412 bytes: 1.005x in session 45's form).
 GY_SPILL_BYTES = 1024
+# Tuning.g_smem: part-1 kernels (bits by kernel tag: the backward's float32-or-shared and float64 kernels, the double
+# backward's) that stage their pass's grad_out components in shared memory, each path reading its own inside the edge
+# loop (lds_each), instead of holding all of them in registers across it. ptxas (session 64): the float64 kernels
+# spill far less at the 168-register cap (nequip_l3's double backward 1,912 -> 276 bytes, sevennet_l3i5's
+# backward 764 -> 4), the float32 ones use 96-128 registers instead of 127-222. kernels.py (H200, the default and
+# every kernel with it, in turn twice, ms ratios): sevennet_l3i5 float64 forward + backward 0.96x, double backward
+# 0.935x; nequip_l3 float64 0.947x / 0.968x; mace_large float64 0.973x / 0.979x; but where the float64 kernel did
+# not spill it lost (mace_mp0_medium's backward: forward + backward 1.036x; sevennet_0's 1.011x), as did some
+# float32 kernels (mace_mp0_medium 1.015-1.024x). _register_capped gives it to the kernels whose float64
+# instantiation spilled at least G_SPILL_BYTES in the first build.
+G_SMEM_BIT = {"bs": 1, "bd": 2, "ds": 4, "dd": 8}
+G_SMEM_ALL = 15
+G_SPILL_BYTES = 128
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
 MAX_THREADS = 1024
 TUNING_ENV = "MD_ACCEL_TP_TUNING"
@@ -234,6 +247,8 @@ class Tuning(NamedTuple):
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
     gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
+    g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
+    g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -263,6 +278,8 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_mma is 0 to {_codegen_mma.MAX_TILES} (n-tiles per pass)")
     if not 0 <= values.get("fwd_slot_smem", FWD_SLOT_SMEM) <= FWD_SLOT_SMEM:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
+    if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
+        raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
     for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
@@ -1004,7 +1021,8 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
-               w_only: bool = False, evict: bool = False, gy_smem: bool = False) -> Tuple[str, str]:
+               w_only: bool = False, evict: bool = False, gy_smem: bool = False,
+               g_smem: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
@@ -1012,7 +1030,9 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     ``rows``: where the grad_x rows go with d.rows_in_gw (deferred paths' weight gradients are then not
     written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``evict``: as _fwd_group;
     ``gy_smem``: grad_y summed over each warp's lanes by warp_sum_smem (the kernel declares s_gy) instead of
-    warp_butterfly."""
+    warp_butterfly; ``g_smem`` (this kernel's Tuning.g_smem bit): the pass's grad_out components in the kernel's s_g,
+    [component][channel], each path reading its own inside the edge loop (lds_each), not all of them in registers
+    across it."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -1038,14 +1058,24 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
          + f"; {M} channels x {S} edge slot(s)\n"]
     I1 = I + "  "
     s.append(f"{I1}const int slot = threadIdx.x / {M}, u = threadIdx.x % {M};\n")
-    s.append(f"{I1}const bool chan = slot < {S} && u < {mul};\n")
+    if not g_smem:  # (which threads load grad_out into registers)
+        s.append(f"{I1}const bool chan = slot < {S} && u < {mul};\n")
     out_keys = []
     for p in group:
         if p.out_key not in out_keys:
             out_keys.append(p.out_key)
+    g_row = {}  # g_smem: (output block, component) -> its row of s_g
     for key in out_keys:
+        if g_smem:
+            base = len(g_row)
+            g_row.update({(key, k): base + k for k in range(key[2])})
+            s.append(f"{I1}for (int t = threadIdx.x; t < {mul * key[2]}; t += {threads})  // block at {key[0]}\n"
+                     f"{I1}  s_g[({base} + t % {key[2]}) * {M} + t / {key[2]}] = __ldg(grow + {key[0]} + t);\n")
+            continue
         for k in range(key[2]):
             s.append(f"{I1}T {_bname('g', key)}_{k} = chan ? __ldg(grow + {key[0]} + u * {key[2]} + {k}) : T(0);\n")
+    if g_smem:
+        s.append(f"{I1}__syncthreads();  // s_g holds the pass's grad_out\n")
     if WPS == 1:
         s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}) {{\n")
     else:
@@ -1079,7 +1109,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I3}if (u < {mul}) {{\n")
     I4 = I3 + "  "
     gregs = [f"{_bname('g', key)}_{k}" for key in out_keys for k in range(key[2])]
-    s.append(f"{I4}per_iteration({', '.join(gregs)});  // cg * g products stay in the loop\n")
+    if not g_smem:
+        s.append(f"{I4}per_iteration({', '.join(gregs)});  // cg * g products stay in the loop\n")
     s.append(f"{I4}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
     if not w_only:
@@ -1113,6 +1144,9 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         js = sorted({j for (_, _, j, _) in p.nz})
         iset = sorted({i for (_, i, _, _) in p.nz})
         gk = _bname('g', p.out_key)
+        if g_smem:
+            s.append(f"{I5}const T " + ", ".join(f"{gk}_{k} = lds_each(&s_g[{g_row[p.out_key, k]} * {M} + u])"
+                                                for k in range(p.out_key[2])) + ";\n")
         xk, hk, gxk = _bname('x', p.in1_key), _bname('h', p.in1_key), _bname('gx', p.in1_key)
         if not w_only:
             s.append(f"{I5}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
@@ -1371,12 +1405,19 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     gy_smem = bool(tune.gy_smem) and 8 * sum(n for _, n in shared + [s_gy]) <= GY_SMEM_BYTES
     if gy_smem:
         shared.append(s_gy)
+    # Tuning.g_smem (this kernel's bit): the widest pass's grad_out components for every channel, where that fits
+    # beside the other arrays
+    g_elems = max(_out_width(g) * ((g[0].mul + 31) // 32 * 32) for g in groups)
+    g_smem = bool(tune.g_smem & G_SMEM_BIT[tag]) and 8 * (sum(n for _, n in shared) + g_elems) <= GY_SMEM_BYTES
+    if g_smem:
+        shared.append((f"s_g[{g_elems}]", g_elems))
     red = "".join(f"  __shared__ T {decl};\n" for decl, _ in shared)
     first: dict = {}
     bodies, tables = [], []
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
-                          bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem)
+                          bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem,
+                          g_smem=g_smem)
         bodies.append(b)
         tables.append(t)
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
@@ -1562,6 +1603,15 @@ __device__ __forceinline__ void prefetch_l1(const T* p) {
 #ifdef __CUDA_ARCH__
   asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 #endif
+}
+"""
+
+_LDS_EACH = r"""
+// A shared-memory read the compiler leaves where it stands (Tuning.g_smem: each path reads its grad_out components
+// inside the edge loop; a plain read would be hoisted out of the loop into registers again).
+template <typename T>
+__device__ __forceinline__ T lds_each(const T* p) {
+  return *static_cast<const volatile T*>(p);
 }
 """
 
@@ -1922,6 +1972,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         dbwd_in_gg_w=dbwd[4] if dbwd is not None else 0)
     if _GY_SMEM_CALL in src:
         src = src[:gy_at] + _GY_SMEM + src[gy_at:]
+    if "lds_each(" in src:
+        src = src[:gy_at] + _LDS_EACH + src[gy_at:]
     return src
 
 
@@ -2076,20 +2128,40 @@ def _gy_through_smem(tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[
     return 1 if spills and max(spills) >= tune.gy_spill_bytes else None
 
 
+_PART1_F64_KERNEL = re.compile(r"\d+d?bwd_kernel_([bd][sd])IdL")  # mangled (d)bwd_kernel_<tag><double, ...>
+
+
+def _g_through_smem(tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[int]:
+    """``g_smem`` for the second build: the bits (G_SMEM_BIT) of the part-1 kernels whose float64 instantiation (any
+    of its variants) spilled at least ``g_spill_bytes``, else None. A kernel that serves both dtypes takes it in
+    both. Only without ``g_smem`` asked for."""
+    if not tune.g_spill_bytes or tune.g_smem:
+        return None
+    _rule_kernels(kernels, _PART1_F64_KERNEL, "bwd_kernel_", "float64 part-1", "grad_out rule")  # (warns if none)
+    bits = 0
+    for name, k in kernels.items():
+        m = _PART1_F64_KERNEL.search(name)
+        if m and k.spill_stores >= tune.g_spill_bytes:
+            bits |= G_SMEM_BIT[m.group(1)]
+    return bits or None
+
+
 def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
     """The source to build instead of ``generate(struct, tune)`` after its first build's ptxas report (the
     double backward's float32 cap of ``_dbwd_capped``, the forward's float64 minimum of ``_fwd_uncapped``, grad_y
-    through shared memory of ``_gy_through_smem``), None to keep the first build."""
+    through shared memory of ``_gy_through_smem``, grad_out in shared memory of ``_g_through_smem``: both where both
+    rules fire, as measured in session 64), None to keep the first build."""
     _, live, threads, _ = _analyse(struct)  # threads per block: the plan analysed once
     kernels = ptxas_kernels(report)
     changes = {k: v for k, v in (("dbwd_min_warps32", _dbwd_capped(threads, tune, kernels)),
                                  ("fwd_min_warps64", _fwd_uncapped(fwd_block(live, threads, tune)[0], tune, kernels)),
-                                 ("gy_smem", _gy_through_smem(tune, kernels))) if v is not None}
+                                 ("gy_smem", _gy_through_smem(tune, kernels)),
+                                 ("g_smem", _g_through_smem(tune, kernels))) if v is not None}
     if not changes:
         return None
     revised = generate(struct, tune._replace(**changes))
-    if set(changes) == {"gy_smem"} and _GY_SMEM_CALL not in revised:
-        return None  # gy_smem alone, its buffers too large: the source would be the first
+    if revised == generate(struct, tune):
+        return None  # shared-memory arrays that do not fit: the source would be the first
     return revised
 
 
