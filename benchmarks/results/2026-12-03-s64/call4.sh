@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Session 64, call 4 (carry .gpu/gpu_lib.tar.xz; .gpu/gpu_k44b.tar.xz: tp-tests' and tests/gpu's kernels at GEN 44 as
 # committed (the grad_out rule beside the grad_y rule), the default and g_spill_bytes=0, built here; .peers/tab: the lean
-# peers bundle, tools/peers_tab.sh; .peers/full/wheels):
+# peers bundle, tools/peers_tab.sh, whose wheels serve tools/gpu_call_env.sh here):
 # 1. GEN 44's default against the same without the grad_out rule (GEN 43's kernels), md_accel alone, float64 forward +
 #    backward and double backward of the six workloads, in turn twice;
 # 2. tests/gpu/test_tp_conv_cuda.py at GEN 44's default;
 # 3. mace_mp0_medium float64, forward + backward and double backward, md_accel against cuEquivariance in one process.
 set -u
 cd "$(dirname "$0")/../../.."
-export WHEELS=.peers/full/wheels SMI_LOG=200
+export WHEELS=.peers/tab/wheels SMI_LOG=200
 source tools/gpu_call_env.sh > /dev/null
 SWEEP_RUN_S=90 bash tools/tuning_sweep.sh 200 "default g_spill_bytes=0 default g_spill_bytes=0" \
   --dtypes float64 --passes fwd_bwd,dbwd --graph random_sym:4000:312000 --repeats 10 --min-seconds 0.4
