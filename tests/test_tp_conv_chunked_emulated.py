@@ -969,4 +969,9 @@ def test_tuning_names_and_checks(monkeypatch):
     monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_min_block=16")
     with pytest.raises(ValueError, match="fwd_min_block is 32 to 1024"):
         _codegen.tuning()
+    monkeypatch.setenv(_codegen.TUNING_ENV, "g_smem=16")
+    with pytest.raises(ValueError, match="g_smem takes the bits of 15"):
+        _codegen.tuning()
+    monkeypatch.setenv(_codegen.TUNING_ENV, "g_smem=10")
+    assert _codegen.tuning().g_smem == _codegen.G_SMEM_BIT["bd"] | _codegen.G_SMEM_BIT["dd"]
 
