@@ -1108,8 +1108,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
             s.append(f"{I3}const T z{c} = __ldg(zr + {c});\n")
     s.append(f"{I3}if (u < {mul}) {{\n")
     I4 = I3 + "  "
-    gregs = [f"{_bname('g', key)}_{k}" for key in out_keys for k in range(key[2])]
     if not g_smem:
+        gregs = [f"{_bname('g', key)}_{k}" for key in out_keys for k in range(key[2])]
         s.append(f"{I4}per_iteration({', '.join(gregs)});  // cg * g products stay in the loop\n")
     s.append(f"{I4}const int64_t sidx = __ldg(src + e);\n")
     s.append(f"{I4}const T* xr = x + sidx * d.in1;\n")
