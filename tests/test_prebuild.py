@@ -102,7 +102,7 @@ def test_tuning_overrides_name_their_own_build(monkeypatch):
 @pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),
                     reason="needs nvcc")
 def test_register_cap_from_the_first_build(tmp_path):
-    """The build's second look (``_register_capped``): ptxas' report of a real build names the double backward's
+    """The build's second look (``_codegen._second_look``): ptxas' report of a real build names the double backward's
     float32 per-edge kernel; a plan whose kernel needs more registers than ``dbwd_auto_warps32`` warps per SM
     leave is rebuilt with that minimum, one within it keeps its first build."""
     struct = _codegen.plan_structure(_conv(mul=40))  # 64 threads per block
@@ -127,23 +127,30 @@ def test_register_cap_from_the_first_build(tmp_path):
     fitting = [w for w in range(1, 65) if _codegen.cap_registers(64, w) >= need]
     assert capping and fitting, need
     for warps in (min(capping), max(capping)):
-        capped = _codegen._register_capped(struct, _codegen.Tuning(dbwd_auto_warps32=warps), r.stderr)
+        capped = _second_source(struct, _codegen.Tuning(dbwd_auto_warps32=warps), r.stderr)
         assert capped == _codegen.generate(struct, _codegen.Tuning(dbwd_auto_warps32=warps, dbwd_min_warps32=warps))
         assert capped != cu.read_text()
     for warps in (max(fitting), 0):  # the tightest cap the kernel fits in, and the rule off
-        assert _codegen._register_capped(struct, _codegen.Tuning(dbwd_auto_warps32=warps), r.stderr) is None
+        assert _second_source(struct, _codegen.Tuning(dbwd_auto_warps32=warps), r.stderr) is None
     # an explicit cap is never revised
-    assert _codegen._register_capped(struct, _codegen.Tuning(dbwd_auto_warps32=64, dbwd_min_warps32=4),
+    assert _second_source(struct, _codegen.Tuning(dbwd_auto_warps32=64, dbwd_min_warps32=4),
                                      r.stderr) is None
 
 
-def _ptxas_lines(name: str, registers: int, spill_stores: int) -> str:
+def _ptxas_lines(name: str, registers: int, spill_stores: int, smem: int = 0) -> str:
     """One kernel's lines as ptxas -v prints them."""
     return (f"ptxas info    : Compiling entry function '{name}' for 'sm_90'\n"
             f"ptxas info    : Function properties for {name}\n"
             f"    {spill_stores * 2} bytes stack frame, {spill_stores} bytes spill stores, {spill_stores} bytes spill "
             f"loads\n"
-            f"ptxas info    : Used {registers} registers, used 0 barriers\n")
+            f"ptxas info    : Used {registers} registers, used {int(smem > 0)} barriers"
+            + (f", {smem} bytes smem" if smem else "") + ", 400 bytes cmem[0]\n")
+
+
+def _second_source(struct, tune, report):
+    """The source of the build's second look after a first build's ptxas `report`, None where it is the first's."""
+    revised = _codegen.generate(struct, _codegen._second_look(struct, tune, _codegen.ptxas_kernels(report)))
+    return None if revised == _codegen.generate(struct, tune) else revised
 
 
 def test_forward_float64_minimum_where_it_spills():
@@ -162,37 +169,37 @@ def test_forward_float64_minimum_where_it_spills():
              + _ptxas_lines(dfwd64, 168, 1328))
     spilling = quiet + _ptxas_lines(fwd64, 168, 560)
     kernels = _codegen.ptxas_kernels(spilling)
-    assert kernels[fwd64] == (168, 560) and kernels[fwd32] == (90, 64) and kernels[dbwd32] == (40, 0)
+    assert kernels[fwd64] == (168, 560, 0) and kernels[fwd32] == (90, 64, 0) and kernels[dbwd32] == (40, 0, 0)
     # a device function's properties printed inside the entry's lines are not the entry's
     callee = ("ptxas info    : Function properties for _Z6helperv\n"
               "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n")
     inner = _ptxas_lines(fwd64, 168, 560).replace("ptxas info    : Used", callee + "ptxas info    : Used")
-    assert _codegen.ptxas_kernels(inner)[fwd64] == (168, 560)
+    assert _codegen.ptxas_kernels(inner)[fwd64] == (168, 560, 0)
     assert _codegen.ptxas_registers(spilling) == {k: v.registers for k, v in kernels.items()}
     on = _codegen.Tuning(dbwd_auto_warps32=0)  # the default forward rule (GEN 31), the float32 cap off
     assert on.fwd_auto_warps64 == 8
-    revised = _codegen._register_capped(struct, on, spilling)
+    revised = _second_source(struct, on, spilling)
     assert revised == _codegen.generate(struct, on._replace(fwd_min_warps64=8)) != _codegen.generate(struct, on)
-    assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 150, 0)) is None
+    assert _second_source(struct, on, quiet + _ptxas_lines(fwd64, 150, 0)) is None
     assert on.fwd_spill_bytes == _codegen.FWD_SPILL_BYTES > 24  # sevennet_l3i5's 24 bytes: not worth a block
-    assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 168, 24)) is None
+    assert _second_source(struct, on, quiet + _ptxas_lines(fwd64, 168, 24)) is None
     at = on.fwd_spill_bytes
-    assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 168, at)) == revised
-    assert _codegen._register_capped(struct, on, quiet + _ptxas_lines(fwd64, 168, at - 1)) is None
-    assert _codegen._register_capped(struct, on._replace(fwd_spill_bytes=24),
+    assert _second_source(struct, on, quiet + _ptxas_lines(fwd64, 168, at)) == revised
+    assert _second_source(struct, on, quiet + _ptxas_lines(fwd64, 168, at - 1)) is None
+    assert _second_source(struct, on._replace(fwd_spill_bytes=24),
                                      quiet + _ptxas_lines(fwd64, 168, 24)) == revised
-    assert _codegen._register_capped(struct, on._replace(fwd_auto_warps64=0), spilling) is None
-    assert _codegen._register_capped(struct, on._replace(fwd_min_warps64=12), spilling) is None
+    assert _second_source(struct, on._replace(fwd_auto_warps64=0), spilling) is None
+    assert _second_source(struct, on._replace(fwd_min_warps64=12), spilling) is None
     threads = _codegen._analyse(struct)[2]
     same_blocks = [w for w in range(9, 64) if max(1, w * 32 // threads) == max(1, 8 * 32 // threads)]
     assert same_blocks  # minima of more warps that still give as many resident blocks as 8 warps
     for w64 in (8, max(same_blocks)):  # it would not lower the minimum of blocks
-        assert _codegen._register_capped(struct, on._replace(min_warps64=w64), spilling) is None
+        assert _second_source(struct, on._replace(min_warps64=w64), spilling) is None
     with pytest.warns(UserWarning, match="no float64 forward kernel"):
-        assert _codegen._register_capped(struct, on, quiet) is None  # forwards, but none the rule knows
+        assert _second_source(struct, on, quiet) is None  # forwards, but none the rule knows
     # with the double backward's cap: one second build with both minima
     both = on._replace(dbwd_auto_warps32=64)  # 64 warps of 64 threads leave 32 registers: the 40 above exceed it
-    assert _codegen._register_capped(struct, both, spilling) == _codegen.generate(
+    assert _second_source(struct, both, spilling) == _codegen.generate(
         struct, both._replace(fwd_min_warps64=8, dbwd_min_warps32=64))
 
 
@@ -215,19 +222,19 @@ def test_grad_y_through_shared_memory_where_the_double_backward_spills(monkeypat
 
     revised = _codegen.generate(struct, on._replace(gy_smem=1))
     assert "= warp_sum_smem<T" in revised and revised != _codegen.generate(struct, on)
-    assert _codegen._register_capped(struct, on, report(at, 0)) == revised
-    assert _codegen._register_capped(struct, on, report(0, at)) == revised
-    assert _codegen._register_capped(struct, on, report(at - 1, at - 1, others=4096)) is None
-    assert _codegen._register_capped(struct, on._replace(gy_spill_bytes=0), report(at, at)) is None
-    assert _codegen._register_capped(struct, on._replace(gy_smem=1), report(at, at)) is None
+    assert _second_source(struct, on, report(at, 0)) == revised
+    assert _second_source(struct, on, report(0, at)) == revised
+    assert _second_source(struct, on, report(at - 1, at - 1, others=4096)) is None
+    assert _second_source(struct, on._replace(gy_spill_bytes=0), report(at, at)) is None
+    assert _second_source(struct, on._replace(gy_smem=1), report(at, at)) is None
     with pytest.warns(UserWarning, match="no float64 double-backward kernel"):
-        assert _codegen._register_capped(struct, on, _ptxas_lines(f32, 168, at)) is None
+        assert _second_source(struct, on, _ptxas_lines(f32, 168, at)) is None
     monkeypatch.setattr(_codegen, "GY_SMEM_BYTES", 0)  # no plan's buffers fit: the revised source would be the first
-    assert _codegen._register_capped(struct, on, report(at, at)) is None
+    assert _second_source(struct, on, report(at, at)) is None
     monkeypatch.undo()
     # with the forward's rule: one second build with both
     both = on._replace(fwd_auto_warps64=8)
-    assert _codegen._register_capped(struct, both, report(at, 0, others=560)) == _codegen.generate(
+    assert _second_source(struct, both, report(at, 0, others=560)) == _codegen.generate(
         struct, both._replace(gy_smem=1, fwd_min_warps64=8))
 
 
@@ -255,35 +262,104 @@ def test_grad_out_through_shared_memory_where_part1_spills():
     assert _codegen._g_through_smem(on._replace(g_spill_bytes=0), spilling) is None
     assert _codegen._g_through_smem(on._replace(g_smem=2), spilling) is None
     first = _codegen.generate(struct, on)
-    assert _codegen._register_capped(struct, on, quiet) is None
-    assert _codegen._register_capped(struct, on, quiet + kernel("ds", "d", at)) == _codegen.generate(
+    assert _second_source(struct, on, quiet) is None
+    assert _second_source(struct, on, quiet + kernel("ds", "d", at)) == _codegen.generate(
         struct, on._replace(g_smem=4)) != first
-    assert _codegen._register_capped(struct, on, quiet + kernel("dd", "d", at)) is None  # no float64-only kernel here
+    assert _second_source(struct, on, quiet + kernel("dd", "d", at)) is None  # no float64-only kernel here
     # with the grad_y rule: one second build with both
     both = on._replace(gy_spill_bytes=_codegen.GY_SPILL_BYTES)
-    assert _codegen._register_capped(struct, both, kernel("ds", "d", _codegen.GY_SPILL_BYTES)) == _codegen.generate(
+    assert _second_source(struct, both, kernel("ds", "d", _codegen.GY_SPILL_BYTES)) == _codegen.generate(
         struct, both._replace(g_smem=4, gy_smem=1))
     with pytest.warns(UserWarning, match="no float64 part-1 kernel"):
         assert bits(kernel("bs", "f", at)) is None
 
 
+def test_resident_blocks_per_sm():
+    """sm_90's limits, by hand: 64K registers (per thread in steps of 8), 2,048 threads and 32 blocks per SM,
+    228 KB of shared memory with 1 KB reserved per block."""
+    k = _codegen.PtxasKernel
+    assert _codegen.resident_blocks(128, k(168, 0)) == 3  # 168 * 128 = 21,504 registers a block
+    assert _codegen.resident_blocks(128, k(127, 0)) == _codegen.resident_blocks(128, k(128, 0)) == 4
+    assert _codegen.resident_blocks(128, k(96, 0)) == 5 and _codegen.resident_blocks(128, k(64, 0)) == 8
+    assert _codegen.resident_blocks(32, k(168, 0)) == 12 and _codegen.resident_blocks(32, k(128, 0)) == 16
+    assert _codegen.resident_blocks(32, k(32, 0)) == 32  # the block limit, not the registers' 64
+    assert _codegen.resident_blocks(1024, k(32, 0)) == 2  # the thread limit
+    assert _codegen.resident_blocks(128, k(64, 0, 60 * 1024)) == 3  # 228 KB over 61 KB
+    assert _codegen.resident_blocks(128, k(64, 0, 20 * 1024)) == 8  # registers still the tighter
+
+
+def test_float32_grad_out_rule_keeps_the_trial_where_blocks_rise_and_registers_fall_by_a_third_at_most():
+    """``Tuning.g32_auto`` (``_Revisions``): the first build's report leads to a trial with the float32 backward's
+    kernel staging grad_out in shared memory (G_SMEM_BIT "bs"); the trial is the library where that kernel's
+    resident blocks per SM rose while its registers fell by a third or less, else the second look's source is built
+    (the first's where no other rule fires: reused); the rule off, g_smem asked for or the bit given by the float64
+    rule make no trial."""
+    struct = _codegen.plan_structure(_conv(mul=40))  # 64 threads per block; kernels bs and ds serve both dtypes
+    off = _codegen.Tuning(dbwd_auto_warps32=0, fwd_auto_warps64=0, gy_spill_bytes=0)  # the other rules quiet
+    bs32 = "_ZN8md_accel12_GLOBAL__N_113bwd_kernel_bsIfLb0ELb1EEEvPKT_"
+    bs64 = bs32.replace("bsIfL", "bsIdL")
+    first, trial = _codegen.generate(struct, off), _codegen.generate(struct, off._replace(g_smem=1))
+    assert trial != first
+
+    def run(tune, first_regs, trial_regs, trial_smem=4096):
+        revise = _codegen._Revisions(struct, tune)
+        out = [revise(_ptxas_lines(bs32, first_regs, 0) + _ptxas_lines(bs64, 168, 0))]
+        if out[0] == trial:
+            out.append(revise(_ptxas_lines(bs32, trial_regs, 0, trial_smem) + _ptxas_lines(bs64, 168, 0, trial_smem)))
+        return out
+
+    # 64 threads: 168 registers -> 6 blocks, 128 -> 8, 120 and 127 (128) -> 8, 112 -> 9, 104 -> 9, 96 -> 10
+    assert run(off, 168, 128) == [trial, None]  # kept: 2 more blocks, 40 registers (24 %) fewer
+    assert run(off, 127, 96) == [trial, None]  # 2 more blocks, 31 registers (24 %) fewer
+    assert run(off, 168, 112) == [trial, None]  # a third fewer registers exactly
+    assert run(off, 168, 104) == [trial, first]  # more than a third fewer: back to the first build
+    assert run(off, 168, 96) == [trial, first]  # 4 more blocks, but 43 % fewer registers
+    assert run(off, 127, 120) == [trial, first]  # no more blocks
+    assert run(off, 168, 128, trial_smem=100 * 1024) == [trial, first]  # 2 blocks by shared memory
+    assert run(off._replace(g32_auto=0), 168, 128) == [first]
+    assert run(off._replace(g_smem=4), 168, 128) == [_codegen.generate(struct, off._replace(g_smem=4))]
+    # the float64 rule gives "bs" (its float64 form spills): that is the second look, no trial
+    revise = _codegen._Revisions(struct, off._replace(g_spill_bytes=_codegen.G_SPILL_BYTES))
+    assert revise(_ptxas_lines(bs32, 168, 0) + _ptxas_lines(bs64, 168, 4096)) == trial
+    assert revise(_ptxas_lines(bs32, 128, 0, 4096) + _ptxas_lines(bs64, 168, 0, 4096)) is None
+    # with another rule firing: the trial has both changes, and a rejected trial builds the second look's
+    both = off._replace(fwd_auto_warps64=8)
+    fwd64 = _ptxas_lines("_ZN8md_accel12_GLOBAL__N_110fwd_kernelIdEEvPKT_S4_S4_PS2_PKlS7_S7_NS_6TPDimsE", 168, 560)
+    revise = _codegen._Revisions(struct, both)
+    second = both._replace(fwd_min_warps64=8)
+    f64 = fwd64 + _ptxas_lines(bs64, 168, 0)
+    assert revise(f64 + _ptxas_lines(bs32, 168, 0)) == _codegen.generate(struct, second._replace(g_smem=1))
+    assert revise(f64 + _ptxas_lines(bs32, 96, 0, 4096)) == _codegen.generate(struct, second)
+    assert revise(f64 + _ptxas_lines(bs32, 168, 0)) is None
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None and not os.path.exists("/usr/local/cuda/bin/nvcc"),
                     reason="needs nvcc")
 @pytest.mark.skipif(shutil.which("nm") is None, reason="needs nm (binutils)")
-def test_compile_cached_builds_the_revised_source(tmp_path):
-    """``compile_cached(revise=...)``: the first build's ptxas report reaches ``revise``, and the source it returns
-    is the one that ends up in the library."""
+def test_compile_cached_builds_the_revised_source(tmp_path, monkeypatch):
+    """``compile_cached(revise=...)``: each build's ptxas report reaches ``revise``; the source it returns is built
+    next, one built already ends the builds with that library (no rebuild), None keeps the last build."""
     struct = _codegen.plan_structure(_conv())
     first = _codegen.generate(struct)
-    reports = []
+    marked = first + 'extern "C" int md_accel_test_revised() { return 1; }\n'
 
-    def revise(report):
-        reports.append(report)
-        return first + 'extern "C" int md_accel_test_revised() { return 1; }\n'
+    def build(answers):
+        reports = []
 
-    so = tmp_path / "lib.so"
-    path = _codegen.compile_cached(so, lambda: first, "plan", "sm_90", "test plan", revise=revise)
-    assert path == str(so) and so.is_file() and len(reports) == 1
-    assert _codegen.ptxas_registers(reports[0])  # the report of the first build
-    assert "md_accel_test_revised" in _exported(path) and "md_accel_tp_spec_v1" in _exported(path)
+        def revise(report):
+            reports.append(report)
+            return answers[len(reports) - 1]
+
+        so = tmp_path / f"lib{len(list(tmp_path.iterdir()))}.so"
+        path = _codegen.compile_cached(so, lambda: first, "plan", "sm_90", "test plan", revise=revise)
+        assert path == str(so) and so.is_file()
+        assert all(_codegen.ptxas_registers(r) for r in reports)  # each a build's report
+        return "md_accel_test_revised" in _exported(path), len(reports)
+
+    assert build([marked, None]) == (True, 2)  # the revised source is the library
+    assert build([marked, first]) == (False, 2)  # back to the first build, not built again
+    assert build([None]) == (False, 1)
     assert not [p for p in os.listdir(tmp_path) if p.startswith("tmp")]  # no leftovers
+    monkeypatch.setattr(_codegen, "MAX_BUILDS", 1)
+    with pytest.raises(RuntimeError, match="more than 0 times"):
+        build([marked])

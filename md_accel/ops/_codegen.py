@@ -62,13 +62,14 @@ import subprocess
 import tempfile
 import textwrap
 import warnings
+from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _codegen_mma
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 44  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 45  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -147,8 +148,8 @@ W_SLOTS = 4           # the deferred paths' weight-gradient kernel: threads per 
 MAX_IN2 = 32          # grad_y butterfly reduces at most 32 used y columns
 GY_SMEM_BYTES = 48 * 1024  # Tuning.gy_smem: a block's static shared memory limit, for s_gy and s_red in float64
 _GY_SMEM_CALL = "warp_sum_smem<T, "  # how a kernel calls _GY_SMEM's template (generate includes it only then)
-DBWD_AUTO_WARPS32 = 12  # _register_capped: the float32 double backward's per-edge kernel, capped where it needs it
-# _register_capped: where the first build's float64 forward spills at least FWD_SPILL_BYTES (ptxas's spill stores
+DBWD_AUTO_WARPS32 = 12  # _second_look: the float32 double backward's per-edge kernel, capped where it needs it
+# _second_look: where the first build's float64 forward spills at least FWD_SPILL_BYTES (ptxas's spill stores
 # per thread), the second build gives the forward alone a minimum of FWD_AUTO_WARPS64 warps per SM (255 registers for
 # 256 threads). Session 44 (H200, kernels.py, 50 calls per cell, default and variant in turn twice): nequip_l3
 # (560 bytes) float64 forward 0.83x the time (1.78 against 2.11-2.18 ms), its forward + backward 0.96x;
@@ -156,7 +157,7 @@ DBWD_AUTO_WARPS32 = 12  # _register_capped: the float32 double backward's per-ed
 # one resident block less.
 FWD_AUTO_WARPS64 = 8
 FWD_SPILL_BYTES = 128
-# _register_capped: where the first build's float64 double backward, part 1, spills at least GY_SPILL_BYTES (either
+# _second_look: where the first build's float64 double backward, part 1, spills at least GY_SPILL_BYTES (either
 # instantiation), the second build sums grad_y through shared memory (gy_smem). Session 46 (H200, kernels.py, default
 # and gy_smem in turn twice): nequip_l3 (2,704 bytes) float64 double backward 0.91x the time, sevennet_l3i5 (2,204)
 # 0.985x, their other passes 0.98-1.00x; mace_mp0_medium (240 bytes) 1.012x slower in float64 (mace_large,
@@ -170,11 +171,24 @@ GY_SPILL_BYTES = 1024
 # every kernel with it, in turn twice, ms ratios): sevennet_l3i5 float64 forward + backward 0.96x, double backward
 # 0.935x; nequip_l3 float64 0.947x / 0.968x; mace_large float64 0.973x / 0.979x; but where the float64 kernel did
 # not spill it lost (mace_mp0_medium's backward: forward + backward 1.036x; sevennet_0's 1.011x), as did some
-# float32 kernels (mace_mp0_medium 1.015-1.024x). _register_capped gives it to the kernels whose float64
+# float32 kernels (mace_mp0_medium 1.015-1.024x). _second_look gives it to the kernels whose float64
 # instantiation spilled at least G_SPILL_BYTES in the first build.
 G_SMEM_BIT = {"bs": 1, "bd": 2, "ds": 4, "dd": 8}
 G_SMEM_ALL = 15
 G_SPILL_BYTES = 128
+# Tuning.g32_auto: the float32 backward's kernel (bs) spills nowhere, but with grad_out in shared memory it needs
+# fewer registers, which paid where they fell by a third or less and so raised the resident blocks per SM (ptxas
+# registers of the worst variant, blocks per SM; float32 forward + backward, H200, kernels.py, in turn twice,
+# session 64 with every part-1 kernel given the bit, session 66 with this rule's kernels alone): nequip_l3
+# 168 -> 128, 12 -> 16 blocks, 0.90x / 0.91x the time; sevennet_0 128 -> 96, 4 -> 5, 0.93x / 0.93x (its kernel
+# serves float64 too: 1.02x there, inside the +-2 % that session 66's control moved); sevennet_l3i5 168 -> 128, 3 -> 4,
+# 0.98x / 1.00x. Where they fell by more, grad_out had been most of the kernel's registers and each path reads it
+# from shared memory inside the edge loop instead: mace_mp0_medium 167 -> 96, 3 -> 5 blocks, 1.02x in session 64;
+# mace_large 167 -> 96, 1.00x. A rule fitted to these shapes: a trial build gives that kernel the bit, kept where its
+# blocks per SM (resident_blocks) rise and its registers fall by at most G32_MAX_REGISTER_DROP.
+G32_MAX_REGISTER_DROP = Fraction(1, 3)
+SMEM_PER_SM = 228 * 1024  # sm_90: shared memory per SM (resident_blocks)
+MAX_BUILDS = 3        # compile_cached: the first build and at most two revisions (build's _Revisions)
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
 MAX_THREADS = 1024
 TUNING_ENV = "MD_ACCEL_TP_TUNING"
@@ -249,6 +263,7 @@ class Tuning(NamedTuple):
     gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
+    g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains blocks per SM (_g32_gained; 0: never)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -280,7 +295,7 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
-    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32"):
+    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -2000,15 +2015,17 @@ _PTXAS_ENTRY = re.compile(r"Compiling entry function '(\w+)'")
 _PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
 _PTXAS_SPILLS = re.compile(r"(\d+) bytes spill stores")
 _PTXAS_PROPERTIES = re.compile(r"Function properties for (\w+)")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
 
 
 class PtxasKernel(NamedTuple):
     registers: int
     spill_stores: int  # bytes
+    smem: int = 0  # bytes of static shared memory per block
 
 
 def ptxas_kernels(report: str) -> Dict[str, PtxasKernel]:
-    """Registers and spill-store bytes per kernel (by mangled name) in the stderr of an nvcc run with
+    """Registers, spill-store bytes and static shared memory per kernel (by mangled name) in the stderr of an nvcc run with
     ``ptxas_report``: each entry's lines run from "Compiling entry function" to its "Used N registers"; its spills
     are those of its own "Function properties" block (not of the device functions it calls, listed beside it)."""
     out: Dict[str, PtxasKernel] = {}
@@ -2027,7 +2044,8 @@ def ptxas_kernels(report: str) -> Dict[str, PtxasKernel]:
             spills = int(m.group(1))
         m = _PTXAS_REGISTERS.search(line)
         if m and entry:
-            out[entry] = PtxasKernel(int(m.group(1)), spills)
+            smem = _PTXAS_SMEM.search(line)
+            out[entry] = PtxasKernel(int(m.group(1)), spills, int(smem.group(1)) if smem else 0)
             entry = None
     return out
 
@@ -2041,27 +2059,29 @@ def compile_cached(so: Path, source: Callable[[], str], name: str, arch: str, wh
                    revise: Optional[Callable[[str], Optional[str]]] = None) -> str:
     """Path of the library `so`: built already, or `source()` compiled by nvcc for `arch` now (as
     `name`.cu in a temporary folder beside it, moved into place atomically: concurrent builders
-    race harmlessly). `what` names the library in the error when nvcc fails. `revise`: called with the
-    first build's ptxas report; a source it returns is built instead of the first."""
+    race harmlessly). `what` names the library in the error when nvcc fails. `revise`: called with each
+    build's ptxas report; the source it returns is built next, and the last build is the library: None keeps
+    the build just made, a source built already keeps that build (no rebuild)."""
     if so.exists():
         return str(so)
     so.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
         cu = os.path.join(tmp, f"{name}.cu")
-        out = os.path.join(tmp, "lib.so")
-
-        def nvcc(src: str, ptxas_report: bool, build: str = "") -> str:
+        built: Dict[str, str] = {}  # source -> its library in tmp
+        src: Optional[str] = source()
+        while src is not None and src not in built:
+            if len(built) == MAX_BUILDS:
+                raise RuntimeError(f"{what}: the build revised its source more than {MAX_BUILDS - 1} times")
+            out = os.path.join(tmp, f"lib{len(built)}.so")
+            nth = f" (build {len(built) + 1}, of a revised source)" if built else ""
             Path(cu).write_text(src)
-            r = subprocess.run(nvcc_command(cu, out, arch, ptxas_report), capture_output=True, text=True)
+            r = subprocess.run(nvcc_command(cu, out, arch, ptxas_report=revise is not None), capture_output=True,
+                               text=True)
             if r.returncode != 0:
-                raise RuntimeError(f"nvcc failed for {what}{build}:\n{r.stderr[-4000:]}")
-            return r.stderr
-
-        report = nvcc(source(), ptxas_report=revise is not None)
-        revised = revise(report) if revise is not None else None
-        if revised is not None:
-            nvcc(revised, ptxas_report=False, build=" (the second build, of the revised source)")
-        os.replace(out, so)
+                raise RuntimeError(f"nvcc failed for {what}{nth}:\n{r.stderr[-4000:]}")
+            built[src], last = out, src
+            src = revise(r.stderr) if revise is not None else None
+        os.replace(built[src if src is not None else last], so)
     return str(so)
 
 
@@ -2146,23 +2166,76 @@ def _g_through_smem(tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Optional[i
     return bits or None
 
 
-def _register_capped(struct, tune: Tuning, report: str) -> Optional[str]:
-    """The source to build instead of ``generate(struct, tune)`` after its first build's ptxas report (the
-    double backward's float32 cap of ``_dbwd_capped``, the forward's float64 minimum of ``_fwd_uncapped``, grad_y
-    through shared memory of ``_gy_through_smem``, grad_out in shared memory of ``_g_through_smem``: both where both
-    rules fire, as measured in session 64), None to keep the first build."""
+def _second_look(struct, tune: Tuning, kernels: Dict[str, PtxasKernel]) -> Tuning:
+    """``tune`` with the changes that the first build's kernels call for: the double backward's float32 cap of
+    ``_dbwd_capped``, the forward's float64 minimum of ``_fwd_uncapped``, grad_y through shared memory of
+    ``_gy_through_smem``, grad_out in shared memory of ``_g_through_smem`` (all that fire, as measured in
+    session 64)."""
     _, live, threads, _ = _analyse(struct)  # threads per block: the plan analysed once
-    kernels = ptxas_kernels(report)
     changes = {k: v for k, v in (("dbwd_min_warps32", _dbwd_capped(threads, tune, kernels)),
                                  ("fwd_min_warps64", _fwd_uncapped(fwd_block(live, threads, tune)[0], tune, kernels)),
                                  ("gy_smem", _gy_through_smem(tune, kernels)),
                                  ("g_smem", _g_through_smem(tune, kernels))) if v is not None}
-    if not changes:
+    return tune._replace(**changes)
+
+
+_BWD_F32_SHARED = re.compile(r"\d+bwd_kernel_bsIfL")  # mangled bwd_kernel_bs<float, ...>
+
+
+def resident_blocks(threads: int, kernel: PtxasKernel) -> int:
+    """Blocks of `threads` threads per SM (sm_90) that `kernel`'s registers (allocated in steps of 8 per thread)
+    and static shared memory (plus the 1 KB the runtime reserves per block) allow, at most 32 and 2048 threads."""
+    blocks = min(32, 2048 // threads, 65536 // ((kernel.registers + 7) // 8 * 8 * threads))
+    return min(blocks, SMEM_PER_SM // (kernel.smem + 1024)) if kernel.smem else blocks
+
+
+def _g32_trial(struct, tune: Tuning, base: Tuning) -> Optional[Tuning]:
+    """The trial tuning of ``Tuning.g32_auto``: ``base`` (the second look) with the float32 backward's kernel
+    (G_SMEM_BIT "bs") staging grad_out in shared memory, where that changes the source; else None. Only without
+    ``g_smem`` asked for, and where the float64 rule did not give that kernel the bit already."""
+    if not tune.g32_auto or tune.g_smem or base.g_smem & G_SMEM_BIT["bs"]:
         return None
-    revised = generate(struct, tune._replace(**changes))
-    if revised == generate(struct, tune):
-        return None  # shared-memory arrays that do not fit: the source would be the first
-    return revised
+    trial = base._replace(g_smem=base.g_smem | G_SMEM_BIT["bs"])
+    return trial if generate(struct, trial) != generate(struct, base) else None
+
+
+def _g32_gained(threads: int, first: Dict[str, PtxasKernel], trial: Dict[str, PtxasKernel]) -> bool:
+    """Whether the trial build's float32 backward kernel gains resident blocks per SM over the first build's while
+    its registers fall by at most G32_MAX_REGISTER_DROP (the worst variant of each build)."""
+    a = _rule_kernels(first, _BWD_F32_SHARED, "bwd_kernel_", "float32 backward", "float32 grad_out rule")
+    b = [k for name, k in trial.items() if _BWD_F32_SHARED.search(name)]
+    if not a or not b:
+        return False
+    registers_a, registers_b = max(k.registers for k in a), max(k.registers for k in b)
+    blocks_a = min(resident_blocks(threads, k) for k in a)
+    blocks_b = min(resident_blocks(threads, k) for k in b)
+    return blocks_b > blocks_a and registers_b >= (1 - G32_MAX_REGISTER_DROP) * registers_a
+
+
+class _Revisions:
+    """``compile_cached``'s ``revise`` for ``build``: after the first build, the second look's source
+    (``_second_look``), or, where ``_g32_trial`` gives one, the trial's; after the trial, nothing where
+    ``_g32_gained`` (the trial is the library), else the second look's source (the first build's where they are
+    the same: no rebuild)."""
+
+    def __init__(self, struct, tune: Tuning):
+        self.struct, self.tune = struct, tune
+        self.threads = _analyse(struct)[2]
+        self.first: Optional[Dict[str, PtxasKernel]] = None  # the first build's kernels
+        self.base: Optional[Tuning] = None  # the second look
+        self.trial = False  # whether the last build was the trial
+
+    def __call__(self, report: str) -> Optional[str]:
+        kernels = ptxas_kernels(report)
+        if self.first is None:
+            self.first, self.base = kernels, _second_look(self.struct, self.tune, kernels)
+            trial = _g32_trial(self.struct, self.tune, self.base)
+            self.trial = trial is not None
+            return generate(self.struct, trial if trial is not None else self.base)
+        if self.trial and not _g32_gained(self.threads, self.first, kernels):
+            self.trial = False
+            return generate(self.struct, self.base)
+        return None
 
 
 def build(struct, arch: str) -> str:
@@ -2171,7 +2244,7 @@ def build(struct, arch: str) -> str:
     tune = tuning()
     so = _cache_dir() / f"{key}-{arch}-v{GEN_VERSION}{tune.suffix()}.so"
     return compile_cached(so, lambda: generate(struct, tune), f"tp_spec_{key}", arch, f"tp_conv plan {key}",
-                          revise=lambda report: _register_capped(struct, tune, report))
+                          revise=_Revisions(struct, tune))
 
 
 def plan_structure(plan) -> tuple:
