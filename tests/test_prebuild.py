@@ -133,8 +133,7 @@ def test_register_cap_from_the_first_build(tmp_path):
     for warps in (max(fitting), 0):  # the tightest cap the kernel fits in, and the rule off
         assert _second_source(struct, _codegen.Tuning(dbwd_auto_warps32=warps), r.stderr) is None
     # an explicit cap is never revised
-    assert _second_source(struct, _codegen.Tuning(dbwd_auto_warps32=64, dbwd_min_warps32=4),
-                                     r.stderr) is None
+    assert _second_source(struct, _codegen.Tuning(dbwd_auto_warps32=64, dbwd_min_warps32=4), r.stderr) is None
 
 
 def _ptxas_lines(name: str, registers: int, spill_stores: int, smem: int = 0) -> str:
@@ -186,8 +185,7 @@ def test_forward_float64_minimum_where_it_spills():
     at = on.fwd_spill_bytes
     assert _second_source(struct, on, quiet + _ptxas_lines(fwd64, 168, at)) == revised
     assert _second_source(struct, on, quiet + _ptxas_lines(fwd64, 168, at - 1)) is None
-    assert _second_source(struct, on._replace(fwd_spill_bytes=24),
-                                     quiet + _ptxas_lines(fwd64, 168, 24)) == revised
+    assert _second_source(struct, on._replace(fwd_spill_bytes=24), quiet + _ptxas_lines(fwd64, 168, 24)) == revised
     assert _second_source(struct, on._replace(fwd_auto_warps64=0), spilling) is None
     assert _second_source(struct, on._replace(fwd_min_warps64=12), spilling) is None
     threads = _codegen._analyse(struct)[2]
@@ -283,7 +281,8 @@ def test_resident_blocks_per_sm():
     assert _codegen.resident_blocks(128, k(96, 0)) == 5 and _codegen.resident_blocks(128, k(64, 0)) == 8
     assert _codegen.resident_blocks(32, k(168, 0)) == 12 and _codegen.resident_blocks(32, k(128, 0)) == 16
     assert _codegen.resident_blocks(32, k(32, 0)) == 32  # the block limit, not the registers' 64
-    assert _codegen.resident_blocks(1024, k(32, 0)) == 2  # the thread limit
+    assert _codegen.resident_blocks(1024, k(16, 0)) == 2  # the thread limit (the registers allow 4)
+    assert _codegen.resident_blocks(64, k(33, 0)) == 25  # 40 registers a thread (33 would allow 31 blocks)
     assert _codegen.resident_blocks(128, k(64, 0, 60 * 1024)) == 3  # 228 KB over 61 KB
     assert _codegen.resident_blocks(128, k(64, 0, 20 * 1024)) == 8  # registers still the tighter
 
@@ -315,6 +314,13 @@ def test_float32_grad_out_rule_keeps_the_trial_where_blocks_rise_and_registers_f
     assert run(off, 168, 104) == [trial, first]  # more than a third fewer: back to the first build
     assert run(off, 168, 96) == [trial, first]  # 4 more blocks, but 43 % fewer registers
     assert run(off, 127, 120) == [trial, first]  # no more blocks
+    # each build judged by its worst variant: the most registers, the fewest blocks
+    bs32b = bs32.replace("bsIfLb0E", "bsIfLb1E")
+    k = _codegen.PtxasKernel
+    first2 = {bs32: k(96, 0), bs32b: k(128, 0)}  # 10 and 8 blocks
+    assert _codegen._g32_gained(64, first2, {bs32: k(64, 0, 4096), bs32b: k(96, 0, 4096)})  # 16 and 10
+    assert not _codegen._g32_gained(64, first2, {bs32: k(64, 0, 4096), bs32b: k(128, 0, 4096)})  # 8 still
+    assert not _codegen._g32_gained(64, first2, {bs64: k(64, 0)})  # no float32 backward kernel in the trial
     assert run(off, 168, 128, trial_smem=100 * 1024) == [trial, first]  # 2 blocks by shared memory
     assert run(off._replace(g32_auto=0), 168, 128) == [first]
     assert run(off._replace(g_smem=4), 168, 128) == [_codegen.generate(struct, off._replace(g_smem=4))]
@@ -359,6 +365,7 @@ def test_compile_cached_builds_the_revised_source(tmp_path, monkeypatch):
     assert build([marked, None]) == (True, 2)  # the revised source is the library
     assert build([marked, first]) == (False, 2)  # back to the first build, not built again
     assert build([None]) == (False, 1)
+    assert build([first]) == (False, 1)  # the first source again: no second build
     assert not [p for p in os.listdir(tmp_path) if p.startswith("tmp")]  # no leftovers
     monkeypatch.setattr(_codegen, "MAX_BUILDS", 1)
     with pytest.raises(RuntimeError, match="more than 0 times"):

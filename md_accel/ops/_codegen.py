@@ -2189,19 +2189,22 @@ def resident_blocks(threads: int, kernel: PtxasKernel) -> int:
     return min(blocks, SMEM_PER_SM // (kernel.smem + 1024)) if kernel.smem else blocks
 
 
-def _g32_trial(struct, tune: Tuning, base: Tuning) -> Optional[Tuning]:
-    """The trial tuning of ``Tuning.g32_auto``: ``base`` (the second look) with the float32 backward's kernel
-    (G_SMEM_BIT "bs") staging grad_out in shared memory, where that changes the source; else None. Only without
-    ``g_smem`` asked for, and where the float64 rule did not give that kernel the bit already."""
+def _g32_trial(struct, tune: Tuning, base: Tuning, base_source: str) -> Optional[str]:
+    """The trial source of ``Tuning.g32_auto``: ``base`` (the second look, whose source is ``base_source``) with the
+    float32 backward's kernel (G_SMEM_BIT "bs") staging grad_out in shared memory, where that changes the source;
+    else None. Only without ``g_smem`` asked for, and where the float64 rule did not give that kernel the bit."""
     if not tune.g32_auto or tune.g_smem or base.g_smem & G_SMEM_BIT["bs"]:
         return None
-    trial = base._replace(g_smem=base.g_smem | G_SMEM_BIT["bs"])
-    return trial if generate(struct, trial) != generate(struct, base) else None
+    trial = generate(struct, base._replace(g_smem=base.g_smem | G_SMEM_BIT["bs"]))
+    return trial if trial != base_source else None
 
 
 def _g32_gained(threads: int, first: Dict[str, PtxasKernel], trial: Dict[str, PtxasKernel]) -> bool:
     """Whether the trial build's float32 backward kernel gains resident blocks per SM over the first build's while
-    its registers fall by at most G32_MAX_REGISTER_DROP (the worst variant of each build)."""
+    its registers fall by at most G32_MAX_REGISTER_DROP (the worst variant of each build). The first build stands
+    for the second look's, which is not built before the trial: the second look's changes left that kernel's
+    registers and blocks as they were where they touched it (ptxas, session 66: gy_smem adds shared memory to it,
+    nequip_l3 and sevennet_l3i5 168 registers in both builds, 12 and 3 blocks)."""
     a = _rule_kernels(first, _BWD_F32_SHARED, "bwd_kernel_", "float32 backward", "float32 grad_out rule")
     b = [k for name, k in trial.items() if _BWD_F32_SHARED.search(name)]
     if not a or not b:
@@ -2222,19 +2225,20 @@ class _Revisions:
         self.struct, self.tune = struct, tune
         self.threads = _analyse(struct)[2]
         self.first: Optional[Dict[str, PtxasKernel]] = None  # the first build's kernels
-        self.base: Optional[Tuning] = None  # the second look
+        self.base = ""  # the second look's source
         self.trial = False  # whether the last build was the trial
 
     def __call__(self, report: str) -> Optional[str]:
         kernels = ptxas_kernels(report)
         if self.first is None:
-            self.first, self.base = kernels, _second_look(self.struct, self.tune, kernels)
-            trial = _g32_trial(self.struct, self.tune, self.base)
+            base = _second_look(self.struct, self.tune, kernels)
+            self.first, self.base = kernels, generate(self.struct, base)
+            trial = _g32_trial(self.struct, self.tune, base, self.base)
             self.trial = trial is not None
-            return generate(self.struct, trial if trial is not None else self.base)
+            return trial if trial is not None else self.base
         if self.trial and not _g32_gained(self.threads, self.first, kernels):
             self.trial = False
-            return generate(self.struct, self.base)
+            return self.base
         return None
 
 
