@@ -263,7 +263,7 @@ class Tuning(NamedTuple):
     gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
-    g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains blocks per SM (_g32_gained; 0: never)
+    g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -2025,9 +2025,10 @@ class PtxasKernel(NamedTuple):
 
 
 def ptxas_kernels(report: str) -> Dict[str, PtxasKernel]:
-    """Registers, spill-store bytes and static shared memory per kernel (by mangled name) in the stderr of an nvcc run with
-    ``ptxas_report``: each entry's lines run from "Compiling entry function" to its "Used N registers"; its spills
-    are those of its own "Function properties" block (not of the device functions it calls, listed beside it)."""
+    """Registers, spill-store bytes and static shared memory per kernel (by mangled name) in the stderr of an nvcc
+    run with ``ptxas_report``: each entry's lines run from "Compiling entry function" to its "Used N registers";
+    its spills are those of its own "Function properties" block (not of the device functions it calls, listed
+    beside it)."""
     out: Dict[str, PtxasKernel] = {}
     entry, block, spills = None, None, 0
     for line in report.splitlines():
