@@ -15,8 +15,7 @@ struct SideStream {
 };
 
 // The current device's side stream, made at first use (non-blocking, so the legacy default stream does not order
-// it; at the device's greatest priority, so that its blocks go first where both streams have some waiting; events
-// without timing). *out stays null on an error, whose message is returned.
+// it; events without timing). *out stays null on an error, whose message is returned.
 inline const char* side_stream(SideStream** out) {
   constexpr int kDevices = 64;
   static SideStream sides[kDevices];
@@ -29,10 +28,8 @@ inline const char* side_stream(SideStream** out) {
   }
   std::call_once(made[dev], [dev] {
     SideStream& s = sides[dev];
-    int least = 0, greatest = 0;  // the sums are short and the caller's next kernel waits for the last of them
-    if (cudaDeviceGetStreamPriorityRange(&least, &greatest) != cudaSuccess ||
-        cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking, greatest) != cudaSuccess) {
-      errors[dev] = "side stream: cudaStreamCreateWithPriority failed";
+    if (cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) != cudaSuccess) {
+      errors[dev] = "side stream: cudaStreamCreateWithFlags failed";
       return;
     }
     for (cudaEvent_t& e : s.ev)

@@ -192,6 +192,7 @@ G32_MAX_REGISTER_DROP = Fraction(1, 3)
 # two sums; session 61), while the per-edge kernels wait on their loads at ~60 % of it. With the receivers in
 # ranges, each range's sums run on a second stream beside the next range's per-edge kernel (_SUM_RANGES).
 MAX_SUM_RANGES = 16  # SideStream::kEvents - 1 (csrc/side_stream.h)
+SUM_BLOCKS_PER_SM = 1  # the sums' persistent grid: registers for the per-edge kernel's block beside them
 SMEM_PER_SM = 228 * 1024  # sm_90: shared memory per SM (resident_blocks)
 MAX_BUILDS = 3        # compile_cached: the first build and at most two revisions (build's _Revisions)
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
@@ -1913,39 +1914,44 @@ _SUM_RANGES = r"""
 template <typename T>
 __global__ void __launch_bounds__(256) gx_sum_range_kernel(const T* __restrict__ work,
     const int64_t* __restrict__ src_perm, const int64_t* __restrict__ src_ptr, const int64_t* __restrict__ dst_ptr,
-    int64_t n0, int64_t n1, int in1, int first, T* __restrict__ gx) {
-  const int64_t n = blockIdx.x;
+    int64_t n0, int64_t n1, int64_t num_nodes, int in1, int first, T* __restrict__ gx) {
   const int64_t e0 = __ldg(dst_ptr + n0), e1 = __ldg(dst_ptr + n1);
-  int64_t t0 = src_ptr[n], t1 = src_ptr[n + 1];
-  for (int64_t hi = t1; t0 < hi;) {  // t0: the stretch's first edge >= e0
-    const int64_t mid = t0 + (hi - t0) / 2;
-    if (__ldg(src_perm + mid) < e0) t0 = mid + 1; else hi = mid;
-  }
-  for (int64_t lo = t0; lo < t1;) {  // t1: its first edge >= e1
-    const int64_t mid = lo + (t1 - lo) / 2;
-    if (__ldg(src_perm + mid) < e1) lo = mid + 1; else t1 = mid;
-  }
-  if (!first && t0 == t1) return;
-  for (int c = threadIdx.x; c < in1; c += blockDim.x) {
-    T s = first ? T(0) : gx[n * in1 + c];
+  for (int64_t n = blockIdx.x; n < num_nodes; n += gridDim.x) {  // a few blocks per SM: the per-edge kernel's stay
+    int64_t t0 = src_ptr[n], t1 = src_ptr[n + 1];
+    for (int64_t hi = t1; t0 < hi;) {  // t0: the stretch's first edge >= e0
+      const int64_t mid = t0 + (hi - t0) / 2;
+      if (__ldg(src_perm + mid) < e0) t0 = mid + 1; else hi = mid;
+    }
+    for (int64_t lo = t0; lo < t1;) {  // t1: its first edge >= e1
+      const int64_t mid = lo + (t1 - lo) / 2;
+      if (__ldg(src_perm + mid) < e1) lo = mid + 1; else t1 = mid;
+    }
+    if (!first && t0 == t1) continue;
+    for (int c = threadIdx.x; c < in1; c += blockDim.x) {
+      T s = first ? T(0) : gx[n * in1 + c];
 #pragma unroll 4
-    for (int64_t t = t0; t < t1; ++t) s += work[__ldg(src_perm + t) * in1 + c];
-    gx[n * in1 + c] = s;
+      for (int64_t t = t0; t < t1; ++t) s += work[__ldg(src_perm + t) * in1 + c];
+      gx[n * in1 + c] = s;
+    }
   }
 }
 
 // How many receiver ranges a deterministic per-edge launch over every receiver (not in parts, not accumulating:
 // edge chunks keep the one pass) takes: SUM_RANGES where each range still fills the GPU twice over (`per_sm` resident
 // blocks of the per-edge kernel per SM), else 1.
-int sum_ranges(bool parts, const TPGraph& g, const TPDims& d, int per_sm) {
-  if (parts || d.accumulate || d.atomic_gx || d.rows_in_gw) return 1;
+int multiprocessors() {
   int dev = 0, sms = 1;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
                                                 cudaSuccess) {
     cudaGetLastError();  // clear only this query's error
     return 1;
   }
-  return g.num_nodes / SUM_RANGES >= int64_t(2) * per_sm * sms ? SUM_RANGES : 1;
+  return sms;
+}
+
+int sum_ranges(bool parts, const TPGraph& g, const TPDims& d, int per_sm) {
+  if (parts || d.accumulate || d.atomic_gx || d.rows_in_gw) return 1;
+  return g.num_nodes / SUM_RANGES >= int64_t(2) * per_sm * multiprocessors() ? SUM_RANGES : 1;
 }
 
 // The per-edge kernel over each receiver range on the caller's stream (launch(n0, n1)), and after each, on the side
@@ -1962,8 +1968,11 @@ const char* in_ranges(int ranges, const T* work, const TPTensors<T>& t, const TP
     launch(n0, n1);
     if (const char* err = last_error()) return err;
     if (!stream_after(side->stream, stream, side->ev[k])) return "in_ranges: an event between the streams failed";
-    gx_sum_range_kernel<T><<<unsigned(g.num_nodes), 256, 0, side->stream>>>(work, g.src_perm, g.src_ptr, g.dst_ptr,
-                                                                            n0, n1, d.in1, k == 0, t.gx);
+    // beside a per-edge kernel a persistent grid of a few blocks per SM; the last range's sums run alone
+    const int64_t most = k + 1 < ranges ? int64_t(SUM_BLOCKS_PER_SM) * multiprocessors() : g.num_nodes;
+    const unsigned grid = unsigned(std::min<int64_t>(g.num_nodes, most));
+    gx_sum_range_kernel<T><<<grid, 256, 0, side->stream>>>(work, g.src_perm, g.src_ptr, g.dst_ptr, n0, n1,
+                                                           g.num_nodes, d.in1, k == 0, t.gx);
     if (const char* err = last_error()) return err;
   }
   if (!stream_after(stream, side->stream, side->ev[ranges])) return "in_ranges: an event between the streams failed";
@@ -1998,7 +2007,7 @@ def _in_ranges(launch: str, ranges: int) -> str:
             f"    if (const int ranges = sum_ranges(split, g, d, {per_sm}(sizeof(T) == 8)); ranges > 1)\n"
             f"      return in_ranges(ranges, work, t, g, d, stream, [&](int64_t n0, int64_t n1) {{\n"
             f"        {call}\n      }});\n" + whole))
-    return _SUM_RANGES.replace("SUM_RANGES", str(ranges)) + launch
+    return _SUM_RANGES.replace("SUM_BLOCKS_PER_SM", str(SUM_BLOCKS_PER_SM)).replace("SUM_RANGES", str(ranges)) + launch
 
 
 def _bwd_variants(live: List[_Path], threads: int, dbwd: bool,

@@ -65,8 +65,7 @@ template <typename K> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(
 // Streams and events: launches run to completion in call order here, so every ordering holds already.
 typedef void* cudaEvent_t;
 constexpr unsigned cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2;
-inline cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) { *least = 0; *greatest = -5; return cudaSuccess; }
-inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned, int) { static char tag; *s = &tag; return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { static char tag; *s = &tag; return cudaSuccess; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { static char tag; *e = &tag; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
