@@ -921,55 +921,6 @@ def test_grad_out_through_shared_memory(dtype, problem, monkeypatch):
     assert "s_g[" not in _codegen.generate(struct, tune) and "lds_each" not in _codegen.generate(struct, tune)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_per_sender_sums_in_receiver_ranges(dtype, monkeypatch):
-    """``Tuning.gx_chunks``: the per-edge kernel over ranges of receivers, each range's per-sender sums (on the side
-    stream) adding to what the ranges before left. grad_x of the backward and the double backward bit for bit the
-    one-pass sum's (the default library's), every output poisoned first; in parts (small graphs) and with too few
-    receivers per range the one pass serves. The ranges do run: with the range kernel's carry-over dropped, grad_x
-    changes."""
-    plan, base = plan_and_library()
-    struct = _codegen.plan_structure(plan)
-    src = _codegen.generate(struct, _codegen.Tuning(gx_chunks=3))
-    assert src.count("return in_ranges(ranges,") == 2 and '#include "side_stream.h"' in src
-    assert "in_ranges" not in _codegen.generate(struct)
-    lib = emulate.SpecLibrary(src)
-    dropped = emulate.SpecLibrary(src.replace("T s = first ? T(0) : gx[n * in1 + c];", "T s = T(0);"))
-    gen = torch.Generator().manual_seed(8)
-    n, g = hub_graph(gen)  # 30 nodes: 10 per range, node 3 (60 edges) in the first, nodes 24..29 in the last
-    e = g.src.numel()
-    x, y, w, go, ggx, ggy, ggw = (torch.randn(*s, generator=gen, dtype=torch.float64).to(dtype) for s in
-                                  ((n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel), (n, plan.dim_out),
-                                   (n, plan.dim_in1), (e, plan.dim_in2), (e, plan.weight_numel)))
-    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
-    nan = float("nan")
-
-    def backward(library, split: int):
-        outs = [torch.full_like(t, nan) for t in (x, y, w)]
-        library.bwd(go, x, y, w, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype), split=split)
-        return outs
-
-    def double_backward(library, split: int):
-        outs = [torch.full(s, nan, dtype=dtype) for s in ((n, plan.dim_out), x.shape, y.shape, w.shape)]
-        library.dbwd(ggx, ggy, ggw, go, x, y, w, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype),
-                     split=split)
-        return outs
-
-    for sms in ("2", "6"):  # ranges of 10 receivers against 2 x 1 x SMs: ranges at 2 SMs, one pass at 6
-        monkeypatch.setenv("EMU_SMS", sms)
-        for split in (1, 3):
-            for what, a, b in zip(("grad_x", "grad_y", "grad_w"), backward(lib, split), backward(base, split)):
-                assert torch.isfinite(a).all() and torch.equal(a, b), (what, sms, split)
-            for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), double_backward(lib, split),
-                                  double_backward(base, split)):
-                assert torch.isfinite(a).all() and torch.equal(a, b), (what, sms, split)
-    monkeypatch.setenv("EMU_SMS", "2")
-    assert not torch.equal(backward(dropped, 1)[0], backward(base, 1)[0])
-    assert not torch.equal(double_backward(dropped, 1)[1], double_backward(base, 1)[1])
-    monkeypatch.setenv("EMU_SMS", "6")
-    assert torch.equal(backward(dropped, 1)[0], backward(base, 1)[0])
-
-
 def test_forward_float64_minimum_is_its_own():
     """Tuning.fwd_min_warps64: the float64 minimum of resident warps asked of the compiler (__launch_bounds__) in the
     forward kernel, and in no other kernel (g_grad_out's forward-shaped kernel keeps min_warps64)."""
@@ -1023,9 +974,4 @@ def test_tuning_names_and_checks(monkeypatch):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "g_smem=10")
     assert _codegen.tuning().g_smem == _codegen.G_SMEM_BIT["bd"] | _codegen.G_SMEM_BIT["dd"]
-    monkeypatch.setenv(_codegen.TUNING_ENV, "gx_chunks=17")
-    with pytest.raises(ValueError, match="gx_chunks is 0 to 16"):
-        _codegen.tuning()
-    assert _codegen.MAX_SUM_RANGES + 1 == int(re.search(r"kEvents = (\d+);", (
-        Path(_codegen.__file__).parents[2] / "csrc" / "side_stream.h").read_text()).group(1))
 

@@ -187,12 +187,6 @@ G_SPILL_BYTES = 128
 # mace_large 167 -> 96, 1.00x. A rule fitted to these shapes: a trial build gives that kernel the bit, kept where its
 # blocks per SM (resident_blocks) rise and its registers fall by at most G32_MAX_REGISTER_DROP.
 G32_MAX_REGISTER_DROP = Fraction(1, 3)
-# Tuning.gx_chunks (opt-in): the deterministic grad_x costs the per-edge kernel's E x in1 rows and a per-sender sum
-# that reads them back at the copy bandwidth (mace_mp0_medium float64: 0.69 ms of its 12 ms double-backward pass,
-# two sums; session 61), while the per-edge kernels wait on their loads at ~60 % of it. With the receivers in
-# ranges, each range's sums run on a second stream beside the next range's per-edge kernel (_SUM_RANGES).
-MAX_SUM_RANGES = 16  # SideStream::kEvents - 1 (csrc/side_stream.h)
-SUM_BLOCKS_PER_SM = 1  # the sums' persistent grid: registers for the per-edge kernel's block beside them
 SMEM_PER_SM = 228 * 1024  # sm_90: shared memory per SM (resident_blocks)
 MAX_BUILDS = 3        # compile_cached: the first build and at most two revisions (build's _Revisions)
 MAX_NNZ = 2048        # compile time (and the fused kernels' shared-memory staging of the values)
@@ -270,7 +264,6 @@ class Tuning(NamedTuple):
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
-    gx_chunks: int = 0  # > 1: receivers in this many ranges, each range's per-sender sums beside the next (SUM_RANGES)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -302,8 +295,6 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
-    if not 0 <= values.get("gx_chunks", 0) <= MAX_SUM_RANGES:
-        raise ValueError(f"{TUNING_ENV}: gx_chunks is 0 to {MAX_SUM_RANGES} (receiver ranges; 0 or 1: one)")
     for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
@@ -1906,110 +1897,6 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
 """
 
 
-_SUM_RANGES = r"""
-// Tuning.gx_chunks: the per-sender sums of the receivers [n0, n1)'s edges, which are the edges [dst_ptr[n0],
-// dst_ptr[n1)) and, within each sender's stretch of src_perm (ascending edge ids), a contiguous part of it. The first
-// range writes grad_x (0 where n sent none of them); each later one starts from the row the ranges before it left
-// and adds its rows in src_perm order: the additions of gx_sum_kernel's one pass, in its order, so the same bits.
-template <typename T>
-__global__ void __launch_bounds__(256) gx_sum_range_kernel(const T* __restrict__ work,
-    const int64_t* __restrict__ src_perm, const int64_t* __restrict__ src_ptr, const int64_t* __restrict__ dst_ptr,
-    int64_t n0, int64_t n1, int64_t num_nodes, int in1, int first, T* __restrict__ gx) {
-  const int64_t e0 = __ldg(dst_ptr + n0), e1 = __ldg(dst_ptr + n1);
-  for (int64_t n = blockIdx.x; n < num_nodes; n += gridDim.x) {  // a few blocks per SM: the per-edge kernel's stay
-    int64_t t0 = src_ptr[n], t1 = src_ptr[n + 1];
-    for (int64_t hi = t1; t0 < hi;) {  // t0: the stretch's first edge >= e0
-      const int64_t mid = t0 + (hi - t0) / 2;
-      if (__ldg(src_perm + mid) < e0) t0 = mid + 1; else hi = mid;
-    }
-    for (int64_t lo = t0; lo < t1;) {  // t1: its first edge >= e1
-      const int64_t mid = lo + (t1 - lo) / 2;
-      if (__ldg(src_perm + mid) < e1) lo = mid + 1; else t1 = mid;
-    }
-    if (!first && t0 == t1) continue;
-    for (int c = threadIdx.x; c < in1; c += blockDim.x) {
-      T s = first ? T(0) : gx[n * in1 + c];
-#pragma unroll 4
-      for (int64_t t = t0; t < t1; ++t) s += work[__ldg(src_perm + t) * in1 + c];
-      gx[n * in1 + c] = s;
-    }
-  }
-}
-
-// How many receiver ranges a deterministic per-edge launch over every receiver (not in parts, not accumulating:
-// edge chunks keep the one pass) takes: SUM_RANGES where each range still fills the GPU twice over (`per_sm` resident
-// blocks of the per-edge kernel per SM), else 1.
-int multiprocessors() {
-  int dev = 0, sms = 1;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-                                                cudaSuccess) {
-    cudaGetLastError();  // clear only this query's error
-    return 1;
-  }
-  return sms;
-}
-
-int sum_ranges(bool parts, const TPGraph& g, const TPDims& d, int per_sm) {
-  if (parts || d.accumulate || d.atomic_gx || d.rows_in_gw) return 1;
-  return g.num_nodes / SUM_RANGES >= int64_t(2) * per_sm * multiprocessors() ? SUM_RANGES : 1;
-}
-
-// The per-edge kernel over each receiver range on the caller's stream (launch(n0, n1)), and after each, on the side
-// stream, that range's per-sender sums (gx_sum_range_kernel), which run beside the next range's per-edge kernel; the
-// caller's stream then waits for the last sum.
-template <typename T, typename Launch>
-const char* in_ranges(int ranges, const T* work, const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
-                      cudaStream_t stream, Launch launch) {
-  SideStream* side = nullptr;
-  if (const char* err = side_stream(&side)) return err;
-  std::lock_guard<std::mutex> hold(side->in_use);
-  for (int k = 0; k < ranges; ++k) {
-    const int64_t n0 = g.num_nodes * k / ranges, n1 = g.num_nodes * (k + 1) / ranges;
-    launch(n0, n1);
-    if (const char* err = last_error()) return err;
-    if (!stream_after(side->stream, stream, side->ev[k])) return "in_ranges: an event between the streams failed";
-    // beside a per-edge kernel a persistent grid of a few blocks per SM; the last range's sums run alone
-    const int64_t most = k + 1 < ranges ? int64_t(SUM_BLOCKS_PER_SM) * multiprocessors() : g.num_nodes;
-    const unsigned grid = unsigned(std::min<int64_t>(g.num_nodes, most));
-    gx_sum_range_kernel<T><<<grid, 256, 0, side->stream>>>(work, g.src_perm, g.src_ptr, g.dst_ptr, n0, n1,
-                                                           g.num_nodes, d.in1, k == 0, t.gx);
-    if (const char* err = last_error()) return err;
-  }
-  if (!stream_after(stream, side->stream, side->ev[ranges])) return "in_ranges: an event between the streams failed";
-  return last_error();
-}
-"""
-
-# (launch of one run of every pass, its per-receiver operands shifted to the range's first receiver)
-_RANGE_CALLS = (
-    ("    kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.g, t.gy, t.gw, work, g.src, g.dst_ptr, g.w_row, parts, d,\n"
-     "                                          0, kAllPasses);\n",
-     "bwd_per_sm",
-     "kernel<<<unsigned(n1 - n0), kThreads, 0, stream>>>(t.x, t.y, t.w, t.g + n0 * d.out, t.gy, t.gw, work, g.src,\n"
-     "                                                         g.dst_ptr + n0, g.w_row, parts, d, 0, kAllPasses);"),
-    ("    kernel<<<grid, kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g, t.gy, t.gw, work, g.src, g.dst_ptr,\n"
-     "                                          g.w_row, parts, d, 0, kAllPasses);\n",
-     "dbwd_per_sm",
-     "kernel<<<unsigned(n1 - n0), kThreads, 0, stream>>>(t.x, t.y, t.w, t.ggx, t.ggy, t.ggw, t.g + n0 * d.out, t.gy,\n"
-     "                                                         t.gw, work, g.src, g.dst_ptr + n0, g.w_row, parts, d, 0,\n"
-     "                                                         kAllPasses);"))
-
-
-def _in_ranges(launch: str, ranges: int) -> str:
-    """The backward and double-backward launchers of ``launch`` with Tuning.gx_chunks's receiver ranges
-    (_SUM_RANGES's code first)."""
-    for whole, per_sm, call in _RANGE_CALLS:
-        if whole not in launch:
-            if per_sm == "dbwd_per_sm" and "dbwd_launch" not in launch:
-                continue
-            raise AssertionError(f"the {per_sm[:-7]} launcher's per-edge launch is not where _in_ranges looks")
-        launch = launch.replace(whole, (
-            f"    if (const int ranges = sum_ranges(split, g, d, {per_sm}(sizeof(T) == 8)); ranges > 1)\n"
-            f"      return in_ranges(ranges, work, t, g, d, stream, [&](int64_t n0, int64_t n1) {{\n"
-            f"        {call}\n      }});\n" + whole))
-    return _SUM_RANGES.replace("SUM_BLOCKS_PER_SM", str(SUM_BLOCKS_PER_SM)).replace("SUM_RANGES", str(ranges)) + launch
-
-
 def _bwd_variants(live: List[_Path], threads: int, dbwd: bool,
                   tune: Tuning) -> Optional[Tuple[str, str, str, int, int]]:
     """(source, f32 kernel tag, f64 kernel tag, rows-in-grad_w bits, grad_w-in-ggw bits; bits 1 float32, 2
@@ -2053,8 +1940,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         gen=GEN_VERSION, key=structure_key(struct), num_paths=len(paths), nnz=nnz, threads=threads,
         paths=", ".join(str(v) for r in paths for v in r), cg_ptr=", ".join(str(v) for v in cg_ptr),
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), cg_decls=_cg_decls(cg_idx, cg_val),
-        covered=covered, includes=('#include "mma.cuh"\n' if tune.fwd_mma else "")
-        + ('#include "side_stream.h"\n' if tune.gx_chunks > 1 else ""))
+        covered=covered, includes='#include "mma.cuh"\n' if tune.fwd_mma else "")
     if tune.prefetch:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:  # (stream_policy)
@@ -2086,8 +1972,6 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
                 "rows_in_gw_DS", f"rows_in_gw_{dbwd[1]}").replace("rows_in_gw_DD", f"rows_in_gw_{dbwd[2]}")
         else:
             launch = launch[:launch.index("// Double backward")]
-        if tune.gx_chunks > 1:
-            launch = _in_ranges(launch, tune.gx_chunks)
     src += _LAUNCHERS.format(
         fwd_threads="kThreads" if fwd[0] == threads else "kFwdThreads", bwd_launch=launch, num_paths=len(paths),
         fwd_mma=_codegen_mma.LAUNCH if fwd_mma else "",

@@ -62,13 +62,6 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
 }
 template <typename K> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, K, int, size_t) {
   *n = emu_env("EMU_PER_SM", 1); return cudaSuccess; }
-// Streams and events: launches run to completion in call order here, so every ordering holds already.
-typedef void* cudaEvent_t;
-constexpr unsigned cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2;
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { static char tag; *s = &tag; return cudaSuccess; }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { static char tag; *e = &tag; return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 
 namespace emu {
 struct Warp { std::barrier<> bar{32}; alignas(8) unsigned char slot[32][8]; };
