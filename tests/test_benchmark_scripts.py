@@ -540,10 +540,12 @@ def test_precision_f32_on_the_cpu(tmp_path):
 
 def test_tuning_sweep_runs_each_variant_in_turn(tmp_path):
     """tools/tuning_sweep.sh: kernels.py once per variant in the order given ("default" = no MD_ACCEL_TP_TUNING;
-    a variant named twice runs twice), each run's log and kernels.json under $R, one summary line per run. (On the
+    a variant named twice runs twice), each run's log and kernels.json under $R, one summary line per run; with a
+    clock log in $R/smi.csv, each run's records joined with it (smi_join.py) into <tag>_smi.txt and printed. (On the
     CPU the variants time the same reference ops: the tuning names generated CUDA kernels.)"""
     r = tmp_path / "r"
     r.mkdir()
+    (r / "smi.csv").write_text("timestamp, clocks.sm [MHz], power.draw [W]\n2020/01/01 00:00:00.000, 1980 MHz, 90 W\n")
     env = {**os.environ, "R": str(r), "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
            "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run(["bash", "tools/tuning_sweep.sh", "300", "default fwd_cpl=2 default", "--passes", "fwd",
@@ -556,6 +558,12 @@ def test_tuning_sweep_runs_each_variant_in_turn(tmp_path):
     logs = sorted(p.name.split(".")[0] for p in r.glob("*.log"))
     assert logs == ["default", "default", "fwd_cpl2"]
     assert all((r / p.name.removesuffix(".log") / "kernels.json").exists() for p in r.glob("*.log"))
+    joined = sorted(r.glob("*_smi.txt"))
+    assert sorted(p.name.split(".")[0] for p in joined) == logs
+    for p in joined:  # the sample of 2020 is in no run's window
+        lines = p.read_text().splitlines()
+        assert len(lines) == 1 and lines[0].split()[:4] == ["mace_first", "float64", "md_accel", "fwd"]
+        assert "no samples" in lines[0] and lines[0] in proc.stdout
 
 
 def test_tuning_sweep_of_the_md_step(tmp_path):

@@ -12,6 +12,9 @@
 # results are kept across runs, --reference-cache .gpu/refcache) or its table row per backend, ms (peak GiB) per
 # size (model_step.py). A run gets at most SWEEP_RUN_S seconds (default 120). kernels.py times each CUDA cell over at
 # least 1.5 s (--min-seconds): 36 cells take ~60 s of that; pass --min-seconds 0 where a short A/B window will do.
+# Where $R/smi.csv is being written (SMI_LOG before sourcing tools/gpu_call_env.sh), each run also gets
+# $R/<tag>_smi.txt and prints it: every timed record's SM clock, power and energy per call (benchmarks/smi_join.py),
+# which decide a variant's time where the GPU runs at its power cap.
 set -u
 limit=$1 variants=$2
 shift 2
@@ -36,5 +39,12 @@ for v in $variants; do
   else
     awk '/^\[kernels\] [a-z_0-9]+ float/ {c=$2" "$3} / md_accel +(fwd|fwd_bwd|dbwd) / {printf "%s %s %s | ", c, $2, $3} END {print ""}' \
       "$R/$tag.log"
+  fi
+  # with the clock log running (SMI_LOG, tools/gpu_call_env.sh): each timed record's clocks and energy per call
+  json=$R/$tag/kernels.json
+  [[ $script == model_step ]] && json=$(ls "$R/$tag"/*.json 2>/dev/null | head -n 1)
+  if [[ -s $R/smi.csv && -f $json ]]; then
+    python benchmarks/smi_join.py "$json" "$R/smi.csv" > "$R/${tag}_smi.txt" 2>&1
+    cat "$R/${tag}_smi.txt"
   fi
 done
