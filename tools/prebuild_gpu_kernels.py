@@ -7,6 +7,7 @@ correlation-3 symmetric contractions) take minutes of nvcc each, device time bet
     .venv/bin/python tools/prebuild_gpu_kernels.py tp-gpu-tests mace-cu # tests/gpu's tp_conv configs
     .venv/bin/python tools/prebuild_gpu_kernels.py fused-tests          # GPU_FUSED=1's fused-radial kernels
     .venv/bin/python tools/prebuild_gpu_kernels.py tp-tests --tuning default --tuning dbwd_min_warps32=12
+    .venv/bin/python tools/prebuild_gpu_kernels.py tp-tests --workloads mace_large --tuning x_last=50 --name xl
 
 Builds into .gpu/build (tp_specs/, sc_specs/) and packs the libraries of this invocation (not the others
 .gpu/build holds; ``--pack all``: every library there) into .gpu/gpu_prebuilt.tar.xz (``--name N``:
@@ -85,15 +86,19 @@ def sevenn():
             for dtype in (torch.float32, torch.float64)]
 
 
-def tp_tests():
+def tp_tests(names=None):
     """The tensor-product convolutions of benchmarks/workloads.py (benchmarks/kernels.py runs all of them,
-    tests/gpu/test_tp_conv_fused_cuda.py some)."""
+    tests/gpu/test_tp_conv_fused_cuda.py some); ``names``: those workloads alone."""
     sys.path.insert(0, os.path.join(REPO, "benchmarks"))
     from workloads import WORKLOADS
 
     from md_accel.ops import TensorProductConv
 
-    return [TensorProductConv(w.irreps_in1, w.irreps_in2, w.irreps_out, w.instructions) for w in WORKLOADS.values()]
+    unknown = set(names or ()) - set(WORKLOADS)
+    if unknown:
+        sys.exit(f"--workloads: unknown {sorted(unknown)} (benchmarks/workloads.py has {', '.join(WORKLOADS)})")
+    return [TensorProductConv(w.irreps_in1, w.irreps_in2, w.irreps_out, w.instructions)
+            for name, w in WORKLOADS.items() if not names or name in names]
 
 
 def tp_gpu_tests():
@@ -140,7 +145,10 @@ def main():
     ap.add_argument("--pack", choices=("these", "all"), default="these",
                     help="pack this invocation's libraries (default) or every library in .gpu/build")
     ap.add_argument("--name", default="prebuilt", help="the pack's name: .gpu/gpu_NAME.tar.xz")
+    ap.add_argument("--workloads", help="tp-tests: these workloads of benchmarks/workloads.py alone (a,b,...)")
     args = ap.parse_args()
+    if args.workloads:
+        makers["tp-tests"] = lambda: tp_tests(args.workloads.split(","))
     modules = [m for what in args.what if what in makers for m in makers[what]()]
     paths = []
     for variant in args.tuning or [os.environ.get(_codegen.TUNING_ENV, "")]:
