@@ -170,29 +170,6 @@ def test_weights_loaded_evict_first_only_where_asked():
     assert "ld_stream" not in plain and "createpolicy" not in plain
 
 
-def test_gathered_rows_evict_last_only_where_asked():
-    """Tuning.x_last (opt-in): every load of a gathered row's element (x, and ggx in the double backward; forward,
-    dfwd and both part-1 kernels) goes through ld_keep under a policy for that fraction of the lines, and the
-    bulk-copy forward copies its x runs (not its weight or y runs) under it; taking those hints away gives the source
-    without x_last back character for character, so nothing else changed. The emulation reads ld_keep as __ldg."""
-    plan, _ = plan_and_library()
-    one_warp = _codegen.Tuning(fwd_min_block=32, fwd_acc=48, fwd_acc32=0, fwd_acc_narrow=0)
-    tma_plan = TPProblem.all_uvu("32x0e+32x1o+8x2e", "1x0e+1x1o+1x2e+1x3o", 2).lower()
-    for p, tune in ((plan, _codegen.Tuning()), (tma_plan, one_warp)):
-        struct = _codegen.plan_structure(p)
-        plain, kept = _codegen.generate(struct, tune), _codegen.generate(struct, tune._replace(x_last=40))
-        for ptr in ("xr", "hr"):
-            n = plain.count(f"__ldg({ptr} + ")
-            assert n > 0 and kept.count(f"ld_keep({ptr} + ") == n and f"__ldg({ptr} + " not in kept
-        assert "createpolicy.fractional.L2::evict_last.b64 %0, 0.40;" in kept and "keep_policy" not in plain
-        undone = re.sub(r"ld_keep\(([^()]*), keep_policy\(\)\)", r"__ldg(\1)", kept)
-        undone = re.sub(r"bulk_copy_hint\((b \+ \d+, xr \+ \d+, [^;]*), xpol\);", r"bulk_copy(\1);", undone)
-        undone = re.sub(r".*const uint64_t xpol = keep_policy\(\);\n", "", undone)
-        undone = undone.replace(_codegen._LD_KEEP.replace("FRACTION", "0.40"), "", 1)
-        assert undone == plain
-    assert "fwd_kernel_tma" in kept and kept.count(", xpol);") > 0
-
-
 def test_prefetch_bits_checked(monkeypatch):
     """MD_ACCEL_TP_TUNING refuses prefetch bits no kernel reads (a build would be cached under a name of its own
     while generating what another setting generates)."""
@@ -982,9 +959,6 @@ def test_tuning_names_and_checks(monkeypatch):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "w_evict=2")
     with pytest.raises(ValueError, match="w_evict is 0 or 1"):
-        _codegen.tuning()
-    monkeypatch.setenv(_codegen.TUNING_ENV, "x_last=101")
-    with pytest.raises(ValueError, match="x_last is 0 to 100"):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "fwd_mma=17")
     with pytest.raises(ValueError, match="fwd_mma is 0 to 16"):

@@ -7,7 +7,7 @@ correlation-3 symmetric contractions) take minutes of nvcc each, device time bet
     .venv/bin/python tools/prebuild_gpu_kernels.py tp-gpu-tests mace-cu # tests/gpu's tp_conv configs
     .venv/bin/python tools/prebuild_gpu_kernels.py fused-tests          # GPU_FUSED=1's fused-radial kernels
     .venv/bin/python tools/prebuild_gpu_kernels.py tp-tests --tuning default --tuning dbwd_min_warps32=12
-    .venv/bin/python tools/prebuild_gpu_kernels.py tp-tests --workloads mace_large --tuning x_last=50 --name xl
+    .venv/bin/python tools/prebuild_gpu_kernels.py tp-tests --workloads mace_large --tuning w_evict=0 --name we
 
 Builds into .gpu/build (tp_specs/, sc_specs/) and packs the libraries of this invocation (not the others
 .gpu/build holds; ``--pack all``: every library there) into .gpu/gpu_prebuilt.tar.xz (``--name N``:

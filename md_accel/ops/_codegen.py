@@ -226,11 +226,6 @@ PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 # from DRAM again (ncu, session 62); with the hint 6.99 GB, and kernels.py (H200, default and w_evict=0 in turn twice):
 # mace_large 2.29-2.32 against 2.51 ms (float64), 1.05-1.09 against 1.11-1.12 (float32), mace_mp0_medium float64
 # 1.03-1.05 against 1.08-1.09, the others within their runs' spread.
-# Tuning.x_last (opt-in, session 68): the gathered rows (x, and ggx in the double backward), which every edge of their
-# sender reads again, loaded (and, in the bulk-copy forward, copied) under an L2 evict-last policy for that percent of
-# their lines, so that the streams beside them (y, the rows written) evict them later still; no set-aside is asked
-# for. ncu (session 62): mace_large's float64 forward still moved 1.2x its floor's bytes with the weights evict-first,
-# part 1 of mace_mp0_medium's double backward 0.8-1.9 GB more than it must.
 
 
 class Tuning(NamedTuple):
@@ -264,7 +259,6 @@ class Tuning(NamedTuple):
     fwd_mma: int = 0  # float32's forward on the tensor cores where the plan allows, this many n-tiles per pass
     # (_codegen_mma; 0: off; opt-in: slower than the scalar forward on every measured shape, session 63)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
-    x_last: int = 0  # percent of the gathered rows' (x, ggx) lines loaded L2 evict-last (the note after PF_ALL; 0: plain)
     gy_smem: int = 0  # 1: part 1's grad_y summed over a warp's lanes through shared memory (where it fits GY_SMEM_BYTES)
     gy_spill_bytes: int = GY_SPILL_BYTES  # gy_smem set by itself where the f64 double backward spills this much (0: never)
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
@@ -299,8 +293,6 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_mma is 0 to {_codegen_mma.MAX_TILES} (n-tiles per pass)")
     if not 0 <= values.get("fwd_slot_smem", FWD_SLOT_SMEM) <= FWD_SLOT_SMEM:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
-    if not 0 <= values.get("x_last", 0) <= 100:
-        raise ValueError(f"{TUNING_ENV}: x_last is 0 to 100 (percent of the gathered rows' lines)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
     for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
@@ -598,11 +590,6 @@ def _w_load(ptr: str, evict: bool) -> str:
     return f"ld_stream({ptr}, stream_policy())" if evict else f"__ldg({ptr})"
 
 
-def _x_load(ptr: str, keep: int) -> str:
-    """A load of a gathered row's element (x or ggx): ``ld_keep`` under Tuning.x_last, else ``__ldg``."""
-    return f"ld_keep({ptr}, keep_policy())" if keep else f"__ldg({ptr})"
-
-
 def _ggw_load(ptr: str, evict: bool) -> str:
     """The double backward's load of a ggw element in part 1, whose grad_w may be written into ggw's memory
     (TPSpec::dbwd_in_gg_w): a coherent load ordered before the kernel's later stores (``ld_stream_rw``, a plain
@@ -663,10 +650,10 @@ def _tma_rows(group: List[_Path]) -> Optional[_TmaRows]:
     return _TmaRows(tuple((a, b - a) for a, b in w_runs), tuple((a, b - a) for a, b in x_runs), y_lo, y_hi)
 
 
-def _tma_fill(I: str, rows: _TmaRows, gi: int, evict: bool, keep: int = 0) -> str:
+def _tma_fill(I: str, rows: _TmaRows, gi: int, evict: bool) -> str:
     """Device code: lambda fill{gi}(stage, e, sidx) of the slot's producer thread, the bulk copies of edge e's rows
     into that stage, completing on its full barrier (the y columns only where ``ystage``); ``evict`` (Tuning.w_evict):
-    the weight rows copied under the L2 evict-first policy; ``keep`` (Tuning.x_last): the x rows under keep_policy."""
+    the weight rows copied under the L2 evict-first policy."""
     s = [f"{I}auto fill{gi} = [&](int st, int64_t e, int64_t sidx) {{\n",
          f"{I}  T* b = sbase + st * {rows.stage};\n",
          f"{I}  const T* wr = w + w_index(w_row, e) * d.w;\n",
@@ -679,11 +666,8 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int, evict: bool, keep: int = 0) -> st
         s.append(f"{I}  const uint64_t wpol = stream_policy();\n")
     for a, n in rows.w_runs:
         s.append(f"{I}  {copy}(b + {rows.w_pos(a)}, wr + {a}, {n} * sizeof(T), &full[st]{policy});\n")
-    xcopy, xpolicy = ("bulk_copy_hint", ", xpol") if keep else ("bulk_copy", "")
-    if keep:
-        s.append(f"{I}  const uint64_t xpol = keep_policy();\n")
     for a, n in rows.x_runs:
-        s.append(f"{I}  {xcopy}(b + {rows.x_pos(a)}, xr + {a}, {n} * sizeof(T), &full[st]{xpolicy});\n")
+        s.append(f"{I}  bulk_copy(b + {rows.x_pos(a)}, xr + {a}, {n} * sizeof(T), &full[st]);\n")
     s.append(f"{I}  if (ystage) bulk_copy(b + {rows.w_len + rows.x_len}, y + e * d.in2 + {rows.y_lo}, "
              f"{rows.y_hi - rows.y_lo} * sizeof(T), &full[st]);\n")
     s.append(f"{I}}};\n")
@@ -693,14 +677,13 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int, evict: bool, keep: int = 0) -> st
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
                evict: bool = False, smem: int = FWD_SLOT_SMEM, tma: Optional[_TmaRows] = None,
-               tag: str = "", elem: int = 8, keep: int = 0) -> Tuple[str, str]:
+               tag: str = "", elem: int = 8) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
     w * TP(ggx, y) + w * TP(x, ggy) + ggw * TP(x, y) (g_grad_out of the double backward).
     ``cpl`` (``_fwd_cpl``): channels per thread, u, u + L, ..: each product of a CG value and a y (the edge's,
-    the same in every lane) then serves them all. ``evict``: the weights loaded by ``_w_load`` (Tuning.w_evict);
-    ``keep``: the gathered rows by ``_x_load`` (Tuning.x_last).
+    the same in every lane) then serves them all. ``evict``: the weights loaded by ``_w_load`` (Tuning.w_evict).
     ``tma`` (the forward under Tuning.fwd_tma): each edge's rows come from the slot's stages in shared memory
     (kTmaStages of them, filled by the slot's thread u = 0 with ``_tma_fill``, full / empty mbarriers per stage).
     ``tag``: in the names of the constant tables (one forward holding a pass plan per dtype); ``elem``: the bytes of
@@ -738,7 +721,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I2}T* sbase = s_tma + slot * kTmaStages * {tma.stage};\n")
         s.append(f"{I2}uint64_t* full = s_full + slot * kTmaStages;\n"
                  f"{I2}uint64_t* empty = s_empty + slot * kTmaStages;\n")
-        s.append(_tma_fill(I2, tma, gi, evict, keep))
+        s.append(_tma_fill(I2, tma, gi, evict))
         s.append(f"{I2}const bool producer = slot < {S} && u == 0;\n")
         s.append(f"{I2}if (producer)\n{I2}  for (int st = 0; st < kTmaStages && e_begin + slot + st * {S} < e_end; "
                  f"++st)\n{I2}    fill{gi}(st, e_begin + slot + st * {S}, __ldg(src + e_begin + slot + st * {S}));\n")
@@ -791,11 +774,10 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         for key, iset in xs.items():
             for i in sorted(iset):
                 xsrc = (f"sb[{tma.x_pos(key[0])} + {ch} * {key[2]} + {i}]" if tma
-                        else _x_load(f"xr + {key[0]} + {ch} * {key[2]} + {i}", keep))
+                        else f"__ldg(xr + {key[0]} + {ch} * {key[2]} + {i})")
                 s.append(f"{I3}const T {_bname('x', key)}{cs}_{i} = {xsrc};\n")
                 if dbwd:
-                    hsrc = _x_load(f"hr + {key[0]} + {ch} * {key[2]} + {i}", keep)
-                    s.append(f"{I3}const T {_bname('h', key)}{cs}_{i} = {hsrc};\n")
+                    s.append(f"{I3}const T {_bname('h', key)}{cs}_{i} = __ldg(hr + {key[0]} + {ch} * {key[2]} + {i});\n")
     for p in group:
         s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I3 + "  "
@@ -966,7 +948,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     I = "  " if len(specs) == 1 else "    "
     for (groups, elem), grows, tag in zip(specs, rows, ("",) if len(specs) == 1 else ("32_", "64_")):
         parts = [_fwd_group(gi, g, I, dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag, elem, tune.x_last)
+                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag, elem)
                  for gi, (g, r) in enumerate(zip(groups, grows))]
         bodies.append("".join(p[0] for p in parts))
         tables += "".join(p[1] for p in parts)
@@ -1055,13 +1037,13 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
                w_only: bool = False, evict: bool = False, gy_smem: bool = False,
-               g_smem: bool = False, keep: int = 0) -> Tuple[str, str]:
+               g_smem: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
     edge's weights are prefetched; ``prefetch_xy``: the next edge's y and x lines too (PF_PART1_XY).
     ``rows``: where the grad_x rows go with d.rows_in_gw (deferred paths' weight gradients are then not
-    written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``evict``, ``keep``: as _fwd_group;
+    written); ``w_only``: the weight gradients alone (the deferred paths' kernel); ``evict``: as _fwd_group;
     ``gy_smem``: grad_y summed over each warp's lanes by warp_sum_smem (the kernel declares s_gy) instead of
     warp_butterfly; ``g_smem`` (this kernel's Tuning.g_smem bit): the pass's grad_out components in the kernel's s_g,
     [component][channel], each path reading its own inside the edge loop (lds_each), not all of them in registers
@@ -1156,9 +1138,9 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     for key in in1_keys:
         xk, hk, gxk = _bname('x', key), _bname('h', key), _bname('gx', key)
         for i in sorted({i for p in group if p.in1_key == key for (_, i, _, _) in p.nz}):
-            s.append(f"{I4}const T {xk}_{i} = {_x_load(f'xr + {key[0]} + u * {key[2]} + {i}', keep)};\n")
+            s.append(f"{I4}const T {xk}_{i} = __ldg(xr + {key[0]} + u * {key[2]} + {i});\n")
             if dbwd:
-                s.append(f"{I4}const T {hk}_{i} = {_x_load(f'hr + {key[0]} + u * {key[2]} + {i}', keep)};\n")
+                s.append(f"{I4}const T {hk}_{i} = __ldg(hr + {key[0]} + u * {key[2]} + {i});\n")
         if not w_only:
             s.append(f"{I4}T " + ", ".join(f"{gxk}_{i} = T(0)" for i in range(key[2])) + ";\n")
     w_keys = []
@@ -1396,7 +1378,7 @@ __global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ g
     wname = f"{'dbwd' if dbwd else 'bwd'}w_kernel_{tag}"
     wthreads = min(MAX_THREADS, W_SLOTS * threads)
     first: dict = {}
-    body = "".join(_bwd_group(gi, g, wthreads, first, dbwd, tag + "w", w_only=True, keep=tune.x_last)[0]
+    body = "".join(_bwd_group(gi, g, wthreads, first, dbwd, tag + "w", w_only=True)[0]
                    for gi, g in enumerate(_bwd_groups(rows.deferred, budget, 0)))
     src.append(f"// The deferred paths' weight gradients, once their columns' rows are summed ({wthreads} threads).\n")
     src.append(_kernel_source(wname, body, dbwd, False, "", f"__launch_bounds__({wthreads})"))
@@ -1450,7 +1432,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
                           bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem,
-                          g_smem=g_smem, keep=tune.x_last)
+                          g_smem=g_smem)
         bodies.append(b)
         tables.append(t)
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
@@ -1698,38 +1680,6 @@ __device__ __forceinline__ double ld_stream_rw(const double* a, uint64_t policy)
 #else
   (void)policy;
   return *a;
-#endif
-}
-"""
-
-_LD_KEEP = r"""
-// A gathered row's element (x, ggx), read again by every edge of its sender (Tuning.x_last): its L2 line evicted last
-// for FRACTION of the rows' lines (a plain __ldg in the host emulation and before sm_80).
-__device__ __forceinline__ uint64_t keep_policy() {
-  uint64_t p = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, FRACTION;" : "=l"(p));
-#endif
-  return p;
-}
-__device__ __forceinline__ float ld_keep(const float* a, uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  float v;
-  asm("ld.global.nc.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(a), "l"(policy));
-  return v;
-#else
-  (void)policy;
-  return __ldg(a);
-#endif
-}
-__device__ __forceinline__ double ld_keep(const double* a, uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  double v;
-  asm("ld.global.nc.L2::cache_hint.f64 %0, [%1], %2;" : "=d"(v) : "l"(a), "l"(policy));
-  return v;
-#else
-  (void)policy;
-  return __ldg(a);
 #endif
 }
 """
@@ -1995,8 +1945,6 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:  # (stream_policy)
         src += _LD_STREAM
-    if tune.x_last:
-        src += _LD_KEEP.replace("FRACTION", f"{tune.x_last / 100:.2f}")
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
     fwd = fwd_block(live, threads, tune)
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd)
