@@ -56,12 +56,14 @@ def _library(name: str, make_problem, tune: _codegen.Tuning):
 
 def plan_and_library(tuning="default"):
     """The test plan's generated library under a TUNINGS entry; "unused_in1": a plan with an in1 block (4x2e)
-    that no path reads (the kernels zero its grad_x columns), default tuning."""
-    in1 = "8x0e+8x1o+4x2e" if tuning == "unused_in1" else "8x0e+8x1o"
+    that no path reads (the kernels zero its grad_x columns), default tuning; "unused_mid_in1": that block between
+    the two that are read (a gap the kernels zero, not only a tail)."""
+    in1 = {"unused_in1": "8x0e+8x1o+4x2e", "unused_mid_in1": "8x0e+4x2e+8x1o"}.get(tuning, "8x0e+8x1o")
+    b = 2 if tuning == "unused_mid_in1" else 1  # the 8x1o block
     return _library(in1, lambda: TPProblem.create(
         in1, "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
-        [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (1, 1, 2, "uvu", True), (1, 2, 3, "uvu", True),
-         (1, 0, 4, "uvu", True)]), TUNINGS.get(tuning, _codegen.Tuning()))
+        [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (b, 1, 2, "uvu", True), (b, 2, 3, "uvu", True),
+         (b, 0, 4, "uvu", True)]), TUNINGS.get(tuning, _codegen.Tuning()))
 
 
 def chunk_graph(g, e0: int, e1: int):
@@ -281,7 +283,7 @@ def test_shared_weight_rows_equal_expanded_rows(dtype, tuning):
         assert torch.isfinite(a).all() and torch.equal(a, b), what
 
 
-@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1"])
+@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1", "unused_mid_in1"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_atomic_grad_x_matches_reference(dtype, tuning):
     """TPDims::atomic_gx (md_accel::set_deterministic(False)): the backward and the double backward add
@@ -306,7 +308,7 @@ def test_atomic_grad_x_matches_reference(dtype, tuning):
             assert rel_err(a, b) <= TOL[dtype], ("dbwd", split, what, rel_err(a, b))
 
 
-@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1"])
+@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1", "unused_mid_in1"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
     """TPDims::rows_in_gw (no scratch: each edge's grad_x row kept in grad_w columns written later, the passes in
@@ -352,7 +354,7 @@ def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
         assert torch.isfinite(a).all() and torch.equal(a, b), ("shared rows", what)
 
 
-@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1"])
+@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1", "unused_mid_in1"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_double_backward_into_gg_w_gives_the_same_bits(dtype, tuning):
     """TPSpec::dbwd_in_gg_w: the double backward given one buffer as gg_w and grad_w (t.ggw == t.gw, as

@@ -69,7 +69,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from . import _codegen_mma
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 45  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 46  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -336,6 +336,34 @@ def _covered_fn(name: str, elements) -> str:
         raise Unsupported(f"{name}: too fragmented ({len(iv)} intervals)")
     cond = " || ".join(f"(q >= {a} && q < {b})" for a, b in iv) or "false"
     return f"__device__ __forceinline__ bool {name}(int q) {{ return {cond}; }}\n"
+
+
+def _zero_uncovered(elements, start: str, width: str, step, store: str, indent: str) -> str:
+    """Loops that zero the columns q < width no path writes, q = start, start + step, ..: one per gap between the
+    written intervals and one from the last of them on (wider rows). Each thread visits only unwritten columns;
+    the per-edge loops of the part-1 kernels scanned every column with a predicate (`_covered_fn`) before GEN 46,
+    ~70 issued instructions per edge and warp on mace_mp0_medium's float64 backward that stored nothing."""
+    iv = _intervals(elements)
+    if len(iv) > 32:
+        raise Unsupported(f"{store}: too fragmented ({len(iv)} intervals)")
+    loops, prev = [], 0
+    for a, b in iv:
+        if a > prev:
+            loops.append((prev, f"q < {a} && q < {width}"))
+        prev = b
+    loops.append((prev, f"q < {width}"))
+    return "".join(f"{indent}#pragma unroll 1  // no hoisted offsets: they would hold registers across the edge loop\n"
+                   f"{indent}for (int q = {a} + {start}; {cond}; q += {step}) {store}\n" for a, cond in loops)
+
+
+def _in1_elements(live) -> List[int]:
+    """The in1 (x) columns some path reads: those of grad_x that the part-1 kernels write."""
+    return [p.in1_off + q for p in live for q in range(p.mul * p.d1)]
+
+
+def _w_elements(live) -> List[int]:
+    """The weight columns some path reads: those of grad_w that the part-1 kernels write."""
+    return [p.w_off + u * p.w_stride for p in live for u in range(p.mul)]
 
 
 def _blocks(paths, col_off: int, col_d: int, what: str) -> Dict[Tuple[int, int, int], int]:
@@ -1037,7 +1065,7 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
                w_only: bool = False, evict: bool = False, gy_smem: bool = False,
-               g_smem: bool = False) -> Tuple[str, str]:
+               g_smem: bool = False, live: Sequence[_Path] = ()) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
@@ -1047,7 +1075,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     ``gy_smem``: grad_y summed over each warp's lanes by warp_sum_smem (the kernel declares s_gy) instead of
     warp_butterfly; ``g_smem`` (this kernel's Tuning.g_smem bit): the pass's grad_out components in the kernel's s_g,
     [component][channel], each path reading its own inside the edge loop (lds_each), not all of them in registers
-    across it."""
+    across it; ``live``: every path of the plan (the first pass zeroes the columns of grad_w and of the work rows
+    that none of them writes)."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -1220,12 +1249,10 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     s.append(f"{I3}}}\n")
     if gi == 0:
         rows_cond = " && !d.rows_in_gw" if rows is not None else ""
-        s.append(f"""{I3}for (int q = u; q < d.w; q += {M})
-{I3}  if (!w_covered(q)) gw[e * d.w + q] = T(0);
-{I3}if (!d.atomic_gx{rows_cond})
-{I3}  for (int q = u; q < d.in1; q += {M})
-{I3}    if (!in1_covered(q)) work[e * d.in1 + q] = T(0);
-""")
+        s.append(_zero_uncovered(_w_elements(live), "u", "d.w", M, "gw[e * d.w + q] = T(0);", I3))
+        s.append(f"{I3}if (!d.atomic_gx{rows_cond}) {{\n")
+        s.append(_zero_uncovered(_in1_elements(live), "u", "d.in1", M, "work[e * d.in1 + q] = T(0);", I3 + "  "))
+        s.append(f"{I3}}}\n")
     s.append(f"{I2}}}\n")
     gop = "=" if gy_first else "+="
     how = "through shared memory" if gy_smem else "butterfly"
@@ -1432,7 +1459,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
                           bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem,
-                          g_smem=g_smem)
+                          g_smem=g_smem, live=live)
         bodies.append(b)
         tables.append(t)
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
@@ -1957,8 +1984,6 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
     dbwd = _bwd_variants(live, threads, dbwd=True, tune=tune) if bwd is not None else None
     launch = ""
     if bwd is not None:
-        src += _covered_fn("in1_covered", [p.in1_off + q for p in live for q in range(p.mul * p.d1)])
-        src += _covered_fn("w_covered", [p.w_off + u * p.w_stride for p in live for u in range(p.mul)])
         src += bwd[0]
         launch = _BWD_LAUNCH.replace("bwd_kernel_BS", f"bwd_kernel_{bwd[1]}").replace(
             "bwd_kernel_BD", f"bwd_kernel_{bwd[2]}").replace(

@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from ._codegen import (Unsupported, _analyse, _bwd_contractions, _bwd_weight_grad, _cache_dir, _covered_fn,
-                       _fwd_component, _Path, compile_cached, structure_key)
+                       _fwd_component, _in1_elements, _Path, _w_elements, _zero_uncovered, compile_cached,
+                       structure_key)
 
-FUSED_GEN_VERSION = 6  # bump when the generated code changes: names the cache entries
+FUSED_GEN_VERSION = 7  # bump when the generated code changes: names the cache entries
 THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
 CHUNK = 16             # edges per chunk (kB): the m16 of the tensor-core tiles
 W_TILE_BYTES = 66 * 1024   # shared memory for one group's W_last tile (P chosen to fit)
@@ -342,8 +343,10 @@ def _fwd_group(gi: int, g: _Group, hidden: int, esize: int) -> str:
     return "".join(s)
 
 
-def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hidden: int, esize: int) -> str:
-    """Backward body of one group (see the module docstring)."""
+def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hidden: int, esize: int,
+               live: List[_Path]) -> str:
+    """Backward body of one group (see the module docstring); the first zeroes the columns of the work rows and
+    grad_w that no path of ``live`` writes."""
     I = "  "
     G = f"{tag}{gi}"
     gy_first = gi == 0
@@ -419,11 +422,10 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
             s.append(f"{I8}a.work[e * a.d.in1 + {key[0]} + u * {key[2]} + {i}] {op} gx{key[0]}_{i};\n")
     s.append(f"{I7}}}\n")
     if gi == 0:
-        s.append(f"{I7}for (int q = u; q < a.d.in1; q += {g.M})\n"
-                 f"{I7}  if (!in1_covered(q)) a.work[e * a.d.in1 + q] = T(0);\n"
-                 f"{I7}if (a.gw != nullptr)\n"
-                 f"{I7}  for (int q = u; q < a.d.w; q += {g.M})\n"
-                 f"{I7}    if (!w_covered(q)) a.gw[e * a.d.w + q] = T(0);\n")
+        s.append(_zero_uncovered(_in1_elements(live), "u", "a.d.in1", g.M, "a.work[e * a.d.in1 + q] = T(0);", I7))
+        s.append(f"{I7}if (a.gw != nullptr) {{\n")
+        s.append(_zero_uncovered(_w_elements(live), "u", "a.d.w", g.M, "a.gw[e * a.d.w + q] = T(0);", I7 + "  "))
+        s.append(f"{I7}}}\n")
     s.append(f"{I6}}}\n")
     s.append(f"{I6}#pragma unroll\n{I6}for (int p = 0; p < {g.P}; ++p) {{\n"
              f"{I6}  const int c = p * {g.M} + u;\n"
@@ -815,9 +817,7 @@ def generate_fused(struct, hidden: int, w_global: bool = False) -> str:
         raise Unsupported(f"hidden width {hidden}: the fused kernels need a multiple of 16 in [16, 128]")
     _, live, _, nnz = _analyse(struct)
     paths, cg_ptr, cg_idx, _ = struct
-    covered = (_covered_fn("out_covered", [p.out_off + q for p in live for q in range(p.mul * p.d3)])
-               + _covered_fn("in1_covered", [p.in1_off + q for p in live for q in range(p.mul * p.d1)])
-               + _covered_fn("w_covered", [p.w_off + u * p.w_stride for p in live for u in range(p.mul)]))
+    covered = _covered_fn("out_covered", [p.out_off + q for p in live for q in range(p.mul * p.d3)])
     src = _PRELUDE.format(
         gen=FUSED_GEN_VERSION, key=_fused_key(struct), num_paths=len(paths), nnz=nnz, threads=THREADS,
         hidden=hidden, chunk=CHUNK, waves=WAVES, paths=", ".join(str(v) for r in paths for v in r),
@@ -837,7 +837,8 @@ def generate_fused(struct, hidden: int, w_global: bool = False) -> str:
             continue
         first: dict = {}
         tables: List[str] = []
-        bwd_body = "".join(_bwd_group(gi, g, first, tables, tag, hidden, esize) for gi, g in enumerate(groups))
+        bwd_body = "".join(_bwd_group(gi, g, first, tables, tag, hidden, esize, live)
+                           for gi, g in enumerate(groups))
         src += "".join(tables)
         src += _kernel(f"fused_fwd_{tag}", T, fwd_body, lay_f, bwd=False)
         src += _kernel(f"fused_bwd_{tag}", T, bwd_body, lay_b, bwd=True)
