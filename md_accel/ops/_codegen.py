@@ -69,7 +69,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from . import _codegen_mma
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 46  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 47  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -499,13 +499,31 @@ def _cg_decls(cg_idx, cg_val) -> str:
     return "".join(lines) + f"constexpr double kCgVal[] = {{{', '.join(f'kCg{q}' for q in range(len(cg_val)))}}};\n"
 
 
+def _grouped(nz, key: Callable[[tuple], tuple]) -> List[List[tuple]]:
+    """The non-zeros ``nz`` grouped by ``key``, groups in the order of their first non-zero, each in ``nz``'s order."""
+    groups: Dict[tuple, List[tuple]] = {}
+    for t in nz:
+        groups.setdefault(key(t), []).append(t)
+    return list(groups.values())
+
+
+def _cg_sum(terms, cg: Callable[[int], str], factor: Callable[[tuple], str]) -> str:
+    """sum cg(q) * factor(t) over the non-zeros t = (q, i, j, k) of ``terms``, as one fma chain (its first term
+    a product)."""
+    expr = f"{cg(terms[0][0])} * {factor(terms[0])}"
+    for t in terms[1:]:
+        expr = f"fma({cg(t[0])}, {factor(t)}, {expr})"
+    return expr
+
+
 def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_const) -> str:
     """Path p's forward message for output component k of one channel (weight not applied):
-    sum_ij cg_ijk y_j x_i over its non-zeros, as one fma chain."""
+    sum_i x_i (sum_j cg_ijk y_j) over its non-zeros, as one fma chain: the non-zeros of one x component share one
+    multiply by it (GEN 47)."""
     expr = "T(0)"
-    for (q, i, j, kk) in p.nz:
-        if kk == k:
-            expr = f"fma({cg(q)} * y{p.in2_off + j}, {xk}_{i}, {expr})"
+    for terms in _grouped([t for t in p.nz if t[3] == k], lambda t: t[1]):
+        i = terms[0][1]
+        expr = f"fma({_cg_sum(terms, cg, lambda t: f'y{p.in2_off + t[2]}')}, {xk}_{i}, {expr})"
     return expr
 
 
@@ -522,15 +540,18 @@ def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = No
     py_j = sum_ik cg g_k x_i and px_i = sum_jk cg g_k y_j, and for the double backward (hk: the
     ggx registers, z: ggy) py_j with a_i = wp ggx_i + vp x_i (registers a<i>: the path's whole grad_y),
     px_i with ggy, qx_i with y. ``cg(q)``: the expression of CG value q. ``w_only``: px (and qx) alone,
-    what the weight gradient needs."""
+    what the weight gradient needs. The non-zeros of one (i, j) pair are summed over k first
+    (m_ij = sum_k cg g_k, GEN 47): each pair then costs two fmas (three in the double backward), not each
+    non-zero."""
     out = []
-    for (q, i, j, k) in p.nz:
+    for terms in _grouped(p.nz, lambda t: (t[1], t[2])):
+        _, i, j, _ = terms[0]
         c = p.in2_off + j
         py = "" if w_only else (f"py{j} = fma(cg, {xk}_{i}, py{j}); " if hk is None else
                                 f"py{j} = fma(cg, a{i}, py{j}); ")
         px = (f"px{i} = fma(cg, y{c}, px{i}); " if hk is None else
               f"px{i} = fma(cg, z{c}, px{i}); qx{i} = fma(cg, y{c}, qx{i}); ")
-        out.append(f"{I}{{ const T cg = {cg(q)} * {gk}_{k}; {py}{px}}}\n")
+        out.append(f"{I}{{ const T cg = {_cg_sum(terms, cg, lambda t: f'{gk}_{t[3]}')}; {py}{px}}}\n")
     return "".join(out)
 
 
@@ -1513,8 +1534,8 @@ constexpr int32_t kCgIdx[] = {{{cg_idx}}};
 {cg_decls}
 {covered}
 // Makes the optimiser treat the values as changed here (no instruction is emitted): the backward
-// calls it per edge on the receiver's grad_out, so the products kCg<q> * g, one per CG non-zero,
-// are formed in the edge loop instead of being hoisted out of it into a register each (which
+// calls it per edge on the receiver's grad_out, so the sums of products kCg<q> * g, one per (i, j) pair of CG
+// non-zeros, are formed in the edge loop instead of being hoisted out of it into a register each (which
 // spills on the larger plans).
 #ifdef __CUDA_ARCH__
 __device__ __forceinline__ void opaque_reg(float& v) {{ asm volatile("" : "+f"(v)); }}

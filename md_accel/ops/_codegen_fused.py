@@ -36,7 +36,7 @@ from ._codegen import (Unsupported, _analyse, _bwd_contractions, _bwd_weight_gra
                        _fwd_component, _in1_elements, _Path, _w_elements, _zero_uncovered, compile_cached,
                        structure_key)
 
-FUSED_GEN_VERSION = 7  # bump when the generated code changes: names the cache entries
+FUSED_GEN_VERSION = 8  # bump when the generated code changes: names the cache entries
 THREADS = 256          # threads per block (all groups; S = THREADS // M edge slots)
 CHUNK = 16             # edges per chunk (kB): the m16 of the tensor-core tiles
 W_TILE_BYTES = 66 * 1024   # shared memory for one group's W_last tile (P chosen to fit)
