@@ -516,11 +516,11 @@ def _cg_sum(terms, cg: Callable[[int], str], factor: Callable[[tuple], str]) -> 
     return expr
 
 
-def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_const) -> str:
+def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_const, acc: str = "T(0)") -> str:
     """Path p's forward message for output component k of one channel (weight not applied):
-    sum_i x_i (sum_j cg_ijk y_j) over its non-zeros, as one fma chain: the non-zeros of one x component share one
-    multiply by it (GEN 47)."""
-    expr = "T(0)"
+    sum_i x_i (sum_j cg_ijk y_j) over its non-zeros, as one fma chain from ``acc``: the non-zeros of one x component
+    share one multiply by it (GEN 47)."""
+    expr = acc
     for terms in _grouped([t for t in p.nz if t[3] == k], lambda t: t[1]):
         i = terms[0][1]
         expr = f"fma({_cg_sum(terms, cg, lambda t: f'y{p.in2_off + t[2]}')}, {xk}_{i}, {expr})"
@@ -535,19 +535,19 @@ def _dbwd_a(wp: str, vp: str, hk: str, xk: str, i: int) -> str:
 
 
 def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = None,
-                      cg: Callable[[int], str] = _cg_const, w_only: bool = False) -> str:
+                      cg: Callable[[int], str] = _cg_const, w_only: bool = False, scaled: bool = False) -> str:
     """Path p's per-edge partial contractions with the receiver's grad_out (registers gk_k):
     py_j = sum_ik cg g_k x_i and px_i = sum_jk cg g_k y_j, and for the double backward (hk: the
     ggx registers, z: ggy) py_j with a_i = wp ggx_i + vp x_i (registers a<i>: the path's whole grad_y),
     px_i with ggy, qx_i with y. ``cg(q)``: the expression of CG value q. ``w_only``: px (and qx) alone,
-    what the weight gradient needs. The non-zeros of one (i, j) pair are summed over k first
-    (m_ij = sum_k cg g_k, GEN 47): each pair then costs two fmas (three in the double backward), not each
-    non-zero."""
+    what the weight gradient needs. ``scaled`` (the backward): py_j with a_i = wp x_i instead of x_i. The
+    non-zeros of one (i, j) pair are summed over k first (m_ij = sum_k cg g_k, GEN 47): each pair then costs two
+    fmas (three in the double backward), not each non-zero."""
     out = []
     for terms in _grouped(p.nz, lambda t: (t[1], t[2])):
         _, i, j, _ = terms[0]
         c = p.in2_off + j
-        py = "" if w_only else (f"py{j} = fma(cg, {xk}_{i}, py{j}); " if hk is None else
+        py = "" if w_only else (f"py{j} = fma(cg, {xk}_{i}, py{j}); " if hk is None and not scaled else
                                 f"py{j} = fma(cg, a{i}, py{j}); ")
         px = (f"px{i} = fma(cg, y{c}, px{i}); " if hk is None else
               f"px{i} = fma(cg, z{c}, px{i}); qx{i} = fma(cg, y{c}, qx{i}); ")
@@ -555,10 +555,11 @@ def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = No
     return "".join(out)
 
 
-def _bwd_weight_grad(p: _Path, xk: str, hk: Optional[str] = None) -> str:
+def _bwd_weight_grad(p: _Path, xk: str, hk: Optional[str] = None, acc: str = "T(0)") -> str:
     """The path's weight gradient from the contractions above, not per non-zero: sum_ijk cg g_k x_i
-    y_j = sum_i x_i px_i (double backward: ggx with y plus x with ggy = sum_i ggx_i qx_i + x_i px_i)."""
-    sw = "T(0)"
+    y_j = sum_i x_i px_i (double backward: ggx with y plus x with ggy = sum_i ggx_i qx_i + x_i px_i), as one fma
+    chain from ``acc`` (the weight's running sum: no add of its own, GEN 47)."""
+    sw = acc
     for i in sorted({i for (_, i, _, _) in p.nz}):
         sw = f"fma({hk}_{i}, qx{i}, fma({xk}_{i}, px{i}, {sw}))" if hk else f"fma({xk}_{i}, px{i}, {sw})"
     return sw
@@ -846,7 +847,16 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                 for i in sorted({i for (_, i, _, _) in p.nz}):
                     s.append(f"{I5}const T a{cs}_{i} = {_dbwd_a(f'wp{cs}', f'vp{cs}', hk, xk, i)}, "
                              f"b{cs}_{i} = wp{cs} * {xk}_{i};\n")
+            # more output than x components: x times the weight first, the messages then straight into the
+            # accumulators (GEN 47: one multiply per i instead of one per k)
+            scaled = not dbwd and len(ks) > len({i for (_, i, _, _) in p.nz})
+            if scaled:
+                s.append(f"{I5}const T " + ", ".join(f"b{cs}_{i} = wp{cs} * {xk}_{i}"
+                                                     for i in sorted({i for (_, i, _, _) in p.nz})) + ";\n")
             for k in ks:
+                if scaled:
+                    s.append(f"{I5}{acc}_{k} = {_fwd_component(p, k, f'b{cs}', acc=f'{acc}_{k}')};\n")
+                    continue
                 if not dbwd:
                     s.append(f"{I5}{acc}_{k} = fma(wp{cs}, {_fwd_component(p, k, xk)}, {acc}_{k});\n")
                     continue
@@ -1213,7 +1223,15 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
             s.append(f"{I5}const T " + ", ".join(f"{gk}_{k} = lds_each(&s_g[{g_row[p.out_key, k]} * {M} + u])"
                                                 for k in range(p.out_key[2])) + ";\n")
         xk, hk, gxk = _bname('x', p.in1_key), _bname('h', p.in1_key), _bname('gx', p.in1_key)
-        if not w_only:
+        # the backward multiplies x by the path's weight first where the path has more y than x components (GEN 47:
+        # one multiply per i instead of one per j); there, and in the double backward, whose a_i hold the weights,
+        # the path's grad_y terms go straight into the edge's sums (no add per j)
+        scaled = not dbwd and not w_only and len(js) > len(iset)
+        if scaled:
+            s.append(f"{I5}const T " + ", ".join(f"a{i} = wp * {xk}_{i}" for i in iset) + ";\n")
+        if not w_only and (dbwd or scaled):
+            s.append(f"{I5}T " + ", ".join(f"&py{j} = gy[{slot[p.in2_off + j]}]" for j in js) + ";\n")
+        elif not w_only:
             s.append(f"{I5}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
         s.append(f"{I5}T " + ", ".join(f"px{i} = T(0)" for i in iset) + ";\n")
         if dbwd:
@@ -1221,23 +1239,20 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
                 s.append(f"{I5}const T " + ", ".join(f"a{i} = {_dbwd_a('wp', 'vp', hk, xk, i)}" for i in iset)
                          + ";\n")
             s.append(f"{I5}T " + ", ".join(f"qx{i} = T(0)" for i in iset) + ";\n")
-        s.append(_bwd_contractions(p, I5, xk, gk, hk if dbwd else None, w_only=w_only))
-        s.append(f"{I5}const T sw = {_bwd_weight_grad(p, xk, hk if dbwd else None)};\n")
+        s.append(_bwd_contractions(p, I5, xk, gk, hk if dbwd else None, w_only=w_only, scaled=scaled))
+        s.append(f"{I5}sw{p.w_off} = {_bwd_weight_grad(p, xk, hk if dbwd else None, f'sw{p.w_off}')};\n")
         if w_only:
-            s.append(f"{I5}sw{p.w_off} += sw;\n{I4}}}\n")
+            s.append(f"{I4}}}\n")
             continue
-        for j in js:
-            v = slot[p.in2_off + j]
-            if dbwd:
-                s.append(f"{I5}gy[{v}] += py{j};\n")
-            else:
+        if not dbwd and not scaled:
+            for j in js:
+                v = slot[p.in2_off + j]
                 s.append(f"{I5}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
         for i in iset:
             if dbwd:
                 s.append(f"{I5}{gxk}_{i} = fma(wp, px{i}, fma(vp, qx{i}, {gxk}_{i}));\n")
             else:
                 s.append(f"{I5}{gxk}_{i} = fma(wp, px{i}, {gxk}_{i});\n")
-        s.append(f"{I5}sw{p.w_off} += sw;\n")
         s.append(f"{I4}}}\n")
     deferred = {p.w_key for p in rows.deferred} if rows is not None and not w_only else set()
     for wk in w_keys:

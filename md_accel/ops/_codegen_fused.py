@@ -410,7 +410,7 @@ def _bwd_group(gi: int, g: _Group, first: dict, tables: List[str], tag: str, hid
             s.append(f"{I9}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
         for i in iset:
             s.append(f"{I9}gx{p.in1_key[0]}_{i} = fma(wp, px{i}, gx{p.in1_key[0]}_{i});\n")
-        s.append(f"{I9}sw[{g.col(p)}] += {_bwd_weight_grad(p, xk)};\n")
+        s.append(f"{I9}sw[{g.col(p)}] = {_bwd_weight_grad(p, xk, acc=f'sw[{g.col(p)}]')};\n")
         s.append(f"{I8}}}\n")
     s.append(f"{I8}if (a.gw != nullptr) {{\n")
     for pl, (w_off, _, stride) in enumerate(g.wkeys):
