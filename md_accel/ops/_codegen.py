@@ -839,21 +839,21 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
             if dbwd:
                 s.append(f"{I5}const T vp{cs} = {_w_load(f'vr + {p.w_off} + {ch} * {p.w_stride}', evict)};\n")
         ks = sorted({k for (_, _, _, k) in p.nz})
+        iset = sorted({i for (_, i, _, _) in p.nz})
         for cs, _ in copies:
             xk, hk = _bname('x', p.in1_key) + cs, _bname('h', p.in1_key) + cs
             acc = _bname('acc', p.out_key) + cs
             if dbwd:
                 # wp TP(ggx, y) + wp TP(x, ggy) + vp TP(x, y) = sum cg (y_j a_i + z_j b_i), a = wp ggx + vp x, b = wp x:
                 # three operations per non-zero (five with the three products apart)
-                for i in sorted({i for (_, i, _, _) in p.nz}):
+                for i in iset:
                     s.append(f"{I5}const T a{cs}_{i} = {_dbwd_a(f'wp{cs}', f'vp{cs}', hk, xk, i)}, "
                              f"b{cs}_{i} = wp{cs} * {xk}_{i};\n")
             # more output than x components: x times the weight first, the messages then straight into the
             # accumulators (GEN 47: one multiply per i instead of one per k)
-            scaled = not dbwd and len(ks) > len({i for (_, i, _, _) in p.nz})
+            scaled = not dbwd and len(ks) > len(iset)
             if scaled:
-                s.append(f"{I5}const T " + ", ".join(f"b{cs}_{i} = wp{cs} * {xk}_{i}"
-                                                     for i in sorted({i for (_, i, _, _) in p.nz})) + ";\n")
+                s.append(f"{I5}const T " + ", ".join(f"b{cs}_{i} = wp{cs} * {xk}_{i}" for i in iset) + ";\n")
             for k in ks:
                 if scaled:
                     s.append(f"{I5}{acc}_{k} = {_fwd_component(p, k, f'b{cs}', acc=f'{acc}_{k}')};\n")
@@ -1230,7 +1230,6 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         scaled = not dbwd and not w_only and len(js) > len(iset)
         if scaled:
             s.append(f"{I5}const T " + ", ".join(f"a{i} = wp * {xk}_{i}" for i in iset) + ";\n")
-        if scaled:
             s.append(f"{I5}T " + ", ".join(f"&py{j} = gy[{slot[p.in2_off + j]}]" for j in js) + ";\n")
         elif not w_only:
             s.append(f"{I5}T " + ", ".join(f"py{j} = T(0)" for j in js) + ";\n")
@@ -1248,13 +1247,9 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         if w_only:
             s.append(f"{I4}}}\n")
             continue
-        if dbwd:
-            for j in js:
-                s.append(f"{I5}gy[{slot[p.in2_off + j]}] += py{j};\n")
-        elif not scaled:
-            for j in js:
-                v = slot[p.in2_off + j]
-                s.append(f"{I5}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
+        for j in js if not scaled else ():
+            v = slot[p.in2_off + j]
+            s.append(f"{I5}gy[{v}] += py{j};\n" if dbwd else f"{I5}gy[{v}] = fma(wp, py{j}, gy[{v}]);\n")
         for i in iset:
             if dbwd:
                 s.append(f"{I5}{gxk}_{i} = fma(wp, px{i}, fma(vp, qx{i}, {gxk}_{i}));\n")
