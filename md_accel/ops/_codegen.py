@@ -543,7 +543,8 @@ def _bwd_contractions(p: _Path, I: str, xk: str, gk: str, hk: Optional[str] = No
     what the weight gradient needs. ``scaled`` (the backward): py_j with a_i = wp x_i instead of x_i. The
     backward sums the non-zeros of one (i, j) pair over k first (m_ij = sum_k cg g_k, GEN 47): each pair then costs
     two fmas, not each non-zero. The double backward keeps one product per non-zero (GEN 48: with the pairs and its
-    grad_y terms chained into the edge's sums, GEN 47's, it took 1.4 % longer on the H100, session 73)."""
+    grad_y terms chained into the edge's sums, GEN 47's, it took 1.4-1.6 % longer on the H100; with the pairs alone
+    it tied, sessions 73-74)."""
     out = []
     for terms in _grouped(p.nz, (lambda t: t) if hk is not None else (lambda t: (t[1], t[2]))):
         _, i, j, _ = terms[0]
