@@ -1,20 +1,24 @@
 // Session 75: what the per-sender grad_x sums could cost other than as rows. A stand-alone microbenchmark (nvcc -O3
 // -arch=sm_90 -std=c++17 gx_accum.cu -o gx_accum; ./gx_accum), not part of md_accel. Run on the H100: call 3 (none,
-// rows, f64at, fx3), call 4 (+ fx1); fx2c and fx3c were written after call 4 and have not run on a GPU.
+// rows, f64at, fx3), call 4 (+ fx1); fx2c, fx3c, fx1x3 and the streamed runs were written after call 4, not yet run.
 // On mace_mp0_medium's graph shape (random symmetric, 4,000 nodes, 312,000 edges sorted by receiver, each edge's
 // sender random) each edge contributes a row of C = 512 float64 values to its sender's grad_x, and the timed variants
 // sum them:
 //   rows   each edge's row written (E x C, as md_accel's per-edge kernels do), then summed per sender in a fixed
 //          order through the sender CSR (md_accel's gx_sum_kernel): deterministic;
 //   f64at  atomicAdd of each value into N x C float64 (cuEquivariance's way): not deterministic;
-//   fx3    the value as a 128-bit fixed-point number (64 fractional bits) in three signed 42-bit limbs, each added by
-//          red.add.s64 into N x C x 3 int64 accumulators (integer sums: the same bits in any order), then one pass
-//          that carries the limbs and rounds each sum to float64: deterministic (here the values stay under 2^20, so
-//          the top limb is never added: two reds per value);
-//   fx1    one red.add.s64 per value at a scale known beforehand (2^-44 resolution, enough for these values' bound,
-//          not for float64 in general): what a deterministic integer sum costs at best;
-//   fx2c, fx3c  two / three 42-bit limbs below 2^41 (resolution 2^-64 / 2^-106) split by floors and exact
-//          subtractions, each value's limbs adjacent: deterministic at a fixed scale.
+//   fx3    the value as a 128-bit fixed-point number (64 fractional bits) in three signed 42-bit limbs, each added
+//          by red.global.add.u64 into N x C x 3 int64 accumulators (integer sums: the same bits in any order), then
+//          one pass that carries the limbs and rounds each sum to float64: deterministic (here the values stay
+//          under 2^20, so the top limb is never added: two reds per value);
+//   fx1    one red.global.add.u64 per value at a scale known beforehand (2^-44 resolution, enough for these values'
+//          bound, not for float64 in general): what a deterministic integer sum costs at best;
+//   fx2c, fx3c  two / three 42-bit limbs below 2^41 (resolution 2^-64 / 2^-106) split by truncations and exact
+//          subtractions, each value's limbs adjacent: deterministic at a fixed scale;
+//   fx1x3  fx1's int64 reduced three times, into three 16 MB planes: the reductions' cost at fx3c's footprint
+//          without its conversion.
+// "+ stream": each edge's warp also reads a weight row of 1,280 float64 and writes one (3.2 GB each way over the
+// graph, as md_accel's backward part 1 does), so that the accumulators compete for L2 with streaming traffic.
 // The contributions are a function of (edge, column) computed in registers, so every variant does the same
 // arithmetic before its sum; a kernel doing only that arithmetic (none) is the baseline. Each variant's sums are
 // compared with a float64 sum on the host in sender order.
@@ -27,6 +31,8 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #define CHECK(x)                                                                        \
@@ -74,18 +80,65 @@ __host__ __device__ inline double from_limbs(long long a0, long long a1, long lo
   return ldexp((double)s, -FRAC);
 }
 
-__global__ void k_none(int E, const int* src, double* sink) {
-  const int e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (e >= E) return;
-  double s = 0;
-  for (int k = 0; k < PER_LANE; ++k) s += contribution(e, lane + 32 * k);
-  if (s == 12345.678) sink[src[e]] = s;  // never true: keeps the arithmetic
+__device__ inline void red_s64(long long* p, long long v) {
+  asm volatile("red.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-__global__ void k_rows(int E, double* rows) {
+enum Mode { NONE, ROWS, F64AT, FX3, FX1, FX1X3, FX2C, FX3C };
+constexpr int W_COLS = 1280;  // a weight row (mace_mp0_medium: 10 paths x 128 channels)
+constexpr int FRAC1 = 44;     // fx1's scale: the contributions' known bound keeps |sum| < 2^18
+
+// One warp per edge: the edge's C values summed into its sender's row by mode M (the accumulator layouts: fx3 and
+// fx1x3 limb-major planes acc[(j * N + n) * C + c], fx2c / fx3c each value's limbs adjacent acc[(n * C + c) * L + j]);
+// STREAM: the edge's weight row read and a gradient row written as well.
+template <int M, bool STREAM>
+__global__ void k_edge(int E, int N, const int* src, double* rows, double* gx, long long* acc, const double* w,
+                       double* gw, double* sink) {
   const int e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
   if (e >= E) return;
-  for (int k = 0; k < PER_LANE; ++k) __stcs(&rows[size_t(e) * C + lane + 32 * k], contribution(e, lane + 32 * k));
+  if (STREAM) {
+    const double* wr = w + size_t(e) * W_COLS;
+    double* gr = gw + size_t(e) * W_COLS;
+    for (int k = lane; k < W_COLS; k += 32) __stcs(&gr[k], 2.0 * __ldcs(&wr[k]));
+  }
+  const int n = src[e];
+  const size_t plane = size_t(N) * C;
+  double s = 0;
+  for (int k = 0; k < PER_LANE; ++k) {
+    const int col = lane + 32 * k;
+    const double v = contribution(e, col);
+    const size_t i = size_t(n) * C + col;
+    if (M == NONE) s += v;
+    if (M == ROWS) __stcs(&rows[size_t(e) * C + col], v);
+    if (M == F64AT) atomicAdd(&gx[i], v);
+    if (M == FX3) {
+      long long l[3];
+      to_limbs(v, l);
+      if (l[0]) red_s64(&acc[i], l[0]);
+      if (l[1]) red_s64(&acc[plane + i], l[1]);
+      if (l[2]) red_s64(&acc[2 * plane + i], l[2]);
+    }
+    if (M == FX1 || M == FX1X3) {
+      const long long q = __double2ll_rn(ldexp(v, FRAC1));
+      red_s64(&acc[i], q);
+      if (M == FX1X3) { red_s64(&acc[plane + i], q); red_s64(&acc[2 * plane + i], q); }
+    }
+    if (M == FX2C || M == FX3C) {
+      constexpr int L = M == FX2C ? 2 : 3;
+      const double top = trunc(v * 0x1.0p22);                   // |v| < 2^41
+      const double r1 = fma(-top, 0x1.0p-22, v);                // v's bits below 2^-22: exact, v's sign
+      long long* p = acc + i * L;
+      red_s64(p, (long long)top);
+      if (L == 2) {
+        red_s64(p + 1, __double2ll_rn(r1 * 0x1.0p64));
+      } else {
+        const double mid = trunc(r1 * 0x1.0p64);
+        red_s64(p + 1, (long long)mid);
+        red_s64(p + 2, __double2ll_rn(fma(-mid, 0x1.0p-64, r1) * 0x1.0p106));
+      }
+    }
+  }
+  if (M == NONE && s == 12345.678) sink[n] = s;  // never true: keeps the arithmetic
 }
 
 __global__ void k_row_sum(int N, const int* src_ptr, const int* src_perm, const double* rows, double* gx) {
@@ -99,91 +152,30 @@ __global__ void k_row_sum(int N, const int* src_ptr, const int* src_perm, const 
   for (int k = 0; k < PER_LANE; ++k) gx[size_t(n) * C + lane + 32 * k] = acc[k];
 }
 
-__global__ void k_f64_atomic(int E, const int* src, double* gx) {
-  const int e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (e >= E) return;
-  double* g = gx + size_t(src[e]) * C;
-  for (int k = 0; k < PER_LANE; ++k) atomicAdd(&g[lane + 32 * k], contribution(e, lane + 32 * k));
-}
-
-__device__ inline void red_s64(long long* p, long long v) {
-  asm volatile("red.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-// limb-major accumulators: limb j of (n, c) at acc[(j * N + n) * C + c], so that a warp's 32 reds of one limb are
-// one contiguous 256-byte line
-__global__ void k_fixed3(int E, int N, const int* src, long long* acc) {
-  const int e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (e >= E) return;
-  const size_t row = size_t(src[e]) * C, plane = size_t(N) * C;
-  for (int k = 0; k < PER_LANE; ++k) {
-    long long l[3];
-    to_limbs(contribution(e, lane + 32 * k), l);
-    const size_t i = row + lane + 32 * k;
-    if (l[0]) red_s64(&acc[i], l[0]);
-    if (l[1]) red_s64(&acc[plane + i], l[1]);
-    if (l[2]) red_s64(&acc[2 * plane + i], l[2]);
-  }
-}
-
-// fx1: one limb, a scale known beforehand (2^FRAC1: here from the contributions' known bound, |sum| < 2^18)
-constexpr int FRAC1 = 44;
-__global__ void k_fixed1(int E, const int* src, long long* acc) {
-  const int e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (e >= E) return;
-  long long* a = acc + size_t(src[e]) * C;
-  for (int k = 0; k < PER_LANE; ++k)
-    red_s64(&a[lane + 32 * k], __double2ll_rn(ldexp(contribution(e, lane + 32 * k), FRAC1)));
-}
-
-__global__ void k_fixed1_final(int N, const long long* acc, double* gx) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < size_t(N) * C) gx[i] = ldexp((double)acc[i], -FRAC1);
-}
-
-// fxLc: L limbs of 42 bits below 2^41 (L = 2: resolution 2^-64; L = 3: 2^-106), split by floors and exact
-// subtractions (no frexp, no 128-bit shifts), the limbs of one value adjacent (acc[i * L + j])
-template <int L>
-__global__ void k_fixed_cheap(int E, const int* src, long long* acc) {
-  const int e = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-  if (e >= E) return;
-  long long* a = acc + size_t(src[e]) * C * L;
-  for (int k = 0; k < PER_LANE; ++k) {
-    const double v = contribution(e, lane + 32 * k);
-    const double top = floor(v * 0x1.0p22);                   // |v| < 2^41
-    const double r1 = fma(-top, 0x1.0p-22, v);                // exact, in [0, 2^-22)
-    long long* p = a + size_t(lane + 32 * k) * L;
-    red_s64(p, (long long)top);
-    if (L == 2) {
-      red_s64(p + 1, __double2ll_rn(r1 * 0x1.0p64));
-    } else {
-      const double mid = floor(r1 * 0x1.0p64);
-      red_s64(p + 1, (long long)mid);
-      red_s64(p + 2, __double2ll_rn(fma(-mid, 0x1.0p-64, r1) * 0x1.0p106));
-    }
-  }
-}
-
-template <int L>
-__global__ void k_fixed_cheap_final(int N, const long long* acc, double* gx) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= size_t(N) * C) return;
-  const long long* p = acc + i * L;
-  long long t = p[0], m = p[1], c;
-  double low = 0;
-  if (L == 3) {
-    long long l = p[2];
-    c = l >> LIMB; l -= c << LIMB; m += c;
-    low = double(l) * 0x1.0p-106;
-  }
-  c = m >> LIMB; m -= c << LIMB; t += c;
-  gx[i] = double(t) * 0x1.0p-22 + (double(m) * 0x1.0p-64 + low);
-}
-
-__global__ void k_fixed3_final(int N, const long long* acc, double* gx) {
+// The sums from the accumulators, one thread per (node, column).
+template <int M>
+__global__ void k_final(int N, const long long* acc, double* gx) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x, plane = size_t(N) * C;
   if (i >= plane) return;
-  gx[i] = from_limbs(acc[i], acc[plane + i], acc[2 * plane + i]);
+  if (M == FX3) gx[i] = from_limbs(acc[i], acc[plane + i], acc[2 * plane + i]);
+  if (M == FX1 || M == FX1X3) gx[i] = ldexp((double)acc[i], -FRAC1);
+  if (M == FX2C || M == FX3C) {
+    // carried so that the lower limbs lie in [0, 2^42), then as sign and magnitude: no cancellation in the rounding
+    constexpr int L = M == FX2C ? 2 : 3;
+    constexpr long long B = 1ll << LIMB;
+    const long long* p = acc + i * L;
+    long long t = p[0], m = p[1], l = L == 3 ? p[2] : 0, c;
+    c = l >> LIMB; l -= c << LIMB; m += c;
+    c = m >> LIMB; m -= c << LIMB; t += c;
+    const bool neg = t < 0;
+    if (neg) {  // -(t B^2 + m B + l) = (-t - 1) B^2 + (B - 1 - m) B + (B - l), carried
+      t = -t - 1; m = B - 1 - m; l = B - l;
+      if (l == B) { l = 0; m += 1; }
+      if (m == B) { m = 0; t += 1; }
+    }
+    const double r = double(t) * 0x1.0p-22 + (double(m) * 0x1.0p-64 + double(l) * 0x1.0p-106);
+    gx[i] = neg ? -r : r;
+  }
 }
 
 int main() {
@@ -264,50 +256,54 @@ int main() {
     return got;
   };
 
-  timed("none (the contributions alone)", [&] { k_none<<<eblocks, threads>>>(E, d_src, d_sink); });
-  timed("rows: write E x C", [&] { k_rows<<<eblocks, threads>>>(E, d_rows); });
-  timed("rows: per-sender sum", [&] { k_row_sum<<<nblocks, threads>>>(N, d_ptr, d_perm, d_rows, d_gx); });
-  timed("rows: both", [&] {
-    k_rows<<<eblocks, threads>>>(E, d_rows);
-    k_row_sum<<<nblocks, threads>>>(N, d_ptr, d_perm, d_rows, d_gx);
+  double *d_w, *d_gw;
+  CHECK(cudaMalloc(&d_w, size_t(E) * W_COLS * sizeof(double)));
+  CHECK(cudaMalloc(&d_gw, size_t(E) * W_COLS * sizeof(double)));
+  CHECK(cudaMemset(d_w, 0, size_t(E) * W_COLS * sizeof(double)));
+  const size_t acc_bytes = 3 * size_t(N) * C * sizeof(long long);
+
+  // one variant: its accumulator zeroed (where it has one), the per-edge kernel, then the per-sender sum or final pass
+  auto variant = [&](auto mode, auto stream) {
+    constexpr int M = decltype(mode)::value;
+    constexpr bool S = decltype(stream)::value;
+    return [&, M, S] {
+      if (M == F64AT) CHECK(cudaMemsetAsync(d_gx, 0, size_t(N) * C * sizeof(double)));
+      if (M >= FX3) CHECK(cudaMemsetAsync(d_acc, 0, acc_bytes));
+      k_edge<M, S><<<eblocks, threads>>>(E, N, d_src, d_rows, d_gx, d_acc, d_w, d_gw, d_sink);
+      if (M == ROWS) k_row_sum<<<nblocks, threads>>>(N, d_ptr, d_perm, d_rows, d_gx);
+      if (M >= FX3) k_final<M><<<fblocks, threads>>>(N, d_acc, d_gx);
+    };
+  };
+  using std::integral_constant;
+  const char* names[] = {"none (the values alone)", "rows: written, then summed per sender", "f64at: atomicAdd",
+                         "fx3: frexp limbs in planes", "fx1: one limb (2^-44)", "fx1x3: one limb, three planes",
+                         "fx2c: two limbs (2^-64)", "fx3c: three limbs (2^-106)"};
+  auto both = [&](auto mode) {
+    constexpr int M = decltype(mode)::value;
+    timed(names[M], variant(mode, integral_constant<bool, false>{}));
+    if (M != NONE) check(names[M]);
+    timed((std::string(names[M]) + " + stream").c_str(), variant(mode, integral_constant<bool, true>{}));
+  };
+  both(integral_constant<int, NONE>{});
+  timed("rows: written only", [&] {
+    k_edge<ROWS, false><<<eblocks, threads>>>(E, N, d_src, d_rows, d_gx, d_acc, d_w, d_gw, d_sink);
   });
-  const std::vector<double> rows_out = check("rows");
-  timed("f64at: zero + atomicAdd", [&] {
-    CHECK(cudaMemsetAsync(d_gx, 0, size_t(N) * C * sizeof(double)));
-    k_f64_atomic<<<eblocks, threads>>>(E, d_src, d_gx);
-  });
-  check("f64at");
-  timed("fx3: zero + 3-limb red + final", [&] {
-    CHECK(cudaMemsetAsync(d_acc, 0, 3 * size_t(N) * C * sizeof(long long)));
-    k_fixed3<<<eblocks, threads>>>(E, N, d_src, d_acc);
-    k_fixed3_final<<<fblocks, threads>>>(N, d_acc, d_gx);
-  });
-  const std::vector<double> fx_a = check("fx3");
-  timed("fx1: zero + 1-limb red + final", [&] {
-    CHECK(cudaMemsetAsync(d_acc, 0, size_t(N) * C * sizeof(long long)));
-    k_fixed1<<<eblocks, threads>>>(E, d_src, d_acc);
-    k_fixed1_final<<<fblocks, threads>>>(N, d_acc, d_gx);
-  });
-  check("fx1 (resolution 2^-44)");
-  timed("fx2c: zero + 2 reds + final", [&] {
-    CHECK(cudaMemsetAsync(d_acc, 0, 2 * size_t(N) * C * sizeof(long long)));
-    k_fixed_cheap<2><<<eblocks, threads>>>(E, d_src, d_acc);
-    k_fixed_cheap_final<2><<<fblocks, threads>>>(N, d_acc, d_gx);
-  });
-  check("fx2c (resolution 2^-64)");
-  timed("fx3c: zero + 3 reds + final", [&] {
-    CHECK(cudaMemsetAsync(d_acc, 0, 3 * size_t(N) * C * sizeof(long long)));
-    k_fixed_cheap<3><<<eblocks, threads>>>(E, d_src, d_acc);
-    k_fixed_cheap_final<3><<<fblocks, threads>>>(N, d_acc, d_gx);
-  });
-  check("fx3c (resolution 2^-106)");
-  CHECK(cudaMemset(d_acc, 0, 3 * size_t(N) * C * sizeof(long long)));
-  k_fixed3<<<eblocks, threads>>>(E, N, d_src, d_acc);
-  k_fixed3_final<<<fblocks, threads>>>(N, d_acc, d_gx);
-  std::vector<double> fx_b(size_t(N) * C);
-  CHECK(cudaMemcpy(fx_b.data(), d_gx, fx_b.size() * sizeof(double), cudaMemcpyDeviceToHost));
-  std::printf("fx3 bit-identical over two runs: %s\n",
-              std::equal(fx_a.begin(), fx_a.end(), fx_b.begin(),
-                         [](double a, double b) { return std::memcmp(&a, &b, 8) == 0; }) ? "yes" : "NO");
+  timed("rows: summed only", [&] { k_row_sum<<<nblocks, threads>>>(N, d_ptr, d_perm, d_rows, d_gx); });
+  both(integral_constant<int, ROWS>{});
+  both(integral_constant<int, F64AT>{});
+  both(integral_constant<int, FX3>{});
+  both(integral_constant<int, FX1>{});
+  both(integral_constant<int, FX1X3>{});
+  both(integral_constant<int, FX2C>{});
+  both(integral_constant<int, FX3C>{});
+  // determinism: fx3c twice, bit for bit
+  std::vector<double> first(size_t(N) * C), second(size_t(N) * C);
+  auto fx3c = variant(integral_constant<int, FX3C>{}, integral_constant<bool, false>{});
+  fx3c();
+  CHECK(cudaMemcpy(first.data(), d_gx, first.size() * sizeof(double), cudaMemcpyDeviceToHost));
+  fx3c();
+  CHECK(cudaMemcpy(second.data(), d_gx, second.size() * sizeof(double), cudaMemcpyDeviceToHost));
+  std::printf("fx3c bit-identical over two runs: %s\n",
+              std::memcmp(first.data(), second.data(), first.size() * sizeof(double)) == 0 ? "yes" : "NO");
   return 0;
 }
