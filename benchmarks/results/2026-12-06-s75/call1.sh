@@ -15,7 +15,7 @@ if [[ ! -f .gpu/gpu_lib.tar.xz ]]; then
 fi
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 SMI_LOG=200 TREE_GEN=gen48 WHEELS=.peers/k/wheels
 source tools/gpu_call_env.sh > /dev/null 2>&1 || exit 3
-source "$(dirname "$0")/ab_run.sh"
+source "$(dirname "$0")/../2026-12-06-s74/ab_run.sh"
 for round in 1 2; do
   for v in gen48 b1; do
     left=$((330 - SECONDS)); ((left < 30)) && { echo "skipped $v.$round: ${left}s left"; continue; }
