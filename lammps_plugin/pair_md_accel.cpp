@@ -56,6 +56,7 @@
 #include "atom.h"
 #include "comm.h"
 #include "error.h"
+#include "exceptions.h"
 #include "force.h"
 #include "json.h"
 #include "memory.h"
@@ -494,6 +495,8 @@ void PairMDAccel::compute(int eflag, int vflag)
     if (comm_mode != COMM_LAYER) timer.lap("model");
     sums = md_accel_lammps::sum_per_node(edges, vflag_either ? edge_vectors_f64(edges.vec) : torch::Tensor(),
                                          vflag_global, vflag_atom);
+  } catch (const LAMMPSException &) {
+    throw;    // error->all/one raised inside: reported already, collective or not as it was meant
   } catch (const std::exception &e) {
     error->one(FLERR, "pair_style md_accel: model evaluation failed: {}", e.what());
   }
@@ -769,6 +772,8 @@ void PairMDAccel::compute_images(torch::Tensor &node_e, EdgeGradients &edges)
     }
   } catch (const c10::OutOfMemoryError &) {
     graphed.reset();
+    throw;
+  } catch (const LAMMPSException &) {
     throw;
   } catch (const std::exception &e) {
     // an op that waits for the host or cannot be captured: the step runs uncaptured from now on

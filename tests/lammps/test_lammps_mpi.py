@@ -75,12 +75,16 @@ def test_comm_modes_match_reference(run_lmp, tmp_path, nprocs):
 
 def test_exchange_device_needs_cuda(run_lmp, tmp_path):
     """exchange device asked for where the rows cannot stay on GPUs (the model on the CPU): an error
-    that says why, on every rank (tests/lammps/test_lammps_cuda.py runs it on a GPU)."""
+    that says why, on every rank (tests/lammps/test_lammps_cuda.py runs it on a GPU). It is LAMMPS'
+    collective error, reported once by rank 0, not re-raised per rank as a failed evaluation (an
+    MPI_Abort that could end the job before rank 0's message was written)."""
     atoms, types = cu_ni(False, seed=5)
     data = write_data(tmp_path / "data.lmp", atoms, types)
     case = Case("cpu", data, toy(tmp_path), SYMBOLS, "device cpu comm layer exchange device")
-    with pytest.raises(AssertionError, match="exchange device: (the model is not on CUDA|this plugin was built against)"):
+    with pytest.raises(AssertionError, match="exchange device: (the model is not on CUDA|this plugin was built against)") as err:
         run_cases(run_lmp, tmp_path, [case], 2)
+    log = str(err.value)
+    assert log.count("ERROR") == 1 and "MPI_Abort" not in log, log
 
 
 def test_float32_rows(run_lmp, tmp_path):
