@@ -69,7 +69,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from . import _codegen_mma
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 48  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 49  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -1266,13 +1266,18 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I3}}}\n{I2}}}\n{I1}}}\n{I}}}\n")
         return "".join(s), tables
     # grad_x: the edge's row of work (summed per sender later), with d.rows_in_gw the same row in free columns
-    # of grad_w (rows), or with d.atomic_gx straight into the sender's row of grad_x (work = grad_x then,
-    # zeroed by the host)
+    # of grad_w (rows), with d.atomic_gx straight into the sender's row of grad_x (work = grad_x then,
+    # zeroed by the host), or with d.fixed_gx into the sender's fixed-point sums (work = their workspace)
     s.append(f"{I4}if (d.atomic_gx) {{\n")
     for key in in1_keys:
         for i in range(key[2]):
             s.append(f"{I4}  atomicAdd(work + sidx * d.in1 + {key[0]} + u * {key[2]} + {i}, "
                      f"{_bname('gx', key)}_{i});\n")
+    s.append(f"{I4}}} else if (d.fixed_gx) {{\n")
+    for key in in1_keys:
+        for i in range(key[2]):
+            s.append(f"{I4}  fixed_gx_add<T>(work, num_parts, d.split, d.in1, sidx, "
+                     f"{key[0]} + u * {key[2]} + {i}, {_bname('gx', key)}_{i});\n")
     ops = {key: "=" if first.setdefault(("in1", key), gi) == gi else "+=" for key in in1_keys}
     if rows is not None:
         s.append(f"{I4}}} else if (d.rows_in_gw) {{\n")
@@ -1289,7 +1294,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     if gi == 0:
         rows_cond = " && !d.rows_in_gw" if rows is not None else ""
         s.append(_zero_uncovered(_w_elements(live), "u", "d.w", M, "gw[e * d.w + q] = T(0);", I3))
-        s.append(f"{I3}if (!d.atomic_gx{rows_cond}) {{\n")
+        s.append(f"{I3}if (!d.atomic_gx && !d.fixed_gx{rows_cond}) {{\n")
         s.append(_zero_uncovered(_in1_elements(live), "u", "d.in1", M, "work[e * d.in1 + q] = T(0);", I3 + "  "))
         s.append(f"{I3}}}\n")
     s.append(f"{I2}}}\n")
@@ -1534,6 +1539,7 @@ _PRELUDE = r"""
 #include <cstdint>
 #include <type_traits>
 #include "tp_spec_abi.h"
+#include "fixed_gx.cuh"
 {includes}
 namespace md_accel {{
 namespace {{
@@ -1882,11 +1888,16 @@ int bwd_per_sm(int f64) {
   return f64 ? r64 : r32;
 }
 
-// After a per-edge kernel that wrote the workspace rows (or, with d.atomic_gx, added into grad_x): the per-sender sum.
+// After a per-edge kernel that wrote the workspace rows (or, with d.atomic_gx, added into grad_x; with d.fixed_gx
+// into the fixed-point sums): the per-sender sum.
 template <typename T>
-const char* sum_work_rows(const T* work, const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {
+const char* sum_work_rows(T* work, const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {
   if (const char* err = last_error()) return err;
   if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
+  if (d.fixed_gx) {
+    fixed_gx_carry_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.num_nodes, d.in1, t.gx);
+    return last_error();
+  }
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
 }

@@ -85,7 +85,7 @@ class Graph(ctypes.Structure):
 
 class Dims(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in ("in1", "in2", "w", "out", "accumulate", "split", "atomic_gx",
-                                            "rows_in_gw")]
+                                            "rows_in_gw", "fixed_gx")]
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -173,6 +173,11 @@ _SPEC_BWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.PO
                              ctypes.c_void_p, ctypes.c_void_p)
 
 
+def fixed_gx_workspace(num_nodes: int, in1: int) -> torch.Tensor:
+    """TPDims::fixed_gx's workspace as tp_conv_cuda.cpp allocates it (csrc/fixed_gx.cuh, fixed_gx_words), zeroed."""
+    return torch.zeros(num_nodes * in1 * 7 + num_nodes, dtype=torch.int64)
+
+
 class SpecLibrary:
     """A host-built plan-specialised tp_conv library (md_accel/ops/_codegen.py, csrc/tp_spec_abi.h).
     Graphs are given as the five int64 CPU tensors of ``TPGraph`` (any views: chunk graphs too),
@@ -206,23 +211,24 @@ class SpecLibrary:
         assert err is None, err
 
     def dbwd(self, ggx, ggy, ggw, grad_out, x, y, w, graph, g_out, gx, gy, gw, work, split=1, atomic_gx=False,
-             rows_in_gw=False):
+             rows_in_gw=False, fixed_gx=False):
         """The double backward (tp_conv_dbwd_launch): g_grad_out into g_out, then grad_x, grad_y, grad_w;
         split: TPDims::split (blocks per receiver of the per-edge kernel); atomic_gx: TPDims::atomic_gx
         (work is then gx, zeroed by the caller, as tp_conv_cuda.cpp passes it); rows_in_gw: TPDims::rows_in_gw
-        (work unused: may be None)."""
+        (work unused: may be None); fixed_gx: TPDims::fixed_gx (work: fixed_gx_workspace's)."""
         t = Tensors(_ptr(x), _ptr(y), _ptr(w), _ptr(grad_out), _ptr(ggx), _ptr(ggy), _ptr(ggw), _ptr(g_out), _ptr(gx),
                     _ptr(gy), _ptr(gw))
-        d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], 0, split, int(atomic_gx), int(rows_in_gw))
+        d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], 0, split, int(atomic_gx), int(rows_in_gw),
+                 int(fixed_gx))
         err = self._fn("dbwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), ctypes.byref(d),
                                                     _ptr(work), None)
         assert err is None, err
 
     def bwd(self, grad_out, x, y, w, graph, gx, gy, gw, work, accumulate=False, split=1, atomic_gx=False,
-            rows_in_gw=False):
+            rows_in_gw=False, fixed_gx=False):
         t = Tensors(_ptr(x), _ptr(y), _ptr(w), _ptr(grad_out), None, None, None, None, _ptr(gx), _ptr(gy), _ptr(gw))
         d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], int(accumulate), split, int(atomic_gx),
-                 int(rows_in_gw))
+                 int(rows_in_gw), int(fixed_gx))
         err = self._fn("bwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), ctypes.byref(d),
                                                    _ptr(work), None)
         assert err is None, err

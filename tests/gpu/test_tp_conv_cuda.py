@@ -363,6 +363,61 @@ def test_atomic_grad_x(name, dtype, specs, monkeypatch):
             assert torch.equal(a, b), (op, k)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", ["sevennet0_like", "mace_mp_medium"])
+def test_fixed_point_grad_x(name, dtype, specs, monkeypatch):
+    """set_fixed_gx(True): the deterministic backward and double backward sum grad_x per sender in fixed point
+    (csrc/fixed_gx.cuh: no per-edge rows, no allocation of their size): the references' results, bitwise the same
+    run after run, every other output bitwise the rows mode's."""
+    from md_accel.ops import set_deterministic, set_fixed_gx
+
+    plan, pl, x, n, want, rows, run = second_order_runner(name, dtype, 29)
+    monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)  # the rows' backward unchunked
+    previous = _cuda.set_specialised(True), set_deterministic(True), set_fixed_gx(False)
+    try:
+        assert OPS._tp_conv_specialised_for(x, *pl)
+        with_rows = {op: run(op) for op in ("bwd", "dbwd")}
+        set_fixed_gx(True)
+        fixed = {op: run(op) for op in ("bwd", "dbwd")}
+        again = {op: run(op)[0] for op in ("bwd", "dbwd")}
+    finally:
+        _cuda.set_specialised(previous[0])
+        set_deterministic(previous[1])
+        set_fixed_gx(previous[2])
+    for op in ("bwd", "dbwd"):
+        assert fixed[op][1] == 0 and with_rows[op][1] >= 1, (op, fixed[op][1], with_rows[op][1], rows)
+        gx_at = 0 if op == "bwd" else 1
+        for k, (a, b, c, ref) in enumerate(zip(fixed[op][0], with_rows[op][0], again[op], want[op])):
+            assert torch.equal(a, c), (op, k)
+            assert rel_err(a, ref) <= TOL[dtype], (op, k, rel_err(a, ref))
+            assert k == gx_at or torch.equal(a, b), (op, k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_fixed_point_grad_x_beyond_the_window(dtype, specs):
+    """Fixed-point grad_x with terms beyond its window (|term| >= 2^20: grad_out scaled by 2^40 at three receivers,
+    whose senders also send to others): each sender's grad_x row the reference's, to its own scale, run after run."""
+    from md_accel.ops import set_deterministic, set_fixed_gx
+
+    plan, pl, g, n, (x, y, w, gout), _ = hub_problem("mace_mp_medium", dtype, 31)
+    gout = gout.clone()
+    gout[[3, 5, 7]] *= 2.0 ** 40
+    ga = graph_args(g)
+    previous = _cuda.set_specialised(True), set_deterministic(True), set_fixed_gx(True)
+    try:
+        got = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)[0]
+        again = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)[0]
+    finally:
+        _cuda.set_specialised(previous[0])
+        set_deterministic(previous[1])
+        set_fixed_gx(previous[2])
+    want = ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan)[0]
+    assert torch.equal(got, again)
+    assert want.abs().max() > 2.0 ** 30  # terms beyond the window were there
+    for row in range(n):
+        assert rel_err(got[row], want[row]) <= TOL[dtype], (row, rel_err(got[row], want[row]))
+
+
 @pytest.mark.parametrize("split", [None, "3"], ids=["split_auto", "split3"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", [n for n, bwd in MUST_SPECIALISE.items() if bwd])
