@@ -50,17 +50,21 @@ std::atomic<bool> g_deterministic{[] {
 
 bool set_deterministic(bool enabled) { return g_deterministic.exchange(enabled); }
 
+// A switch read from the environment when the library loads: 0 or 1, unset (or anything else, with a warning) the
+// default.
+bool env_switch(const char* name, bool fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return fallback;
+  if (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0) return env[0] == '1';
+  TORCH_WARN("md_accel: ", name, "=", env, " is neither 0 nor 1: ", fallback ? 1 : 0);
+  return fallback;
+}
+
 // How the deterministic specialised backward and double backward sum grad_x per sender: by fixed-point integer
 // reductions into node-sized limbs (TPDims::fixed_gx, fixed_gx.cuh: no per-edge rows, the same bits in any order),
 // where the graph has at most kFixedGxMaxEdges edges; else (and by default) each edge's row, summed in a fixed order.
 // MD_ACCEL_FIXED_GX=1 or md_accel::set_fixed_gx(true) turns it on.
-std::atomic<bool> g_fixed_gx{[] {
-  const char* env = std::getenv("MD_ACCEL_FIXED_GX");
-  if (env == nullptr || std::strcmp(env, "0") == 0) return false;
-  if (std::strcmp(env, "1") == 0) return true;
-  TORCH_WARN("md_accel: MD_ACCEL_FIXED_GX=", env, " is neither 0 nor 1: 0");
-  return false;
-}()};
+std::atomic<bool> g_fixed_gx{env_switch("MD_ACCEL_FIXED_GX", false)};
 
 bool set_fixed_gx(bool enabled) { return g_fixed_gx.exchange(enabled); }
 
@@ -89,13 +93,7 @@ int64_t set_rows_in_grad_w(int64_t mode) {
 // Whether a final double backward writes its grad_w into the gg_w that its caller donated (final_backward.h:
 // DonatedGgW), where the kernels allow it. On by default; MD_ACCEL_DBWD_IN_GG_W=0 or
 // md_accel::set_dbwd_in_gg_w(false) turns it off.
-std::atomic<bool> g_dbwd_in_gg_w{[] {
-  const char* env = std::getenv("MD_ACCEL_DBWD_IN_GG_W");
-  if (env == nullptr || std::strcmp(env, "1") == 0) return true;
-  if (std::strcmp(env, "0") == 0) return false;
-  TORCH_WARN("md_accel: MD_ACCEL_DBWD_IN_GG_W=", env, " is neither 0 nor 1: 1");
-  return true;
-}()};
+std::atomic<bool> g_dbwd_in_gg_w{env_switch("MD_ACCEL_DBWD_IN_GG_W", true)};
 
 bool set_dbwd_in_gg_w(bool enabled) { return g_dbwd_in_gg_w.exchange(enabled); }
 
