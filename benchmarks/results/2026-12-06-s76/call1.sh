@@ -2,8 +2,9 @@
 # Session 76, call 1, a fresh machine. Carry .peers/tab and the packs of make_packs.sh (.gpu/gpu_s76gt.tar.xz,
 # .gpu/gpu_s76mm.tar.xz: GEN 49's kernels for tests/gpu/test_tp_conv_cuda.py and mace_mp0_medium). Results here.
 # 1. the op library built (GEN 49 with TPDims::fixed_gx; returned as gpu_lib.tar.xz);
-# 2. the fixed-point grad_x tests on the GPU, then mace_mp0_medium float64 forward + backward and double backward:
-#    md_accel (rows), md_accel_fixed (set_fixed_gx) and cuEquivariance in one process, with each pass's kernels.
+# 2. mace_mp0_medium float64 double backward and forward + backward: md_accel (rows), md_accel_fixed (set_fixed_gx)
+#    and cuEquivariance in one process, with each pass's kernels (and kernels.py's checks against e3nn);
+# 3. the fixed-point grad_x tests of tests/gpu/test_tp_conv_cuda.py.
 # The call runs under 310 s (the session's device time was nearly spent on refused starts).
 set -u
 cd "$(dirname "$0")/../../.."
@@ -13,17 +14,17 @@ echo "op library: rc=$? (${SECONDS}s)"; tail -n 3 "$OUT/r/build.log"
 (PEERS_SITE=$PWD/.gpu/site source .peers/tab/setup-on-gpu.sh > /dev/null 2>&1)
 export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peers/tab/wheels SMI_LOG=200
 source tools/gpu_call_env.sh > /dev/null || exit 3
-timeout 120 python -m pytest tests/gpu/test_tp_conv_cuda.py -q -rs -p no:cacheprovider -k fixed_point \
-  > "$R/gpu_fixed.log" 2>&1
-echo "fixed-point tests rc=$? (${SECONDS}s)"; tail -n 3 "$R/gpu_fixed.log"
-left=$((295 - SECONDS))
+left=$((230 - SECONDS))
 timeout "$left" python benchmarks/kernels.py --impls md_accel,md_accel_fixed,cueq --dtypes float64 \
-  --workloads mace_mp0_medium --passes fwd_bwd,dbwd --repeats 10 --min-seconds 1.0 --kernel-times \
+  --workloads mace_mp0_medium --passes dbwd,fwd_bwd --repeats 10 --min-seconds 1.0 --kernel-times \
   --budget $((left - 15)) --graph random_sym:4000:312000 --reference-cache "$PWD/.gpu/refcache" --out "$R/mm" \
   > "$R/mm.log" 2>&1
 echo "== rc=$? (${SECONDS}s)"
 smi_stop
 python benchmarks/smi_join.py "$R/mm/kernels.json" "$R/smi.csv" > "$R/mm_smi.txt" 2>&1
 cat "$R/mm_smi.txt"; grep -v "^\[" "$R/mm.log" | cut -c1-150 | tail -n 45
+timeout $((300 - SECONDS)) python -m pytest tests/gpu/test_tp_conv_cuda.py -q -rs -p no:cacheprovider -k fixed_point \
+  > "$R/gpu_fixed.log" 2>&1
+echo "fixed-point tests rc=$? (${SECONDS}s)"; tail -n 3 "$R/gpu_fixed.log"
 find "$R" -name "*.png" -delete
 (cd "$OUT" && tar czf results.tar.gz r)
