@@ -16,7 +16,8 @@ deterministic md_accel with each edge's grad_x row always in a scratch buffer or
 not written into the memory of its incoming gradient (``set_dbwd_in_gg_w(False)``: the rows then go into grad_w
 there). The variants keep their meaning of the sessions before that (session 50): none writes grad_w into gg_w.
 md_accel_fixed is the default with grad_x summed per sender in fixed point (``set_fixed_gx(True)``: no per-edge
-rows; deterministic).
+rows; deterministic); it needs the kernels built with MD_ACCEL_TP_TUNING=fixed_gx=1 (the other kernels of such a
+library are the default's).
 md_accel alone runs the process's settings (the defaults: deterministic; the double-backward pass's double backward
 writes its grad_w into the incoming gg_w, its rows in the scratch; the forward + backward pass's backward keeps its
 rows in grad_w; the double-backward pass's first backward, under create_graph, in the scratch).
@@ -135,6 +136,12 @@ class E3nnImpl(Impl):
             0, self.g.dst, msg)
 
 
+def _codegen_tuning():
+    from md_accel.ops import _codegen
+
+    return _codegen.tuning()
+
+
 class MdAccelImpl(Impl):
     """md_accel's TensorProductConv with the process's settings (``md_accel``) or with those of a variant
     (VARIANTS: grad_x by atomic adds, or deterministic with the per-edge rows in scratch or in grad_w, or summed in
@@ -151,6 +158,8 @@ class MdAccelImpl(Impl):
         self.conv = TensorProductConv(wl.irreps_in1, wl.irreps_in2, wl.irreps_out, wl.instructions).to(
             device=device, dtype=dtype)
         self.g, self.name = g, name
+        if name == "md_accel_fixed" and not _codegen_tuning().fixed_gx:
+            raise RuntimeError("md_accel_fixed needs MD_ACCEL_TP_TUNING=fixed_gx=1 (else its libraries keep the rows)")
 
     def run(self, x, y, w):
         return self.conv(x, y, w, self.g.src, self.g.dst, self.g.num_nodes, graph=self.g.md_graph())

@@ -62,7 +62,8 @@ bool env_switch(const char* name, bool fallback) {
 
 // How the deterministic specialised backward and double backward sum grad_x per sender: by fixed-point integer
 // reductions into node-sized limbs (TPDims::fixed_gx, fixed_gx.cuh: no per-edge rows, the same bits in any order),
-// where the graph has at most kFixedGxMaxEdges edges; else (and by default) each edge's row, summed in a fixed order.
+// where the graph has at most kFixedGxMaxEdges edges and the plan's library has those kernels (TPSpec::fixed_gx,
+// generated with MD_ACCEL_TP_TUNING=fixed_gx=1); else (and by default) each edge's row, summed in a fixed order.
 // MD_ACCEL_FIXED_GX=1 or md_accel::set_fixed_gx(true) turns it on.
 std::atomic<bool> g_fixed_gx{env_switch("MD_ACCEL_FIXED_GX", false)};
 
@@ -419,7 +420,8 @@ Tensor tp_conv_fwd_cuda(const Tensor& x_, const Tensor& y_, const Tensor& w_, co
 
 // Whether a deterministic specialised launch sums grad_x in fixed point (g_fixed_gx).
 bool fixed_gx_applies(const Prepared& p, bool spec) {
-  return spec && !p.dims.atomic_gx && g_fixed_gx.load() && p.graph.num_edges <= kFixedGxMaxEdges;
+  return spec && !p.dims.atomic_gx && g_fixed_gx.load() && p.spec->fixed_gx != 0 &&
+         p.graph.num_edges <= kFixedGxMaxEdges;
 }
 
 // The specialised backward's (and double backward's) grad_x scratch: each edge's contribution, a row per

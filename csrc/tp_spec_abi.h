@@ -54,6 +54,9 @@ struct TPSpec {
   // bits 1 float32, 2 float64. Part 1 then reads each gg_w element in the thread that writes that grad_w
   // element, before writing it.
   int dbwd_in_gg_w;
+  // 1: the backward and double backward take TPDims::fixed_gx (the library was generated with its kernels,
+  // Tuning.fixed_gx); 0: they refuse it.
+  int fixed_gx;
 };
 
 }  // namespace md_accel

@@ -54,16 +54,17 @@ def _library(name: str, make_problem, tune: _codegen.Tuning):
     return _LIB[name, tune]
 
 
-def plan_and_library(tuning="default"):
+def plan_and_library(tuning="default", fixed_gx=False):
     """The test plan's generated library under a TUNINGS entry; "unused_in1": a plan with an in1 block (4x2e)
     that no path reads (the kernels zero its grad_x columns), default tuning; "unused_mid_in1": that block between
-    the two that are read (a gap the kernels zero, not only a tail)."""
+    the two that are read (a gap the kernels zero, not only a tail). fixed_gx: with the fixed-point kernels
+    (Tuning.fixed_gx)."""
     in1 = {"unused_in1": "8x0e+8x1o+4x2e", "unused_mid_in1": "8x0e+4x2e+8x1o"}.get(tuning, "8x0e+8x1o")
     b = 2 if tuning == "unused_mid_in1" else 1  # the 8x1o block
     return _library(in1, lambda: TPProblem.create(
         in1, "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
         [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (b, 1, 2, "uvu", True), (b, 2, 3, "uvu", True),
-         (b, 0, 4, "uvu", True)]), TUNINGS.get(tuning, _codegen.Tuning()))
+         (b, 0, 4, "uvu", True)]), TUNINGS.get(tuning, _codegen.Tuning())._replace(fixed_gx=int(fixed_gx)))
 
 
 def chunk_graph(g, e0: int, e1: int):
@@ -334,10 +335,15 @@ def test_fixed_point_grad_x_matches_reference(dtype, tuning):
     """TPDims::fixed_gx: the backward and the double backward add each edge's grad_x terms into its sender's
     fixed-point limbs and the carry kernel writes grad_x (every row, the columns no path reads zeroed): grad_x
     against the references, the same bits on a second run (the threads' order differs), grad_y and grad_w the
-    scratch rows mode's bits; one block per receiver and three."""
-    plan, lib = plan_and_library(tuning)
+    scratch rows mode's bits; one block per receiver and three. A library generated without them refuses it."""
+    plan, lib = plan_and_library(tuning, fixed_gx=True)
+    plain = plan_and_library(tuning)[1]
+    assert lib.spec.fixed_gx == 1 and plain.spec.fixed_gx == 0
     n, g, inputs, dense = second_order_problem(plan, 17)
     x, y, w, go, ggx, ggy, ggw = inputs
+    with pytest.raises(AssertionError, match="not in this library"):
+        plain.bwd(go, x, y, w, (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr), torch.empty_like(x),
+                  torch.empty_like(y), torch.empty_like(w), emulate.fixed_gx_workspace(n, plan.dim_in1), fixed_gx=True)
     ref_bwd = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
     ref_dbwd = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense, False)[1:]
     for split in (1, 3):
@@ -356,7 +362,7 @@ def test_fixed_point_grad_x_outliers(dtype):
     outside, beside the window's terms of other edges at the same senders) matches the reference; a NaN in
     grad_out at one receiver gives NaN exactly where the reference's grad_x has it and the reference elsewhere;
     both on a second run bit for bit."""
-    plan, lib = plan_and_library("default")
+    plan, lib = plan_and_library("default", fixed_gx=True)
     n, g, inputs, dense = second_order_problem(plan, 19)
     x, y, w, go, ggx, ggy, ggw = inputs
     big = go.clone()

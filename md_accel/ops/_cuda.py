@@ -184,8 +184,10 @@ def set_fixed_gx(enabled: bool) -> bool:
     integer reductions into node-sized limbs (True: no per-edge rows and no second pass over them, the same bits in
     any order, a sum closer to the exact one; graphs of at most 2^21 edges, larger ones keep the rows;
     ``csrc/fixed_gx.cuh``) or each edge's row summed in a fixed order (False, the default). The two give slightly
-    different roundings, each the same bits run after run. Process-wide, also from ``MD_ACCEL_FIXED_GX=0|1``;
-    returns the previous setting. Without the CUDA library there is nothing to set: False."""
+    different roundings, each the same bits run after run. It takes kernel libraries generated with them
+    (``MD_ACCEL_TP_TUNING=fixed_gx=1`` when they are built; others keep the rows). Process-wide, also from
+    ``MD_ACCEL_FIXED_GX=0|1``; returns the previous setting. Without the CUDA library there is nothing to set:
+    False."""
     if not load():
         return False
     return bool(torch.ops.md_accel._tp_conv_set_fixed_gx(bool(enabled)))

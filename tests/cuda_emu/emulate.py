@@ -164,7 +164,7 @@ class Spec(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in ("abi_version", "num_paths", "nnz")] + [
         (n, ctypes.c_void_p) for n in ("paths", "cg_ptr", "cg_idx", "cg_val", "fwd_f32", "fwd_f64", "bwd_f32",
                                        "bwd_f64", "dbwd_f32", "dbwd_f64", "bwd_per_sm", "dbwd_per_sm")] + [
-        ("rows_in_gw", ctypes.c_int), ("dbwd_in_gg_w", ctypes.c_int)]
+        ("rows_in_gw", ctypes.c_int), ("dbwd_in_gg_w", ctypes.c_int), ("fixed_gx", ctypes.c_int)]
 
 
 _SPEC_FWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.POINTER(Graph), ctypes.POINTER(Dims),
