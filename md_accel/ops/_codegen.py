@@ -1927,12 +1927,20 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
   };
   using Parts = std::true_type;
   using NoParts = std::false_type;
-FIXED_BWD  if constexpr (sizeof(T) == 4)
-    return split ? run(bwd_kernel_BS<T, PF32, true>, Parts{}) : run(bwd_kernel_BS<T, PF32, false>, NoParts{});
-  else if (PF64 && bwd64_prefetch())
-    return split ? run(bwd_kernel_BD<T, true, true>, Parts{}) : run(bwd_kernel_BD<T, true, false>, NoParts{});
-  else
-    return split ? run(bwd_kernel_BD<T, false, true>, Parts{}) : run(bwd_kernel_BD<T, false, false>, NoParts{});
+  // kFixed: the fixed-point instantiations (TPDims::fixed_gx), used only where the library holds them
+  const auto choose = [&](auto fixed_tag) -> const char* {
+    constexpr bool kFixed = decltype(fixed_tag)::value;
+    if constexpr (sizeof(T) == 4)
+      return split ? run(bwd_kernel_BS<T, PF32, true, kFixed>, Parts{})
+                   : run(bwd_kernel_BS<T, PF32, false, kFixed>, NoParts{});
+    else if (PF64 && bwd64_prefetch())
+      return split ? run(bwd_kernel_BD<T, true, true, kFixed>, Parts{})
+                   : run(bwd_kernel_BD<T, true, false, kFixed>, NoParts{});
+    else
+      return split ? run(bwd_kernel_BD<T, false, true, kFixed>, Parts{})
+                   : run(bwd_kernel_BD<T, false, false, kFixed>, NoParts{});
+  };
+FIXED  return choose(std::false_type{});
 }
 
 // Double backward: t.out = g_grad_out (forward with substituted arguments; not computed when t.out is
@@ -1969,34 +1977,20 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
   };
   using Parts = std::true_type;
   using NoParts = std::false_type;
-FIXED_DBWD  if constexpr (sizeof(T) == 4)
-    return split ? run(dbwd_kernel_DS<T, true>, Parts{}) : run(dbwd_kernel_DS<T, false>, NoParts{});
-  else
-    return split ? run(dbwd_kernel_DD<T, true>, Parts{}) : run(dbwd_kernel_DD<T, false>, NoParts{});
+  const auto choose = [&](auto fixed_tag) -> const char* {  // kFixed as in bwd_launch
+    constexpr bool kFixed = decltype(fixed_tag)::value;
+    if constexpr (sizeof(T) == 4)
+      return split ? run(dbwd_kernel_DS<T, true, kFixed>, Parts{}) : run(dbwd_kernel_DS<T, false, kFixed>, NoParts{});
+    else
+      return split ? run(dbwd_kernel_DD<T, true, kFixed>, Parts{}) : run(dbwd_kernel_DD<T, false, kFixed>, NoParts{});
+  };
+FIXED  return choose(std::false_type{});
 }
 """
 
-# The launchers' choice of the kFixed instantiations (Tuning.fixed_gx), before their default choice; without them a
-# launch asking for TPDims::fixed_gx is refused (the host asks only where TPSpec::fixed_gx says they are there).
-_FIXED_BWD = r"""  if (d.fixed_gx) {  // TPDims::fixed_gx
-    if constexpr (sizeof(T) == 4)
-      return split ? run(bwd_kernel_BS<T, PF32, true, true>, Parts{})
-                   : run(bwd_kernel_BS<T, PF32, false, true>, NoParts{});
-    else if (PF64 && bwd64_prefetch())
-      return split ? run(bwd_kernel_BD<T, true, true, true>, Parts{})
-                   : run(bwd_kernel_BD<T, true, false, true>, NoParts{});
-    else
-      return split ? run(bwd_kernel_BD<T, false, true, true>, Parts{})
-                   : run(bwd_kernel_BD<T, false, false, true>, NoParts{});
-  }
-"""
-_FIXED_DBWD = r"""  if (d.fixed_gx) {  // TPDims::fixed_gx
-    if constexpr (sizeof(T) == 4)
-      return split ? run(dbwd_kernel_DS<T, true, true>, Parts{}) : run(dbwd_kernel_DS<T, false, true>, NoParts{});
-    else
-      return split ? run(dbwd_kernel_DD<T, true, true>, Parts{}) : run(dbwd_kernel_DD<T, false, true>, NoParts{});
-  }
-"""
+# The launchers' use of the kFixed instantiations (Tuning.fixed_gx); without them a launch asking for
+# TPDims::fixed_gx is refused (the host asks only where TPSpec::fixed_gx says they are there).
+_FIXED = "  if (d.fixed_gx) return choose(std::true_type{});  // TPDims::fixed_gx\n"
 _NO_FIXED = '  if (d.fixed_gx) return "fixed_gx: not in this library (Tuning.fixed_gx)";\n'
 
 
@@ -2062,8 +2056,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
     if bwd is not None:
         src += bwd[0]
         fixed = bool(tune.fixed_gx)
-        launch = _BWD_LAUNCH.replace("FIXED_BWD", _FIXED_BWD if fixed else _NO_FIXED).replace(
-            "FIXED_DBWD", _FIXED_DBWD if fixed else _NO_FIXED).replace(
+        launch = _BWD_LAUNCH.replace("FIXED", _FIXED if fixed else _NO_FIXED).replace(
             "bwd_kernel_BS", f"bwd_kernel_{bwd[1]}").replace(
             "bwd_kernel_BD", f"bwd_kernel_{bwd[2]}").replace(
             "rows_in_gw_BS", f"rows_in_gw_{bwd[1]}").replace("rows_in_gw_BD", f"rows_in_gw_{bwd[2]}").replace(
