@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 from workloads import CHECK_TOLERANCE, PASS_STAGES, byte_floor  # noqa: E402
 
-OURS = ("md_accel", "md_accel_atomic", "md_accel_scratch", "md_accel_gwrows", "md_accel_keep_ggw", "md_accel_fixed")
+OURS = ("md_accel", "md_accel_atomic", "md_accel_scratch", "md_accel_gwrows", "md_accel_keep_ggw")
 PEER_NAMES = {"cueq": "cueq", "oeq_det": "OEq", "oeq_atomic": "OEq atomic", "e3nn": "e3nn"}
 
 

@@ -15,17 +15,14 @@ deterministic md_accel with each edge's grad_x row always in a scratch buffer or
 (``set_rows_in_grad_w(False / True)``); md_accel_keep_ggw is the default but for the double backward's grad_w,
 not written into the memory of its incoming gradient (``set_dbwd_in_gg_w(False)``: the rows then go into grad_w
 there). The variants keep their meaning of the sessions before that (session 50): none writes grad_w into gg_w.
-md_accel_fixed is the default with grad_x summed per sender in fixed point (``set_fixed_gx(True)``: no per-edge
-rows; deterministic); it needs the kernels built with MD_ACCEL_TP_TUNING=fixed_gx=1 (the other kernels of such a
-library are the default's).
 md_accel alone runs the process's settings (the defaults: deterministic; the double-backward pass's double backward
 writes its grad_w into the incoming gg_w, its rows in the scratch; the forward + backward pass's backward keeps its
 rows in grad_w; the double-backward pass's first backward, under create_graph, in the scratch).
 
     python benchmarks/kernels.py [--workloads mace_mp0_medium,...] [--dtypes float32,float64]
         [--graph cu:4000:6.0 | random:NODES:EDGES | random_sym:NODES:EDGES]
-        [--impls md_accel,md_accel_atomic,md_accel_scratch,md_accel_gwrows,md_accel_keep_ggw,md_accel_fixed,e3nn,
-                 cueq,oeq_det,oeq_atomic]
+        [--impls md_accel,md_accel_atomic,md_accel_scratch,md_accel_gwrows,md_accel_keep_ggw,e3nn,cueq,oeq_det,
+                 oeq_atomic]
         [--passes fwd,fwd_bwd,dbwd]
         [--repeats 20] [--min-seconds S] [--warmup 3] [--budget SECONDS] [--check-nodes N] [--reference-cache DIR]
         [--out DIR]
@@ -136,21 +133,14 @@ class E3nnImpl(Impl):
             0, self.g.dst, msg)
 
 
-def _codegen_tuning():
-    from md_accel.ops import _codegen
-
-    return _codegen.tuning()
-
-
 class MdAccelImpl(Impl):
     """md_accel's TensorProductConv with the process's settings (``md_accel``) or with those of a variant
-    (VARIANTS: grad_x by atomic adds, or deterministic with the per-edge rows in scratch or in grad_w, or summed in
-    fixed point without rows, or the double backward's grad_w in a buffer of its own)."""
+    (VARIANTS: grad_x by atomic adds, or deterministic with the per-edge rows in scratch or in grad_w, or the
+    double backward's grad_w in a buffer of its own)."""
 
-    # name -> (set_deterministic, set_rows_in_grad_w, set_dbwd_in_gg_w, set_fixed_gx)
-    VARIANTS = {"md_accel_atomic": (False, False, False, False), "md_accel_scratch": (True, False, False, False),
-                "md_accel_gwrows": (True, True, False, False), "md_accel_keep_ggw": (True, "auto", False, False),
-                "md_accel_fixed": (True, "auto", True, True)}
+    # name -> (set_deterministic, set_rows_in_grad_w, set_dbwd_in_gg_w)
+    VARIANTS = {"md_accel_atomic": (False, False, False), "md_accel_scratch": (True, False, False),
+                "md_accel_gwrows": (True, True, False), "md_accel_keep_ggw": (True, "auto", False)}
 
     def __init__(self, wl: Workload, g: GraphT, dtype, device, name: str = "md_accel"):
         from md_accel.ops import TensorProductConv
@@ -158,26 +148,25 @@ class MdAccelImpl(Impl):
         self.conv = TensorProductConv(wl.irreps_in1, wl.irreps_in2, wl.irreps_out, wl.instructions).to(
             device=device, dtype=dtype)
         self.g, self.name = g, name
-        if name == "md_accel_fixed" and not _codegen_tuning().fixed_gx:
-            raise RuntimeError("md_accel_fixed needs MD_ACCEL_TP_TUNING=fixed_gx=1 (else its libraries keep the rows)")
 
     def run(self, x, y, w):
         return self.conv(x, y, w, self.g.src, self.g.dst, self.g.num_nodes, graph=self.g.md_graph())
 
     @contextlib.contextmanager
     def settings(self) -> Iterator[None]:
-        from md_accel.ops import set_dbwd_in_gg_w, set_deterministic, set_fixed_gx, set_rows_in_grad_w
+        from md_accel.ops import set_dbwd_in_gg_w, set_deterministic, set_rows_in_grad_w
 
         if self.name not in self.VARIANTS:
             yield
             return
-        setters = set_deterministic, set_rows_in_grad_w, set_dbwd_in_gg_w, set_fixed_gx
-        previous = [set_(value) for set_, value in zip(setters, self.VARIANTS[self.name])]
+        deterministic, gw_rows, in_gg_w = self.VARIANTS[self.name]
+        previous = set_deterministic(deterministic), set_rows_in_grad_w(gw_rows), set_dbwd_in_gg_w(in_gg_w)
         try:
             yield
         finally:
-            for set_, value in zip(setters, previous):
-                set_(value)
+            set_deterministic(previous[0])
+            set_rows_in_grad_w(previous[1])
+            set_dbwd_in_gg_w(previous[2])
 
 
 def _cue_group():

@@ -61,11 +61,6 @@ struct TPDims {
   // of passes, each run's rows summed per sender (added with accumulate) before the next; no scratch (work is
   // unused). Only where the library offers it (TPSpec::rows_in_gw).
   int rows_in_gw = 0;
-  // Specialised backward and double backward only, deterministic: 1 = each edge adds its grad_x terms into its
-  // sender's fixed-point sums by integer reductions (fixed_gx.cuh; work is that workspace, at most
-  // kFixedGxMaxEdges edges, not with atomic_gx or rows_in_gw), then a carry kernel writes grad_x: the same bits in
-  // any order, without the per-edge rows and their per-sender sum.
-  int fixed_gx = 0;
 };
 
 // Operands of one launch. Unused pointers are null. Feature arrays are row-major, contiguous.

@@ -4,7 +4,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -50,25 +49,6 @@ std::atomic<bool> g_deterministic{[] {
 
 bool set_deterministic(bool enabled) { return g_deterministic.exchange(enabled); }
 
-// A switch read from the environment when the library loads: 0 or 1, unset (or anything else, with a warning) the
-// default.
-bool env_switch(const char* name, bool fallback) {
-  const char* env = std::getenv(name);
-  if (env == nullptr) return fallback;
-  if (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0) return env[0] == '1';
-  TORCH_WARN("md_accel: ", name, "=", env, " is neither 0 nor 1: ", fallback ? 1 : 0);
-  return fallback;
-}
-
-// How the deterministic specialised backward and double backward sum grad_x per sender: by fixed-point integer
-// reductions into node-sized limbs (TPDims::fixed_gx, fixed_gx.cuh: no per-edge rows, the same bits in any order),
-// where the graph has at most kFixedGxMaxEdges edges and the plan's library has those kernels (TPSpec::fixed_gx,
-// generated with MD_ACCEL_TP_TUNING=fixed_gx=1); else (and by default) each edge's row, summed in a fixed order.
-// MD_ACCEL_FIXED_GX=1 or md_accel::set_fixed_gx(true) turns it on.
-std::atomic<bool> g_fixed_gx{env_switch("MD_ACCEL_FIXED_GX", false)};
-
-bool set_fixed_gx(bool enabled) { return g_fixed_gx.exchange(enabled); }
-
 // Where the deterministic specialised backward and double backward keep each edge's grad_x row until the
 // per-sender sum: in a scratch buffer of E x in1 elements, or in grad_w columns that are written later
 // (TPDims::rows_in_gw, no scratch, where the library offers it; md_accel/ops/_rows_plan.py). Modes: off (always
@@ -94,7 +74,13 @@ int64_t set_rows_in_grad_w(int64_t mode) {
 // Whether a final double backward writes its grad_w into the gg_w that its caller donated (final_backward.h:
 // DonatedGgW), where the kernels allow it. On by default; MD_ACCEL_DBWD_IN_GG_W=0 or
 // md_accel::set_dbwd_in_gg_w(false) turns it off.
-std::atomic<bool> g_dbwd_in_gg_w{env_switch("MD_ACCEL_DBWD_IN_GG_W", true)};
+std::atomic<bool> g_dbwd_in_gg_w{[] {
+  const char* env = std::getenv("MD_ACCEL_DBWD_IN_GG_W");
+  if (env == nullptr || std::strcmp(env, "1") == 0) return true;
+  if (std::strcmp(env, "0") == 0) return false;
+  TORCH_WARN("md_accel: MD_ACCEL_DBWD_IN_GG_W=", env, " is neither 0 nor 1: 1");
+  return true;
+}()};
 
 bool set_dbwd_in_gg_w(bool enabled) { return g_dbwd_in_gg_w.exchange(enabled); }
 
@@ -418,28 +404,13 @@ Tensor tp_conv_fwd_cuda(const Tensor& x_, const Tensor& y_, const Tensor& w_, co
   return out;
 }
 
-// Whether a deterministic specialised launch sums grad_x in fixed point (g_fixed_gx).
-bool fixed_gx_applies(const Prepared& p, bool spec) {
-  return spec && !p.dims.atomic_gx && g_fixed_gx.load() && p.spec->fixed_gx != 0 &&
-         p.graph.num_edges <= kFixedGxMaxEdges;
-}
-
 // The specialised backward's (and double backward's) grad_x scratch: each edge's contribution, a row per
 // edge summed per sender by the launcher; with p.dims.atomic_gx grad_x itself, zeroed (the kernels add
-// into it); with p.dims.fixed_gx the fixed-point sums (int64 words, zeroed). Undefined for the generic kernels
-// and with p.dims.rows_in_gw (the rows live in grad_w).
+// into it). Undefined for the generic kernels and with p.dims.rows_in_gw (the rows live in grad_w).
 Tensor grad_x_workspace(const Prepared& p, bool spec, const Tensor& gx) {
   if (!spec || p.dims.rows_in_gw) return Tensor();
   if (p.dims.atomic_gx) return gx.zero_();
-  if (p.dims.fixed_gx)
-    return at::zeros({fixed_gx_words(p.graph.num_nodes, gx.size(1))}, gx.options().dtype(at::kLong));
   return at::empty({p.graph.num_edges, gx.size(1)}, gx.options());
-}
-
-// The launcher's work pointer: the workspace's memory as T (the fixed-point words are reinterpreted by the kernels).
-template <typename T>
-T* work_ptr(const Tensor& work) {
-  return work.defined() ? static_cast<T*>(work.data_ptr()) : nullptr;
 }
 
 std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
@@ -457,10 +428,8 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
   const bool spec = p.spec && (x.scalar_type() == at::kDouble ? p.spec->bwd_f64 != nullptr
                                                                : p.spec->bwd_f32 != nullptr);
   p.dims.atomic_gx = spec && tp_conv_atomic_gx();
-  p.dims.fixed_gx = fixed_gx_applies(p, spec);
-  p.dims.rows_in_gw = spec && !p.dims.atomic_gx && !p.dims.fixed_gx && rows_in_grad_w(p.spec, false, x);
-  // large graphs with rows: edge chunks, for memory (tp_conv_chunked.h)
-  if (spec && !p.dims.atomic_gx && !p.dims.fixed_gx && !p.dims.rows_in_gw) {
+  p.dims.rows_in_gw = spec && !p.dims.atomic_gx && rows_in_grad_w(p.spec, false, x);
+  if (spec && !p.dims.atomic_gx && !p.dims.rows_in_gw) {  // large graphs: edge chunks, for memory (tp_conv_chunked.h)
     const int64_t step = tp_conv_bwd_chunk_edges(p.graph.num_edges, x.size(1), x.element_size());
     if (step < p.graph.num_edges) {
       tp_conv_bwd_edge_chunks(p.spec, g, x, y, w, p.src, p.dst, p.dst_ptr, p.src_perm, p.src_ptr, step, gx, gy,
@@ -475,13 +444,13 @@ std::tuple<Tensor, Tensor, Tensor> tp_conv_bwd_cuda(
   if (x.scalar_type() == at::kDouble) {
     const auto t = tensors<double>(x, y, w, g, none, none, none, none, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->bwd_f64(t, p.graph, p.dims, work_ptr<double>(work), stream));
+      check_launch(p.spec->bwd_f64(t, p.graph, p.dims, mptr<double>(work), stream));
     else
       check_launch(tp_conv_bwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
   } else {
     const auto t = tensors<float>(x, y, w, g, none, none, none, none, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->bwd_f32(t, p.graph, p.dims, work_ptr<float>(work), stream));
+      check_launch(p.spec->bwd_f32(t, p.graph, p.dims, mptr<float>(work), stream));
     else
       check_launch(tp_conv_bwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
   }
@@ -521,8 +490,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
                        (p.spec->dbwd_in_gg_w & dtype_bit(x)) != 0 &&
                        DonatedGgW::is(ggw_) && ggw.is_same(ggw_);
   Tensor gx = at::empty_like(x), gy = at::empty_like(y), gw = in_gg_w ? ggw : at::empty_like(w);
-  p.dims.fixed_gx = fixed_gx_applies(p, spec);
-  p.dims.rows_in_gw = spec && !p.dims.atomic_gx && !p.dims.fixed_gx && !in_gg_w && rows_in_grad_w(p.spec, true, x);
+  p.dims.rows_in_gw = spec && !p.dims.atomic_gx && !in_gg_w && rows_in_grad_w(p.spec, true, x);
   const Tensor work = grad_x_workspace(p, spec, gx);
   if (spec)
     p.dims.split = receiver_split(p.graph.num_nodes, p.graph.num_edges, p.graph.num_edges, per_sm(p.spec, true, x),
@@ -530,13 +498,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> tp_conv_dbwd_cuda(
   if (x.scalar_type() == at::kDouble) {
     const auto t = tensors<double>(x, y, w, g, ggx, ggy, ggw, ggo_out, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->dbwd_f64(t, p.graph, p.dims, work_ptr<double>(work), stream));
+      check_launch(p.spec->dbwd_f64(t, p.graph, p.dims, mptr<double>(work), stream));
     else
       check_launch(tp_conv_dbwd_launch<double>(t, p.graph, p.plan, p.dims, stream));
   } else {
     const auto t = tensors<float>(x, y, w, g, ggx, ggy, ggw, ggo_out, gx, gy, gw);
     if (spec)
-      check_launch(p.spec->dbwd_f32(t, p.graph, p.dims, work_ptr<float>(work), stream));
+      check_launch(p.spec->dbwd_f32(t, p.graph, p.dims, mptr<float>(work), stream));
     else
       check_launch(tp_conv_dbwd_launch<float>(t, p.graph, p.plan, p.dims, stream));
   }
@@ -607,7 +575,6 @@ TORCH_LIBRARY_FRAGMENT(md_accel, m) {
   m.def("_tp_conv_set_deterministic(bool enabled) -> bool", md_accel::set_deterministic);
   m.def("_tp_conv_set_rows_in_grad_w(int mode) -> int", md_accel::set_rows_in_grad_w);
   m.def("_tp_conv_set_dbwd_in_gg_w(bool enabled) -> bool", md_accel::set_dbwd_in_gg_w);
-  m.def("_tp_conv_set_fixed_gx(bool enabled) -> bool", md_accel::set_fixed_gx);
   m.def("_tp_conv_specialised_for(Tensor x, Tensor paths, Tensor cg_ptr, Tensor cg_idx, Tensor cg_val) -> bool",
         [](const at::Tensor& x, const at::Tensor& paths, const at::Tensor& cg_ptr, const at::Tensor& cg_idx,
            const at::Tensor& cg_val) {

@@ -11,21 +11,15 @@
 namespace md_accel {
 
 // 5: TPGraph::w_row; 7: TPDims::split, TPSpec::*_per_sm; 8: dbwd's t.out may be null (no g_grad_out);
-// 9: TPDims::atomic_gx; 10: TPDims::rows_in_gw, TPSpec::rows_in_gw; 11: TPSpec::dbwd_in_gg_w; 12: TPDims::fixed_gx
-constexpr int kTPSpecAbiVersion = 12;
-
-// TPDims::fixed_gx (fixed_gx.cuh): graphs of at most this many edges, and the workspace's 8-byte words (all zeroed
-// by the host: limbs, coarse limbs, float64 sums, sender flags).
-constexpr int64_t kFixedGxMaxEdges = int64_t(1) << 21;
-constexpr int64_t fixed_gx_words(int64_t nodes, int64_t in1) { return nodes * in1 * 7 + nodes; }
+// 9: TPDims::atomic_gx; 10: TPDims::rows_in_gw, TPSpec::rows_in_gw; 11: TPSpec::dbwd_in_gg_w
+constexpr int kTPSpecAbiVersion = 11;
 
 template <typename T>
 using TPSpecFwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
                                     cudaStream_t stream);
 // bwd: t.gx, t.gy, t.gw as in tp_conv_bwd_launch; dbwd: t.out (null: g_grad_out not computed), t.gx,
 // t.gy, t.gw as in tp_conv_dbwd_launch. work is scratch of num_edges * d.in1 elements, or with
-// d.atomic_gx t.gx itself (zeroed), or with d.rows_in_gw unused (may be null), or with d.fixed_gx the
-// workspace of fixed_gx.cuh (fixed_gx_words 8-byte words, zeroed).
+// d.atomic_gx t.gx itself (zeroed), or with d.rows_in_gw unused (may be null).
 template <typename T>
 using TPSpecBwdFn = const char* (*)(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
                                     T* work, cudaStream_t stream);
@@ -54,9 +48,6 @@ struct TPSpec {
   // bits 1 float32, 2 float64. Part 1 then reads each gg_w element in the thread that writes that grad_w
   // element, before writing it.
   int dbwd_in_gg_w;
-  // 1: the backward and double backward take TPDims::fixed_gx (the library was generated with its kernels,
-  // Tuning.fixed_gx); 0: they refuse it.
-  int fixed_gx;
 };
 
 }  // namespace md_accel

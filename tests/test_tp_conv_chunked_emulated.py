@@ -54,17 +54,16 @@ def _library(name: str, make_problem, tune: _codegen.Tuning):
     return _LIB[name, tune]
 
 
-def plan_and_library(tuning="default", fixed_gx=False):
+def plan_and_library(tuning="default"):
     """The test plan's generated library under a TUNINGS entry; "unused_in1": a plan with an in1 block (4x2e)
     that no path reads (the kernels zero its grad_x columns), default tuning; "unused_mid_in1": that block between
-    the two that are read (a gap the kernels zero, not only a tail). fixed_gx: with the fixed-point kernels
-    (Tuning.fixed_gx)."""
+    the two that are read (a gap the kernels zero, not only a tail)."""
     in1 = {"unused_in1": "8x0e+8x1o+4x2e", "unused_mid_in1": "8x0e+4x2e+8x1o"}.get(tuning, "8x0e+8x1o")
     b = 2 if tuning == "unused_mid_in1" else 1  # the 8x1o block
     return _library(in1, lambda: TPProblem.create(
         in1, "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
         [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (b, 1, 2, "uvu", True), (b, 2, 3, "uvu", True),
-         (b, 0, 4, "uvu", True)]), TUNINGS.get(tuning, _codegen.Tuning())._replace(fixed_gx=int(fixed_gx)))
+         (b, 0, 4, "uvu", True)]), TUNINGS.get(tuning, _codegen.Tuning()))
 
 
 def chunk_graph(g, e0: int, e1: int):
@@ -307,86 +306,6 @@ def test_atomic_grad_x_matches_reference(dtype, tuning):
         lib.dbwd(ggxs, ggys, ggws, gos, xs, ys, ws, graph, None, gx, gy, gw, gx, split=split, atomic_gx=True)
         for what, a, b in zip(("grad_x", "grad_y", "grad_w"), (gx, gy, gw), ref_dbwd[1:]):
             assert rel_err(a, b) <= TOL[dtype], ("dbwd", split, what, rel_err(a, b))
-
-
-def _fixed_and_rows(lib, plan, g, n, inputs, dtype, split):
-    """(backward, double backward) outputs under TPDims::fixed_gx and under the default scratch rows, every output
-    poisoned first, the workspace as tp_conv_cuda.cpp allocates it (emulate.fixed_gx_workspace)."""
-    x, y, w, go, ggx, ggy, ggw = (t.to(dtype).contiguous() for t in inputs)
-    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
-    e, nan = g.src.numel(), float("nan")
-    out = {}
-    for fixed in (True, False):
-        work = (emulate.fixed_gx_workspace(n, plan.dim_in1) if fixed
-                else torch.full((e, plan.dim_in1), nan, dtype=dtype))
-        b = torch.full_like(x, nan), torch.full_like(y, nan), torch.full_like(w, nan)
-        lib.bwd(go, x, y, w, graph, *b, work, split=split, fixed_gx=fixed)
-        work = (emulate.fixed_gx_workspace(n, plan.dim_in1) if fixed
-                else torch.full((e, plan.dim_in1), nan, dtype=dtype))
-        d = torch.full_like(x, nan), torch.full_like(y, nan), torch.full_like(w, nan)
-        lib.dbwd(ggx, ggy, ggw, go, x, y, w, graph, None, *d, work, split=split, fixed_gx=fixed)
-        out[fixed] = b, d
-    return out[True], out[False]
-
-
-@pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1", "unused_mid_in1"])
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_fixed_point_grad_x_matches_reference(dtype, tuning):
-    """TPDims::fixed_gx: the backward and the double backward add each edge's grad_x terms into its sender's
-    fixed-point limbs and the carry kernel writes grad_x (every row, the columns no path reads zeroed): grad_x
-    against the references, the same bits on a second run (the threads' order differs), grad_y and grad_w the
-    scratch rows mode's bits; one block per receiver and three. A library generated without them refuses it."""
-    plan, lib = plan_and_library(tuning, fixed_gx=True)
-    plain = plan_and_library(tuning)[1]
-    assert lib.spec.fixed_gx == 1 and plain.spec.fixed_gx == 0
-    n, g, inputs, dense = second_order_problem(plan, 17)
-    x, y, w, go, ggx, ggy, ggw = inputs
-    with pytest.raises(AssertionError, match="not in this library"):
-        plain.bwd(go, x, y, w, (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr), torch.empty_like(x),
-                  torch.empty_like(y), torch.empty_like(w), emulate.fixed_gx_workspace(n, plan.dim_in1), fixed_gx=True)
-    ref_bwd = tp_conv_bwd_ref(go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)
-    ref_dbwd = tp_conv_dbwd_ref(ggx, ggy, ggw, go, x, y, w, g.src, g.dst, plan.paths.tolist(), dense, False)[1:]
-    for split in (1, 3):
-        (fb, fd), (rb, rd) = _fixed_and_rows(lib, plan, g, n, inputs, dtype, split)
-        again = _fixed_and_rows(lib, plan, g, n, inputs, dtype, split)[0]
-        for kind, fixed, rows, ref, second in (("bwd", fb, rb, ref_bwd, again[0]), ("dbwd", fd, rd, ref_dbwd, again[1])):
-            assert rel_err(fixed[0], ref[0]) <= TOL[dtype], (kind, split, rel_err(fixed[0], ref[0]))
-            assert torch.equal(fixed[0], second[0]), (kind, split, "grad_x differs between runs")
-            assert torch.equal(fixed[1], rows[1]) and torch.equal(fixed[2], rows[2]), (kind, split)
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_fixed_point_grad_x_outliers(dtype):
-    """Terms outside the fixed-point window (|term| >= 2^20, or not finite) go to the coarse limbs or the float64
-    sums, added to the window's for their senders: grad_out scaled by 2^40 at three receivers (their edges' terms
-    outside, beside the window's terms of other edges at the same senders) matches the reference; a NaN in
-    grad_out at one receiver gives NaN exactly where the reference's grad_x has it and the reference elsewhere;
-    both on a second run bit for bit."""
-    plan, lib = plan_and_library("default", fixed_gx=True)
-    n, g, inputs, dense = second_order_problem(plan, 19)
-    x, y, w, go, ggx, ggy, ggw = inputs
-    big = go.clone()
-    big[[3, 5, 7]] *= 2.0 ** 40
-    nan_go = go.clone()
-    nan_go[5, 0] = float("nan")
-    for grad_out in (big, nan_go):
-        case = x, y, w, grad_out, ggx, ggy, ggw
-        ref_bwd = tp_conv_bwd_ref(grad_out, x, y, w, g.src, g.dst, plan.paths.tolist(), dense)[0]
-        ref_dbwd = tp_conv_dbwd_ref(ggx, ggy, ggw, grad_out, x, y, w, g.src, g.dst, plan.paths.tolist(), dense,
-                                    False)[1]
-        (fb, fd), _ = _fixed_and_rows(lib, plan, g, n, case, dtype, 3)
-        (sb, sd), _ = _fixed_and_rows(lib, plan, g, n, case, dtype, 3)
-        for kind, got, ref, second in (("bwd", fb[0], ref_bwd, sb[0]), ("dbwd", fd[0], ref_dbwd, sd[0])):
-            assert torch.equal(got.isnan(), ref.isnan()), kind
-            nan_rows = ref.isnan().any(1)
-            assert 0 < nan_rows.sum() < n if grad_out is nan_go else nan_rows.sum() == 0, kind
-            for row in (~nan_rows).nonzero()[:, 0]:  # each sender against its own scale: outliers or not
-                assert rel_err(got[row], ref[row]) <= TOL[dtype], (kind, int(row), rel_err(got[row], ref[row]))
-            assert torch.equal(got.nan_to_num(0.5), second.nan_to_num(0.5)), kind
-        if grad_out is big:  # senders with both kinds of terms: the window's sums are not lost beside the outliers
-            at_big = torch.isin(g.dst, torch.tensor([3, 5, 7]))
-            mixed = set(g.src[at_big].tolist()) & set(g.src[~at_big].tolist())
-            assert mixed, "no sender with both kinds of terms"
 
 
 @pytest.mark.parametrize("tuning", list(TUNINGS) + ["unused_in1", "unused_mid_in1"])

@@ -82,15 +82,6 @@ if MD_ACCEL_TP_TUNING=fwd_mma=7,g_smem=15 "$PYTHON" -m md_accel.ops._codegen "64
 else
   echo "FAIL codegen fwd_mma / g_smem"; status=1
 fi
-# MACE-MP-0 medium with the fixed-point grad_x kernels (Tuning.fixed_gx, opt-in: the kFixed instantiations)
-if MD_ACCEL_TP_TUNING=fixed_gx=1 "$PYTHON" -m md_accel.ops._codegen "128x0e+128x1o" "1x0e+1x1o+1x2e+1x3o" 3 \
-     "$GEN/mace_fixed.cu" parity && grep -q "fixed_gx_add<T>" "$GEN/mace_fixed.cu" \
-     && grep -q "if (d.fixed_gx) return choose(std::true_type{})" "$GEN/mace_fixed.cu"; then
-  "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -shared -Xcompiler -fPIC -Icsrc "$GEN/mace_fixed.cu" -o "$GEN/mace_fixed.so" &
-  pids+=("$!:generated mace_mp_medium spec, fixed-point grad_x")
-else
-  echo "FAIL codegen fixed_gx"; status=1
-fi
 # fused-radial libraries (md_accel/ops/_codegen_fused.py, hidden width 64): MACE-MP-0 medium, l3i5-like
 if "$PYTHON" -m md_accel.ops._codegen_fused "128x0e+128x1o" "1x0e+1x1o+1x2e+1x3o" 3 64 "$GEN/mace_fused.cu" parity; then
   "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -shared -Xcompiler -fPIC -Icsrc "$GEN/mace_fused.cu" -o "$GEN/mace_fused.so" &

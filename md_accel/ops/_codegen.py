@@ -69,7 +69,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from . import _codegen_mma
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 49  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 48  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -264,7 +264,6 @@ class Tuning(NamedTuple):
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
-    fixed_gx: int = 0  # 1: part 1 also built to sum grad_x in fixed point (kFixed; TPSpec::fixed_gx, set_fixed_gx)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -296,7 +295,7 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
-    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto", "fixed_gx"):
+    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -1267,15 +1266,9 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I3}}}\n{I2}}}\n{I1}}}\n{I}}}\n")
         return "".join(s), tables
     # grad_x: the edge's row of work (summed per sender later), with d.rows_in_gw the same row in free columns
-    # of grad_w (rows), with d.atomic_gx straight into the sender's row of grad_x (work = grad_x then,
-    # zeroed by the host), or with d.fixed_gx into the sender's fixed-point sums (work = their workspace)
-    # (kFixed: a separate instantiation, so that the other kernels' code is what it was without it)
-    s.append(f"{I4}if constexpr (kFixed) {{\n")
-    for key in in1_keys:
-        for i in range(key[2]):
-            s.append(f"{I4}  fixed_gx_add<T>(work, num_parts, d.split, d.in1, sidx, "
-                     f"{key[0]} + u * {key[2]} + {i}, {_bname('gx', key)}_{i});\n")
-    s.append(f"{I4}}} else if (d.atomic_gx) {{\n")
+    # of grad_w (rows), or with d.atomic_gx straight into the sender's row of grad_x (work = grad_x then,
+    # zeroed by the host)
+    s.append(f"{I4}if (d.atomic_gx) {{\n")
     for key in in1_keys:
         for i in range(key[2]):
             s.append(f"{I4}  atomicAdd(work + sidx * d.in1 + {key[0]} + u * {key[2]} + {i}, "
@@ -1296,7 +1289,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     if gi == 0:
         rows_cond = " && !d.rows_in_gw" if rows is not None else ""
         s.append(_zero_uncovered(_w_elements(live), "u", "d.w", M, "gw[e * d.w + q] = T(0);", I3))
-        s.append(f"{I3}if (!kFixed && !d.atomic_gx{rows_cond}) {{\n")
+        s.append(f"{I3}if (!d.atomic_gx{rows_cond}) {{\n")
         s.append(_zero_uncovered(_in1_elements(live), "u", "d.in1", M, "work[e * d.in1 + q] = T(0);", I3 + "  "))
         s.append(f"{I3}}}\n")
     s.append(f"{I2}}}\n")
@@ -1362,9 +1355,8 @@ def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: 
     buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there."""
     extra = "const T* __restrict__ ggx, const T* __restrict__ ggy, const T* ggw, " if dbwd else ""
     gw = "T* gw" if dbwd else "T* __restrict__ gw"
-    # kFixed: grad_x into the fixed-point sums (TPDims::fixed_gx), instantiated only where Tuning.fixed_gx asks
-    tmpl = ("template <typename T, bool kPrefetch, bool kParts, bool kFixed = false>  // kPrefetch: the next edge "
-            "weights into L2 first" if prefetch_param else "template <typename T, bool kParts, bool kFixed = false>")
+    tmpl = ("template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first"
+            if prefetch_param else "template <typename T, bool kParts>")
     return f"""{tmpl}
 __global__ void {bounds} {name}(const T* __restrict__ x, const T* __restrict__ y,
     const T* __restrict__ w, {extra}const T* __restrict__ g, T* __restrict__ gyo, {gw},
@@ -1542,7 +1534,6 @@ _PRELUDE = r"""
 #include <cstdint>
 #include <type_traits>
 #include "tp_spec_abi.h"
-#include "fixed_gx.cuh"
 {includes}
 namespace md_accel {{
 namespace {{
@@ -1832,7 +1823,7 @@ const char* fwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
 {bwd_launch}
 const TPSpec kSpec = {{kTPSpecAbiVersion, {num_paths}, kNnz, kPaths, kCgPtr, kCgIdx, kCgVal,
                       fwd_launch<float>, fwd_launch<double>, {bwd_f32}, {bwd_f64}, {dbwd_f32}, {dbwd_f64},
-                      {bwd_per_sm}, {dbwd_per_sm}, {rows_in_gw}, {dbwd_in_gg_w}, {fixed_gx}}};
+                      {bwd_per_sm}, {dbwd_per_sm}, {rows_in_gw}, {dbwd_in_gg_w}}};
 
 }}  // namespace
 }}  // namespace md_accel
@@ -1891,16 +1882,11 @@ int bwd_per_sm(int f64) {
   return f64 ? r64 : r32;
 }
 
-// After a per-edge kernel that wrote the workspace rows (or, with d.atomic_gx, added into grad_x; with d.fixed_gx
-// into the fixed-point sums): the per-sender sum.
+// After a per-edge kernel that wrote the workspace rows (or, with d.atomic_gx, added into grad_x): the per-sender sum.
 template <typename T>
-const char* sum_work_rows(T* work, const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {
+const char* sum_work_rows(const T* work, const TPTensors<T>& t, const TPGraph& g, const TPDims& d, cudaStream_t stream) {
   if (const char* err = last_error()) return err;
   if (d.atomic_gx) return nullptr;  // the kernel added into grad_x (work == t.gx)
-  if (d.fixed_gx) {
-    fixed_gx_carry_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.num_nodes, d.in1, t.gx);
-    return last_error();
-  }
   gx_sum_kernel<T><<<unsigned(g.num_nodes), 256, 0, stream>>>(work, g.src_perm, g.src_ptr, d.in1, d.accumulate, t.gx);
   return last_error();
 }
@@ -1927,20 +1913,12 @@ const char* bwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d,
   };
   using Parts = std::true_type;
   using NoParts = std::false_type;
-  // kFixed: the fixed-point instantiations (TPDims::fixed_gx), used only where the library holds them
-  const auto choose = [&](auto fixed_tag) -> const char* {
-    constexpr bool kFixed = decltype(fixed_tag)::value;
-    if constexpr (sizeof(T) == 4)
-      return split ? run(bwd_kernel_BS<T, PF32, true, kFixed>, Parts{})
-                   : run(bwd_kernel_BS<T, PF32, false, kFixed>, NoParts{});
-    else if (PF64 && bwd64_prefetch())
-      return split ? run(bwd_kernel_BD<T, true, true, kFixed>, Parts{})
-                   : run(bwd_kernel_BD<T, true, false, kFixed>, NoParts{});
-    else
-      return split ? run(bwd_kernel_BD<T, false, true, kFixed>, Parts{})
-                   : run(bwd_kernel_BD<T, false, false, kFixed>, NoParts{});
-  };
-FIXED  return choose(std::false_type{});
+  if constexpr (sizeof(T) == 4)
+    return split ? run(bwd_kernel_BS<T, PF32, true>, Parts{}) : run(bwd_kernel_BS<T, PF32, false>, NoParts{});
+  else if (PF64 && bwd64_prefetch())
+    return split ? run(bwd_kernel_BD<T, true, true>, Parts{}) : run(bwd_kernel_BD<T, true, false>, NoParts{});
+  else
+    return split ? run(bwd_kernel_BD<T, false, true>, Parts{}) : run(bwd_kernel_BD<T, false, false>, NoParts{});
 }
 
 // Double backward: t.out = g_grad_out (forward with substituted arguments; not computed when t.out is
@@ -1977,21 +1955,12 @@ const char* dbwd_launch(const TPTensors<T>& t, const TPGraph& g, const TPDims& d
   };
   using Parts = std::true_type;
   using NoParts = std::false_type;
-  const auto choose = [&](auto fixed_tag) -> const char* {  // kFixed as in bwd_launch
-    constexpr bool kFixed = decltype(fixed_tag)::value;
-    if constexpr (sizeof(T) == 4)
-      return split ? run(dbwd_kernel_DS<T, true, kFixed>, Parts{}) : run(dbwd_kernel_DS<T, false, kFixed>, NoParts{});
-    else
-      return split ? run(dbwd_kernel_DD<T, true, kFixed>, Parts{}) : run(dbwd_kernel_DD<T, false, kFixed>, NoParts{});
-  };
-FIXED  return choose(std::false_type{});
+  if constexpr (sizeof(T) == 4)
+    return split ? run(dbwd_kernel_DS<T, true>, Parts{}) : run(dbwd_kernel_DS<T, false>, NoParts{});
+  else
+    return split ? run(dbwd_kernel_DD<T, true>, Parts{}) : run(dbwd_kernel_DD<T, false>, NoParts{});
 }
 """
-
-# The launchers' use of the kFixed instantiations (Tuning.fixed_gx); without them a launch asking for
-# TPDims::fixed_gx is refused (the host asks only where TPSpec::fixed_gx says they are there).
-_FIXED = "  if (d.fixed_gx) return choose(std::true_type{});  // TPDims::fixed_gx\n"
-_NO_FIXED = '  if (d.fixed_gx) return "fixed_gx: not in this library (Tuning.fixed_gx)";\n'
 
 
 def _bwd_variants(live: List[_Path], threads: int, dbwd: bool,
@@ -2055,9 +2024,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
     launch = ""
     if bwd is not None:
         src += bwd[0]
-        fixed = bool(tune.fixed_gx)
-        launch = _BWD_LAUNCH.replace("FIXED", _FIXED if fixed else _NO_FIXED).replace(
-            "bwd_kernel_BS", f"bwd_kernel_{bwd[1]}").replace(
+        launch = _BWD_LAUNCH.replace("bwd_kernel_BS", f"bwd_kernel_{bwd[1]}").replace(
             "bwd_kernel_BD", f"bwd_kernel_{bwd[2]}").replace(
             "rows_in_gw_BS", f"rows_in_gw_{bwd[1]}").replace("rows_in_gw_BD", f"rows_in_gw_{bwd[2]}").replace(
             "PF32", "true" if tune.prefetch & PF_BWD32 else "false").replace(
@@ -2081,7 +2048,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         bwd_per_sm="bwd_per_sm" if bwd is not None else "nullptr",
         dbwd_per_sm="dbwd_per_sm" if dbwd is not None else "nullptr",
         rows_in_gw=(bwd[3] if bwd is not None else 0) | 4 * (dbwd[3] if dbwd is not None else 0),
-        dbwd_in_gg_w=dbwd[4] if dbwd is not None else 0, fixed_gx=int(bwd is not None and bool(tune.fixed_gx)))
+        dbwd_in_gg_w=dbwd[4] if dbwd is not None else 0)
     if _GY_SMEM_CALL in src:
         src = src[:gy_at] + _GY_SMEM + src[gy_at:]
     if "lds_each(" in src:

@@ -179,20 +179,6 @@ def set_dbwd_in_gg_w(enabled: bool) -> bool:
     return bool(torch.ops.md_accel._tp_conv_set_dbwd_in_gg_w(bool(enabled)))
 
 
-def set_fixed_gx(enabled: bool) -> bool:
-    """How the deterministic backward and double backward of the conv op sum grad_x per sender: by fixed-point
-    integer reductions into node-sized limbs (True: no per-edge rows and no second pass over them, the same bits in
-    any order, a sum closer to the exact one; graphs of at most 2^21 edges, larger ones keep the rows;
-    ``csrc/fixed_gx.cuh``) or each edge's row summed in a fixed order (False, the default). The two give slightly
-    different roundings, each the same bits run after run. It takes kernel libraries generated with them
-    (``MD_ACCEL_TP_TUNING=fixed_gx=1`` when they are built; others keep the rows). Process-wide, also from
-    ``MD_ACCEL_FIXED_GX=0|1``; returns the previous setting. Without the CUDA library there is nothing to set:
-    False."""
-    if not load():
-        return False
-    return bool(torch.ops.md_accel._tp_conv_set_fixed_gx(bool(enabled)))
-
-
 _loaded_specs: list = []
 
 

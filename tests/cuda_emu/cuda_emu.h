@@ -157,7 +157,6 @@ inline long min(long a, long b) { return a < b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 // the block's threads run concurrently (host threads): device atomics as host atomics
 template <typename T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
-template <typename T> T atomicOr(T* p, T v) { return std::atomic_ref<T>(*p).fetch_or(v); }
 namespace emu {
 // A full warp's exchange: every lane posts v, then reads the value lane `from(lane)` posted
 template <typename T, typename F> T warp_exchange(T v, F from) {

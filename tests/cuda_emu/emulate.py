@@ -85,7 +85,7 @@ class Graph(ctypes.Structure):
 
 class Dims(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in ("in1", "in2", "w", "out", "accumulate", "split", "atomic_gx",
-                                            "rows_in_gw", "fixed_gx")]
+                                            "rows_in_gw")]
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -164,18 +164,13 @@ class Spec(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in ("abi_version", "num_paths", "nnz")] + [
         (n, ctypes.c_void_p) for n in ("paths", "cg_ptr", "cg_idx", "cg_val", "fwd_f32", "fwd_f64", "bwd_f32",
                                        "bwd_f64", "dbwd_f32", "dbwd_f64", "bwd_per_sm", "dbwd_per_sm")] + [
-        ("rows_in_gw", ctypes.c_int), ("dbwd_in_gg_w", ctypes.c_int), ("fixed_gx", ctypes.c_int)]
+        ("rows_in_gw", ctypes.c_int), ("dbwd_in_gg_w", ctypes.c_int)]
 
 
 _SPEC_FWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.POINTER(Graph), ctypes.POINTER(Dims),
                              ctypes.c_void_p)
 _SPEC_BWD = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.POINTER(Tensors), ctypes.POINTER(Graph), ctypes.POINTER(Dims),
                              ctypes.c_void_p, ctypes.c_void_p)
-
-
-def fixed_gx_workspace(num_nodes: int, in1: int) -> torch.Tensor:
-    """TPDims::fixed_gx's workspace as tp_conv_cuda.cpp allocates it (csrc/fixed_gx.cuh, fixed_gx_words), zeroed."""
-    return torch.zeros(num_nodes * in1 * 7 + num_nodes, dtype=torch.int64)
 
 
 class SpecLibrary:
@@ -211,24 +206,23 @@ class SpecLibrary:
         assert err is None, err
 
     def dbwd(self, ggx, ggy, ggw, grad_out, x, y, w, graph, g_out, gx, gy, gw, work, split=1, atomic_gx=False,
-             rows_in_gw=False, fixed_gx=False):
+             rows_in_gw=False):
         """The double backward (tp_conv_dbwd_launch): g_grad_out into g_out, then grad_x, grad_y, grad_w;
         split: TPDims::split (blocks per receiver of the per-edge kernel); atomic_gx: TPDims::atomic_gx
         (work is then gx, zeroed by the caller, as tp_conv_cuda.cpp passes it); rows_in_gw: TPDims::rows_in_gw
-        (work unused: may be None); fixed_gx: TPDims::fixed_gx (work: fixed_gx_workspace's)."""
+        (work unused: may be None)."""
         t = Tensors(_ptr(x), _ptr(y), _ptr(w), _ptr(grad_out), _ptr(ggx), _ptr(ggy), _ptr(ggw), _ptr(g_out), _ptr(gx),
                     _ptr(gy), _ptr(gw))
-        d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], 0, split, int(atomic_gx), int(rows_in_gw),
-                 int(fixed_gx))
+        d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], 0, split, int(atomic_gx), int(rows_in_gw))
         err = self._fn("dbwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), ctypes.byref(d),
                                                     _ptr(work), None)
         assert err is None, err
 
     def bwd(self, grad_out, x, y, w, graph, gx, gy, gw, work, accumulate=False, split=1, atomic_gx=False,
-            rows_in_gw=False, fixed_gx=False):
+            rows_in_gw=False):
         t = Tensors(_ptr(x), _ptr(y), _ptr(w), _ptr(grad_out), None, None, None, None, _ptr(gx), _ptr(gy), _ptr(gw))
         d = Dims(x.shape[1], y.shape[1], w.shape[1], grad_out.shape[1], int(accumulate), split, int(atomic_gx),
-                 int(rows_in_gw), int(fixed_gx))
+                 int(rows_in_gw))
         err = self._fn("bwd", x.dtype, _SPEC_BWD)(ctypes.byref(t), ctypes.byref(self._graph(*graph)), ctypes.byref(d),
                                                    _ptr(work), None)
         assert err is None, err

@@ -6,7 +6,6 @@ plan-specialised ones (md_accel/ops/_codegen.py, built for every config at modul
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
@@ -293,26 +292,6 @@ def second_order_runner(name: str, dtype, seed: int):
     return plan, pl, x, n, want, rows, run
 
 
-def deterministic_before_and_after(run, x, pl, setting, before, after):
-    """({op: run(op)} for the backward and double backward under ``setting(before)``, the same under
-    ``setting(after)``, and the outputs of a second run under it): the specialised kernels, deterministic;
-    every setting restored."""
-    from md_accel.ops import set_deterministic
-
-    previous = _cuda.set_specialised(True), set_deterministic(True), setting(before)
-    try:
-        assert OPS._tp_conv_specialised_for(x, *pl)
-        first = {op: run(op) for op in ("bwd", "dbwd")}
-        setting(after)
-        second = {op: run(op) for op in ("bwd", "dbwd")}
-        again = {op: run(op)[0] for op in ("bwd", "dbwd")}
-    finally:
-        _cuda.set_specialised(previous[0])
-        set_deterministic(previous[1])
-        setting(previous[2])
-    return first, second, again
-
-
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", ["sevennet0_like", "mace_mp_medium"])
 def test_backward_in_edge_chunks(name, dtype, specs, monkeypatch):
@@ -384,58 +363,6 @@ def test_atomic_grad_x(name, dtype, specs, monkeypatch):
             assert torch.equal(a, b), (op, k)
 
 
-# the fixed-point kernels are built only where asked for: run these with MD_ACCEL_TP_TUNING=fixed_gx=1
-needs_fixed_kernels = pytest.mark.skipif("fixed_gx=1" not in os.environ.get("MD_ACCEL_TP_TUNING", ""),
-                                         reason="MD_ACCEL_TP_TUNING has no fixed_gx=1 (Tuning.fixed_gx)")
-
-
-@needs_fixed_kernels
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("name", ["sevennet0_like", "mace_mp_medium"])
-def test_fixed_point_grad_x(name, dtype, specs, monkeypatch):
-    """set_fixed_gx(True): the deterministic backward and double backward sum grad_x per sender in fixed point
-    (csrc/fixed_gx.cuh: no per-edge rows, no allocation of their size): the references' results, bitwise the same
-    run after run, every other output bitwise the rows mode's."""
-    from md_accel.ops import set_fixed_gx
-
-    plan, pl, x, n, want, rows, run = second_order_runner(name, dtype, 29)
-    monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)  # the rows' backward unchunked
-    with_rows, fixed, again = deterministic_before_and_after(run, x, pl, set_fixed_gx, False, True)
-    for op in ("bwd", "dbwd"):
-        assert fixed[op][1] == 0 and with_rows[op][1] >= 1, (op, fixed[op][1], with_rows[op][1], rows)
-        gx_at = 0 if op == "bwd" else 1
-        for k, (a, b, c, ref) in enumerate(zip(fixed[op][0], with_rows[op][0], again[op], want[op])):
-            assert torch.equal(a, c), (op, k)
-            assert rel_err(a, ref) <= TOL[dtype], (op, k, rel_err(a, ref))
-            assert k == gx_at or torch.equal(a, b), (op, k)
-
-
-@needs_fixed_kernels
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_fixed_point_grad_x_beyond_the_window(dtype, specs):
-    """Fixed-point grad_x with terms beyond its window (|term| >= 2^20: grad_out scaled by 2^40 at three receivers,
-    whose senders also send to others): each sender's grad_x row the reference's, to its own scale, run after run."""
-    from md_accel.ops import set_deterministic, set_fixed_gx
-
-    plan, pl, g, n, (x, y, w, gout), _ = hub_problem("mace_mp_medium", dtype, 31)
-    gout = gout.clone()
-    gout[[3, 5, 7]] *= 2.0 ** 40
-    ga = graph_args(g)
-    previous = _cuda.set_specialised(True), set_deterministic(True), set_fixed_gx(True)
-    try:
-        got = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)[0]
-        again = OPS.tp_conv_bwd(gout, x, y, w, *ga, *pl)[0]
-    finally:
-        _cuda.set_specialised(previous[0])
-        set_deterministic(previous[1])
-        set_fixed_gx(previous[2])
-    want = ref_call(tp_conv_bwd_ref, (gout, x, y, w), g, plan)[0]
-    assert torch.equal(got, again)
-    assert want.abs().max() > 2.0 ** 30  # terms beyond the window were there
-    for row in range(n):
-        assert rel_err(got[row], want[row]) <= TOL[dtype], (row, rel_err(got[row], want[row]))
-
-
 @pytest.mark.parametrize("split", [None, "3"], ids=["split_auto", "split3"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 @pytest.mark.parametrize("name", [n for n, bwd in MUST_SPECIALISE.items() if bwd])
@@ -444,13 +371,23 @@ def test_rows_in_grad_w(name, dtype, split, specs, monkeypatch):
     grad_w columns written later (no E x in1 scratch): the same bits as with the scratch rows, the references'
     results, no allocation of the rows' size (the scratch mode makes one), bitwise the same run after run;
     receivers cut into parts too (MD_ACCEL_BWD_SPLIT)."""
-    from md_accel.ops import set_rows_in_grad_w
+    from md_accel.ops import set_deterministic, set_rows_in_grad_w
 
     if split is not None:
         monkeypatch.setenv("MD_ACCEL_BWD_SPLIT", split)
     monkeypatch.delenv("MD_ACCEL_BWD_WORK_MIB", raising=False)  # the scratch backward unchunked
     plan, pl, x, n, want, rows, run = second_order_runner(name, dtype, 17)
-    scratch, in_gw, again = deterministic_before_and_after(run, x, pl, set_rows_in_grad_w, False, True)
+    previous = _cuda.set_specialised(True), set_deterministic(True), set_rows_in_grad_w(False)
+    try:
+        assert OPS._tp_conv_specialised_for(x, *pl)
+        scratch = {op: run(op) for op in ("bwd", "dbwd")}
+        set_rows_in_grad_w(True)
+        in_gw = {op: run(op) for op in ("bwd", "dbwd")}
+        again = {op: run(op)[0] for op in ("bwd", "dbwd")}
+    finally:
+        _cuda.set_specialised(previous[0])
+        set_deterministic(previous[1])
+        set_rows_in_grad_w(previous[2])
     for op in ("bwd", "dbwd"):
         assert in_gw[op][1] == 0 and scratch[op][1] >= 1, (op, in_gw[op][1], scratch[op][1], rows)
         for k, (a, b, c, ref) in enumerate(zip(in_gw[op][0], scratch[op][0], again[op], want[op])):
