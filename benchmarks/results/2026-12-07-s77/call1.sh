@@ -15,8 +15,9 @@ export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peer
 source tools/gpu_call_env.sh > /dev/null || exit 3
 timeout 200 python -m pytest tests/gpu/test_tp_conv_cuda.py -q -rs -p no:cacheprovider > "$R/gpu_tests.log" 2>&1
 echo "tests rc=$? (${SECONDS}s)"; tail -n 3 "$R/gpu_tests.log"
-left=$((560 - SECONDS))
-timeout "$left" python benchmarks/kernels.py --impls md_accel,cueq --dtypes float64 \
+left=$((${END:-560} - SECONDS))  # END: the seconds the call may run
+[ "$left" -gt 60 ] || { echo "no time left for the timings"; left=0; }
+[ "$left" -gt 0 ] && timeout "$left" python benchmarks/kernels.py --impls md_accel,cueq --dtypes float64 \
   --workloads mace_mp0_medium --passes fwd,fwd_bwd,dbwd --repeats 10 --min-seconds 1.0 --kernel-times \
   --budget $((left - 15)) --graph random_sym:4000:312000 --reference-cache "$PWD/.gpu/refcache" --out "$R/mm" \
   > "$R/mm.log" 2>&1
