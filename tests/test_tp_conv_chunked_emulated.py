@@ -570,47 +570,6 @@ def test_forward_with_two_channels_per_thread(dtype, tuning):
     assert rel_err(out, out_default.double()) <= TOL[dtype]
 
 
-# (in1, in2, lmax, tuning over fwd_cgy=1): passes of 64, 32 and 8 channels (the 8-channel one keeps the sums in every
-# lane); 32 channels with y of 16 columns, its passes on four edge slots and, split small, several passes, some
-# with pairs of two and three non-zeros; 128 channels on one slot of four warps; and a plan per dtype (fwd_acc32)
-CGY_PROBLEMS = {"wide": ("64x0e+32x1o+8x2e", "1x0e+1x1o+1x2e", 2, {}),
-                "32 channels l3": ("32x0e+32x1o+32x2e+32x3o", "1x0e+1x1o+1x2e+1x3o", 3, {}),
-                "32 channels l3, split": ("32x0e+32x1o+32x2e+32x3o", "1x0e+1x1o+1x2e+1x3o", 3,
-                                          dict(fwd_acc=12, fwd_acc_narrow=0, fwd_acc32=0)),
-                "128 channels": ("128x0e+128x1o", "1x0e+1x1o+1x2e+1x3o", 3, dict(fwd_tma=0))}
-
-
-@pytest.mark.parametrize("problem", list(CGY_PROBLEMS))
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_forward_sums_over_j_in_shared_memory(dtype, problem):
-    """``Tuning.fwd_cgy``: the lanes of a warp form the edge's sums over j (sum_j cg_ijk y_j) once, into shared
-    memory, and every channel reads them there. Each pass of whole warps takes it (no other); the output, poisoned
-    first, in edge chunks, equals the forward without it bit for bit (the same operations in the same order) and
-    the reference."""
-    in1, in2, lmax, extra = CGY_PROBLEMS[problem]
-    base = _codegen.Tuning(**extra)
-    tune = base._replace(fwd_cgy=1)
-    make = lambda: TPProblem.all_uvu(in1, in2, lmax)  # noqa: E731
-    plan, lib = _library(f"cgy {problem}", make, tune)
-    plain = _library(f"cgy {problem}", make, base)[1]
-    struct = _codegen.plan_structure(plan)
-    src = _codegen.generate(struct, tune)
-    fwd = src[src.index("// Forward:"):]
-    fwd = fwd[:fwd.index("\n}\n")]
-    _, live, threads, _ = _codegen._analyse(struct)
-    plans = _codegen.fwd_plans(live, threads, tune)
-    whole = [sum(g[0].mul % 32 == 0 for g in groups) for groups in plans]
-    assert fwd.count("__syncwarp();  // the sums are in place") == sum(whole) > 0
-    if problem == "wide":
-        assert all(len(groups) > w for groups, w in zip(plans, whole))  # the 8-channel pass forms its own
-    n, g, inputs, ref = forward_problem(plan, 5)
-    inputs = [t.to(dtype).contiguous() for t in inputs]
-    for step in (17, g.src.numel()):
-        out = chunked_forward(lib, plan, n, g, inputs, step)
-        assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
-        assert torch.equal(out, chunked_forward(plain, plan, n, g, inputs, step)), step
-
-
 @pytest.mark.parametrize("problem", ["test plan", "wide plan"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_forward_block_of_four_warps(dtype, problem):

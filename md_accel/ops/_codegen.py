@@ -256,7 +256,6 @@ class Tuning(NamedTuple):
     fwd_slots32: int = 1  # 1: float32's forward planned in its own sizes: 4-byte slot sums, fwd_acc32 on every pass
     # (0: fwd_acc32 for its one-slot passes only, the slots counted at 8 bytes: GEN 39)
     fwd_tma: int = 1  # 1: the forward's edge rows through shared memory by bulk copies where they allow (FWD_TMA_STAGES)
-    fwd_cgy: int = 0  # 1: the forward's CG-times-y sums formed once per warp and edge in shared memory (_cgy_pairs)
     fwd_mma: int = 0  # float32's forward on the tensor cores where the plan allows, this many n-tiles per pass
     # (_codegen_mma; 0: off; opt-in: slower than the scalar forward on every measured shape, session 63)
     w_evict: int = 1  # 1: the weights' loads L2 evict-first, no L1 line (the note after PF_ALL); 0: plain loads
@@ -296,7 +295,7 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
-    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto", "fwd_cgy"):
+    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -517,111 +516,15 @@ def _cg_sum(terms, cg: Callable[[int], str], factor: Callable[[tuple], str]) -> 
     return expr
 
 
-def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_const, acc: str = "T(0)",
-                   cgy: Optional[Callable[[int, int], str]] = None) -> str:
+def _fwd_component(p: _Path, k: int, xk: str, cg: Callable[[int], str] = _cg_const, acc: str = "T(0)") -> str:
     """Path p's forward message for output component k of one channel (weight not applied):
     sum_i x_i (sum_j cg_ijk y_j) over its non-zeros, as one fma chain from ``acc``: the non-zeros of one x component
-    share one multiply by it (GEN 47). ``cgy(i, k)``: where the sum over j is read from (Tuning.fwd_cgy) instead of
-    formed here."""
+    share one multiply by it (GEN 47)."""
     expr = acc
     for terms in _grouped([t for t in p.nz if t[3] == k], lambda t: t[1]):
         i = terms[0][1]
-        a = cgy(i, k) if cgy else _cg_sum(terms, cg, lambda t: f'y{p.in2_off + t[2]}')
-        expr = f"fma({a}, {xk}_{i}, {expr})"
+        expr = f"fma({_cg_sum(terms, cg, lambda t: f'y{p.in2_off + t[2]}')}, {xk}_{i}, {expr})"
     return expr
-
-
-CGY_VEC = 4  # Tuning.fwd_cgy: a path's sums start on a multiple of this many elements, read 16 bytes at a time
-
-
-class _CgyPairs(NamedTuple):
-    """Tuning.fwd_cgy: the (path, i, k) sums A_ik = sum_j cg_ijk y_j of a forward pass at their places in the warp's
-    buffer (``index``: in the order the pass's code reads them; ``ranges``: each path's [first, end)), each with its
-    non-zeros [(q, y column)] in _cg_sum's order (``terms``, by place; None: padding to a multiple of CGY_VEC); y
-    columns 0..ycols-1 cover them. They depend on the edge alone, so the lanes of a warp form them once per
-    edge (lane l the pairs l, l + 32, ..) into the warp's buffer in shared memory, where every channel's code reads
-    them, instead of each lane forming all of them (the multiplies of a CG value by a y, the same in every lane)."""
-    index: Dict[Tuple[int, int, int], int]
-    ranges: Dict[int, Tuple[int, int]]
-    terms: List[Optional[List[Tuple[int, int]]]]
-    ycols: int
-
-    def width(self) -> int:
-        """Elements of a warp's buffer (a multiple of CGY_VEC): the sums, then the edge's y columns."""
-        return -(-(len(self.terms) + self.ycols) // CGY_VEC) * CGY_VEC
-
-
-def _cgy_pairs(group: List[_Path]) -> _CgyPairs:
-    index: Dict[Tuple[int, int, int], int] = {}
-    ranges: Dict[int, Tuple[int, int]] = {}
-    terms: List[Optional[List[Tuple[int, int]]]] = []
-    for p in group:
-        first = len(terms)
-        for k in sorted({t[3] for t in p.nz}):
-            for ts in _grouped([t for t in p.nz if t[3] == k], lambda t: t[1]):
-                index[p.idx, ts[0][1], k] = len(terms)
-                terms.append([(q, p.in2_off + j) for (q, _, j, _) in ts])
-        ranges[p.idx] = (first, len(terms))
-    terms += [None] * (-len(terms) % CGY_VEC)
-    return _CgyPairs(index, ranges, terms, 1 + max(c for ts in terms if ts for _, c in ts))
-
-
-def _cgy_reads(I: str, pairs: _CgyPairs, p: _Path, after: int) -> Tuple[str, int]:
-    """(code, end): path p's sums from the warp's buffer into registers c<place>, CGY_VEC at a time from a multiple
-    of it (``lds4``: 16-byte loads), those from ``after`` on (the places before it are loaded already; a quad may
-    hold the next path's first sums); ``end``: the places loaded now end there."""
-    first, end = pairs.ranges[p.idx]
-    out = []
-    a = max(after, first // CGY_VEC * CGY_VEC)
-    while a < end:
-        names = [f"c{a + t}" for t in range(CGY_VEC)]
-        out.append(f"{I}T {', '.join(names)};\n{I}lds4(cgy + {a}, {', '.join(names)});\n")
-        a += CGY_VEC
-    return "".join(out), max(a, after)
-
-
-def _cgy_fill(I: str, pairs: _CgyPairs, name: str) -> Tuple[str, str]:
-    """(constant tables, code): the warp's lanes write the edge's y columns, then the sums of ``pairs``, into the
-    buffer ``cgy`` (y after the sums); pairs of one length share a loop, each lane forming every 32nd, in
-    _cg_sum's order (the same bits as the sums formed in every lane)."""
-    by_len: Dict[int, List[int]] = {}
-    for r, ts in enumerate(pairs.terms):
-        if ts:
-            by_len.setdefault(len(ts), []).append(r)
-    dest: List[int] = []
-    cols: List[int] = []
-    qs: List[int] = []
-    n = len(pairs.terms)
-    code = [f"{I}for (int c = lane; c < {pairs.ycols}; c += 32) cgy[{n} + c] = __ldg(yr + c);\n",
-            f"{I}__syncwarp();  // y in place; every lane has read the last edge's sums\n"]
-
-    def term(t: int) -> str:
-        return f"cgy_coef<T>({name}F, {name}D, o + {t}), cgy[{n} + __ldg({name}Col + o + {t})]"
-
-    for length, rs in sorted(by_len.items()):
-        d0, c0 = len(dest), len(cols)
-        dest += rs
-        for r in rs:
-            cols += [c for _, c in pairs.terms[r]]
-            qs += [q for q, _ in pairs.terms[r]]
-        body = f"T a = {term(0).replace(', cgy[', ' * cgy[', 1)};"
-        for t in range(1, length):
-            body += f" a = fma({term(t)}, a);"
-        code.append(f"{I}for (int r = lane; r < {len(rs)}; r += 32) {{\n"
-                    f"{I}  const int o = {c0} + r * {length};\n"
-                    f"{I}  {body}\n"
-                    f"{I}  cgy[__ldg({name}Dest + {d0} + r)] = a;\n"
-                    f"{I}}}\n")
-    code.append(f"{I}__syncwarp();  // the sums are in place\n")
-
-    def ints(v: List[int]) -> str:
-        return ", ".join(str(a) for a in v)
-
-    tables = (f"__device__ const int {name}Dest[] = {{{ints(dest)}}};  // each pair's place in the buffer, by length\n"
-              f"__device__ const int {name}Col[] = {{{ints(cols)}}};  // their y columns\n"
-              f"__device__ const float {name}F[] = {{{', '.join(f'float(kCg{q})' for q in qs)}}};  // their CG values\n"
-              f"__device__ const double {name}D[] = {{{', '.join(f'kCg{q}' for q in qs)}}};\n")
-    return tables, "".join(code)
 
 
 def _dbwd_a(wp: str, vp: str, hk: str, xk: str, i: int) -> str:
@@ -826,7 +729,7 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int, evict: bool) -> str:
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
                evict: bool = False, smem: int = FWD_SLOT_SMEM, tma: Optional[_TmaRows] = None,
-               tag: str = "", elem: int = 8, cgy: Optional[_CgyPairs] = None, cgy_stride: int = 0) -> Tuple[str, str]:
+               tag: str = "", elem: int = 8) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
@@ -836,10 +739,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     ``tma`` (the forward under Tuning.fwd_tma): each edge's rows come from the slot's stages in shared memory
     (kTmaStages of them, filled by the slot's thread u = 0 with ``_tma_fill``, full / empty mbarriers per stage).
     ``tag``: in the names of the constant tables (one forward holding a pass plan per dtype); ``elem``: the bytes of
-    a partial sum that ``_fwd_slots`` counts. ``cgy`` (Tuning.fwd_cgy, where ``_cgy_group`` allows): the pass's sums
-    over j, formed per edge by the warp in its part of ``s_cgy``, every ``cgy_stride`` elements (the same in every
-    pass: a warp may start the next pass while another is still in this one). Returns (device code, constant
-    tables)."""
+    a partial sum that ``_fwd_slots`` counts. Returns (device code, constant tables)."""
     mul = group[0].mul
     out_keys = []
     for p in group:
@@ -862,9 +762,6 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     lanes = mul if cpl == 1 else L  # the threads of a slot that hold channels
     I3 = I2 + "  "
     tables = ""
-    if cgy:
-        s.append(f"{I2}T* const cgy = s_cgy + (threadIdx.x / 32) * {cgy_stride};  // this warp's sums over j, "
-                 f"then y\n{I2}const int lane = threadIdx.x % 32;\n")
     if tma:
         warps = -(-lanes // 32)  # the slot's warps with channels: each arrives on a stage's empty barrier
         s.append(f"{I2}if (threadIdx.x < {S} * kTmaStages) {{  // this pass's barriers: a full and an empty one per "
@@ -917,11 +814,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
             s.append(f"{I3}const T* hr = ggx + sidx * d.in1;\n")
             s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
             s.append(f"{I3}const T* vr = ggw + e * d.w;\n")
-        if cgy:
-            t, code = _cgy_fill(I3, cgy, f"kCgy{tag}{gi}")
-            tables += t
-            s.append(code)
-        for c in [] if cgy else y_cols:
+        for c in y_cols:
             s.append(f"{I3}const T y{c} = __ldg(yr + {c});\n")
             if dbwd:
                 s.append(f"{I3}const T z{c} = __ldg(zr + {c});\n")
@@ -937,11 +830,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                 s.append(f"{I3}const T {_bname('x', key)}{cs}_{i} = {xsrc};\n")
                 if dbwd:
                     s.append(f"{I3}const T {_bname('h', key)}{cs}_{i} = __ldg(hr + {key[0]} + {ch} * {key[2]} + {i});\n")
-    loaded = 0  # Tuning.fwd_cgy: the sums in registers end there
     for p in group:
-        if cgy:
-            code, loaded = _cgy_reads(I3, cgy, p, loaded)
-            s.append(code)
         s.append(f"{I3}{{  // path {p.idx}: l {p.l1} x {p.l2} -> {p.l3}, {len(p.nz)} non-zeros\n")
         I5 = I3 + "  "
         for cs, ch in copies:
@@ -966,13 +855,12 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
             scaled = not dbwd and len(ks) > len(iset)
             if scaled:
                 s.append(f"{I5}const T " + ", ".join(f"b{cs}_{i} = wp{cs} * {xk}_{i}" for i in iset) + ";\n")
-            read = (lambda i, k, p=p: f"c{cgy.index[p.idx, i, k]}") if cgy else None
             for k in ks:
                 if scaled:
-                    s.append(f"{I5}{acc}_{k} = {_fwd_component(p, k, f'b{cs}', acc=f'{acc}_{k}', cgy=read)};\n")
+                    s.append(f"{I5}{acc}_{k} = {_fwd_component(p, k, f'b{cs}', acc=f'{acc}_{k}')};\n")
                     continue
                 if not dbwd:
-                    s.append(f"{I5}{acc}_{k} = fma(wp{cs}, {_fwd_component(p, k, xk, cgy=read)}, {acc}_{k});\n")
+                    s.append(f"{I5}{acc}_{k} = fma(wp{cs}, {_fwd_component(p, k, xk)}, {acc}_{k});\n")
                     continue
                 ew = f"{acc}_{k}"
                 for (q, i, j, kk) in p.nz:
@@ -989,8 +877,6 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                  f"{I3}  fill{gi}(st, en, snext);\n{I3}}}\n")
     s.append(f"{I2}}}\n")
     if S > 1:
-        if cgy:
-            s.append(f"{I2}__syncthreads();  // every warp is done with its sums (s_cgy is s_acc)\n")
         s.append(f"{I2}if (slot > 0 && slot < {S}) {{\n")
         for c, a in enumerate(accs):
             s.append(f"{I2}  s_acc[((slot - 1) * {len(accs)} + {c}) * {L} + u] = {a};\n")
@@ -1012,28 +898,6 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     s.append(f"{I2}}}\n")
     s.append(f"{I}}}\n")
     return "".join(s), tables
-
-
-def _cgy_group(group: List[_Path], dbwd: bool, tma: bool, cpl: int, tune: Tuning) -> bool:
-    """Tuning.fwd_cgy applies to this forward pass: its slots are whole warps of one channel per thread (no
-    lane idle, so every lane takes part in forming the sums), and it is neither the bulk-copy forward nor dbwd's."""
-    return bool(tune.fwd_cgy) and not dbwd and not tma and _fwd_cpl(group[0].mul, cpl) == 1 and group[0].mul % 32 == 0
-
-
-_CGY_COEF = """template <typename T>
-__device__ __forceinline__ T cgy_coef(const float* f, const double* d, int o) {  // Tuning.fwd_cgy's CG values
-  if constexpr (sizeof(T) == 4) return __ldg(f + o); else return __ldg(d + o);
-}
-// four consecutive elements of shared memory from a 16-byte boundary, in 16-byte loads
-__device__ __forceinline__ void lds4(const float* p, float& a, float& b, float& c, float& d) {
-  const float4 v = *reinterpret_cast<const float4*>(p);
-  a = v.x; b = v.y; c = v.z; d = v.w;
-}
-__device__ __forceinline__ void lds4(const double* p, double& a, double& b, double& c, double& d) {
-  const double2 u = reinterpret_cast<const double2*>(p)[0], v = reinterpret_cast<const double2*>(p)[1];
-  a = u.x; b = u.y; c = v.x; d = v.y;
-}
-"""
 
 
 def _fwd_passes(live: List[_Path], budget: int, cpl: int = 1) -> List[List[_Path]]:
@@ -1132,10 +996,6 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     rows = [[_tma_rows(g) for g in groups] if tma else [None] * len(groups) for groups, _ in specs]
     if tma and any(None in r for r in rows):
         return ""
-    cgys = [[_cgy_pairs(g) if _cgy_group(g, dbwd, tma, cpl, tune) else None for g in groups] for groups, _ in specs]
-    # the warps' buffers (Tuning.fwd_cgy) per dtype's plan: in the memory of the slots' partial sums, which a pass
-    # uses only after every warp has left its edge loop
-    strides = [max([c.width() for c in cs if c], default=0) for cs in cgys]
     reds = [max([r for _, r in slots(groups, elem)], default=0) for groups, elem in specs]
     red = max(reds)
     if tma:
@@ -1147,25 +1007,18 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
             return ""
     bodies, tables = [], ""
     I = "  " if len(specs) == 1 else "    "
-    for (groups, elem), grows, gcgy, stride, tag in zip(specs, rows, cgys, strides,
-                                                        ("",) if len(specs) == 1 else ("32_", "64_")):
+    for (groups, elem), grows, tag in zip(specs, rows, ("",) if len(specs) == 1 else ("32_", "64_")):
         parts = [_fwd_group(gi, g, I, dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag, elem, c, stride)
-                 for gi, (g, r, c) in enumerate(zip(groups, grows, gcgy))]
+                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag, elem)
+                 for gi, (g, r) in enumerate(zip(groups, grows))]
         bodies.append("".join(p[0] for p in parts))
         tables += "".join(p[1] for p in parts)
     body = bodies[0] if len(specs) == 1 else (
         f"  if constexpr (sizeof(T) == 4) {{  // float32's pass plan\n{bodies[0]}  }} else {{\n{bodies[1]}  }}\n")
     passes = (f"{len(specs[0][0])} pass(es)" if len(specs) == 1
               else f"{len(specs[0][0])} pass(es) in float32, {len(specs[1][0])} in float64,")
-    reds = [max(r, block // 32 * c) for r, c in zip(reds, strides)]
-    red = max(reds)
     size = red if len(set(reds)) == 1 else f"sizeof(T) == 4 ? {max(reds[0], 1)} : {max(reds[1], 1)}"
-    smem = (f"  __shared__{' __align__(16)' if max(strides) else ''} T s_acc[{size}];  // partial sums of edge slots "
-            f"1..S-1\n" if red else "")
-    if max(strides):
-        smem += "  T* const s_cgy = s_acc;  // per warp: its edge's sums over j, then y (Tuning.fwd_cgy)\n"
-        tables = _CGY_COEF + tables
+    smem = f"  __shared__ T s_acc[{size}];  // partial sums of edge slots 1..S-1\n" if red else ""
     name = "dfwd_kernel" if dbwd else "fwd_kernel_tma" if tma else "fwd_kernel"
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")

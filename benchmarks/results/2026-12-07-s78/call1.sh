@@ -15,7 +15,8 @@ echo "op library: rc=$? (${SECONDS}s)"; tail -n 3 "$OUT/r/build.log"
 export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peers/tab/wheels SMI_LOG=200
 source tools/gpu_call_env.sh > /dev/null || exit 3
 end=${END:-570}
-SWEEP_RUN_S=70 bash tools/tuning_sweep.sh $((end - 170)) "default fwd_cgy=1 default fwd_cgy=1" --passes fwd \
+sweep=$((end - 150 - SECONDS)); ((sweep < 200)) && sweep=$((end - 15 - SECONDS))  # the tests get what is left
+SWEEP_RUN_S=70 bash tools/tuning_sweep.sh $sweep "default fwd_cgy=1 default fwd_cgy=1" --passes fwd \
   --dtypes float32,float64 --workloads nequip_l3,sevennet_l3i5,sevennet_0 --min-seconds 0.5 \
   --graph random_sym:4000:312000
 left=$((end - 15 - SECONDS))
