@@ -9,12 +9,7 @@
 # 4. with what is left (END: the seconds the call may run): the forwards of the six workloads, md_accel alone.
 set -u
 cd "$(dirname "$0")/../../.."
-mkdir -p "$OUT/r"
-GPU_TESTS=none timeout 300 bash tools/gpu_check.sh > "$OUT/r/build.log" 2>&1
-echo "op library: rc=$? (${SECONDS}s)"; tail -n 3 "$OUT/r/build.log"
-(PEERS_SITE=$PWD/.gpu/site source .peers/tab/setup-on-gpu.sh > /dev/null 2>&1)
-export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peers/tab/wheels SMI_LOG=200
-source tools/gpu_call_env.sh > /dev/null || exit 3
+source tools/gpu_call_start.sh || exit 3
 end=${END:-570}
 timeout 200 python -m pytest tests/gpu/test_tp_conv_cuda.py -q -rs -p no:cacheprovider > "$R/gpu_tests.log" 2>&1
 echo "tests rc=$? (${SECONDS}s)"; tail -n 3 "$R/gpu_tests.log"

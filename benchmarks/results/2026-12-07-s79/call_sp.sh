@@ -2,19 +2,12 @@
 # Session 79: Tuning.sender_parts (part 1 of the backward and double backward over K parts of every receiver's
 # edges, the blocks numbered part-major so that the blocks in flight gather the sender rows of one part: on edges
 # sorted by (receiver, sender) a 1/K range of the nodes) against the defaults, md_accel alone, mace_mp0_medium
-# float64 (and mace_large with what is left), forward + backward and double backward, in turn.
+# float64 (WORKLOADS=a,b: those), forward + backward and double backward, in turn (END: the seconds the call may run).
 # Carry .peers/tab (ase and vesin wheels in its wheels/), .gpu/gpu_s78wl.tar.xz (the six workloads, default) and
 # .gpu/gpu_sp.tar.xz (mace_mp0_medium and mace_large under sender_parts=2 and =4); .gpu/gpu_lib.tar.xz if at hand.
 set -u
 cd "$(dirname "$0")/../../.."
-mkdir -p "$OUT/r"
-if [[ ! -f .gpu/gpu_lib.tar.xz ]]; then
-  GPU_TESTS=none timeout 300 bash tools/gpu_check.sh > "$OUT/r/build.log" 2>&1
-  echo "op library: rc=$? (${SECONDS}s)"; tail -n 3 "$OUT/r/build.log"
-fi
-(PEERS_SITE=$PWD/.gpu/site source .peers/tab/setup-on-gpu.sh > /dev/null 2>&1)
-export PYTHONPATH=$PWD/.gpu/site TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 WHEELS=.peers/tab/wheels SMI_LOG=200
-source tools/gpu_call_env.sh > /dev/null || exit 3
+source tools/gpu_call_start.sh || exit 3
 end=${END:-570}
 SWEEP_RUN_S=${RUN_S:-75} bash tools/tuning_sweep.sh $((end - 10 - SECONDS)) \
   "default sender_parts=2 sender_parts=4 default sender_parts=2 sender_parts=4 default" \
