@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../../.."
 source tools/gpu_call_start.sh || exit 3
 end=${END:-570}
 SWEEP_RUN_S=${RUN_S:-75} bash tools/tuning_sweep.sh $((end - 10 - SECONDS)) \
-  "default sender_parts=2 sender_parts=4 default sender_parts=2 sender_parts=4 default" \
+  "${VARIANTS:-default sender_parts=2 sender_parts=4 default sender_parts=2 sender_parts=4 default}" \
   --passes fwd_bwd,dbwd --dtypes float64 --workloads ${WORKLOADS:-mace_mp0_medium} --min-seconds 0.5 \
   --kernel-times --graph random_sym:4000:312000
 smi_stop
