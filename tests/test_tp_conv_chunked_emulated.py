@@ -978,4 +978,7 @@ def test_tuning_names_and_checks(monkeypatch):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "g_smem=10")
     assert _codegen.tuning().g_smem == _codegen.G_SMEM_BIT["bd"] | _codegen.G_SMEM_BIT["dd"]
+    monkeypatch.setenv(_codegen.TUNING_ENV, "sender_parts=17")
+    with pytest.raises(ValueError, match="sender_parts is 0 to 16"):
+        _codegen.tuning()
 

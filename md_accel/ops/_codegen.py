@@ -228,6 +228,9 @@ PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 # 1.03-1.05 against 1.08-1.09, the others within their runs' spread.
 
 
+MAX_SENDER_PARTS = 16  # Tuning.sender_parts: the grid is N times this many blocks
+
+
 class Tuning(NamedTuple):
     """Code-generation parameters: register budgets (components per channel), the minimum resident
     warps per SM requested from the compiler (0: the compiler's choice) per dtype, two switches and the
@@ -296,6 +299,8 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
+    if not 0 <= values.get("sender_parts", 0) <= MAX_SENDER_PARTS:
+        raise ValueError(f"{TUNING_ENV}: sender_parts is 0 to {MAX_SENDER_PARTS} (0 and 1: one part)")
     for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
