@@ -6,7 +6,7 @@
 # benchmarks/kernels.py's tables; IMPL, default md_accel, one of kernels.py's: cueq profiles cuEquivariance's
 # kernels, with its peers installed). Per cell in $OUT/r: ncu_TAG.txt (the sections), ncu_TAG_top.txt
 # (benchmarks/ncu_sass_summary.py: stall samples by reason and by instruction, the instruction mix) and
-# ncu_TAG_sass.csv.gz (the source page).
+# ncu_TAG_sass.csv.gz (the source page). NCU_METRICS=a,b,..: these metrics besides the sections (e.g. dram__bytes_read.sum).
 # Carry: .gpu/gpu_prebuilt.tar.xz .peers/full/wheels
 # Usage (device): bash tools/gpu_ncu.sh mmm64:mace_mp0_medium:float64:dbwd:dbwd_kernel ...
 set -u
@@ -20,7 +20,8 @@ for cell in "$@"; do
   left=$((LIMIT - SECONDS)); ((left < 40)) && { echo "skipped $tag: ${left}s left"; continue; }
   rep=/tmp/ncu_$tag
   timeout $left "$NCU" --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    --section LaunchStats --section MemoryWorkloadAnalysis --section SourceCounters -k "regex:$regex" \
+    --section LaunchStats --section MemoryWorkloadAnalysis --section SourceCounters ${NCU_METRICS:+--metrics "$NCU_METRICS"} \
+    -k "regex:$regex" \
     --launch-count 1 --export "$rep" --force-overwrite \
     python benchmarks/conv_profile.py --impl "${impl:-md_accel}" --workloads "$wl" --dtypes "$dt" --passes "$pass" \
     --graph random_sym:4000:312000 > "$R/ncu_$tag.log" 2>&1
@@ -29,8 +30,8 @@ for cell in "$@"; do
   "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source sass > "$R/ncu_${tag}_sass.csv" 2>&1
   python benchmarks/ncu_sass_summary.py "$R/ncu_${tag}_sass.csv" > "$R/ncu_${tag}_top.txt" 2>&1
   gzip -f "$R/ncu_${tag}_sass.csv"
-  grep -E "Duration|Registers Per|Achieved Occupancy|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Issue Slots|No Eligible|Local Memory Spill" \
-    "$R/ncu_$tag.txt" | sed -E 's/ +/ /g' | head -16
+  grep -E "Duration|Registers Per|Achieved Occupancy|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Issue Slots|No Eligible|Local Memory Spill|dram__|lts__" \
+    "$R/ncu_$tag.txt" | sed -E 's/ +/ /g' | head -24
   cat "$R/ncu_${tag}_top.txt"
 done
 (cd "$OUT" && tar czf results.tar.gz r)
