@@ -5,8 +5,9 @@
 # workloads, GEN 48) and .gpu/gpu_lib.tar.xz where call 1 returned it.
 # 1. tests/gpu/test_tp_conv_cuda.py, the whole file (the default kernels: GEN 48, 117cde3's);
 # 2. ncu of the slot plans' forwards (sevennet_l3i5 float64 and float32, nequip_l3 float64) with their DRAM bytes and
-#    L2 misses, against the byte floor kernels.py prints for the same cells: how much of the 1.5-1.7x is gathered rows
-#    read from DRAM twice or more, how much is issue.
+#    L2 misses (ncu's "Command line profiler metrics"), to set against these cells' byte floors in kernels.py's earlier
+#    tables (this call does not time them): how much of the 1.5-1.7x is gathered rows read from DRAM twice or more,
+#    how much is issue.
 set -u
 cd "$(dirname "$0")/../../.."
 source tools/gpu_call_start.sh || exit 3
