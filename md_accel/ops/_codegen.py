@@ -268,6 +268,7 @@ class Tuning(NamedTuple):
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
     sender_parts: int = 0  # >= 2: part 1 over at least this many parts of each receiver's edges, part-major (below)
+    # (sender_parts=4 on mace_mp0_medium float64, H100, session 81: 0.997-1.006x the default's time; so opt-in)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
