@@ -38,16 +38,14 @@ _LIB = {}
 # host emulation reads as plain loads), and the forward in blocks of one warp (its default: four edge slots, as
 # the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma, and every pass is
 # split in float32 too, fwd_acc32=0), and part 1 over three parts of every receiver's edges numbered part-major
-# (Tuning.sender_parts: the persistent grid's parts loop), and the forward's weights by a ring in shared memory two
-# edges ahead (Tuning.fwd_ring); grad_y through
+# (Tuning.sender_parts: the persistent grid's parts loop); grad_y through
 # shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
            "sender_parts": _codegen.Tuning(sender_parts=3),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, fwd_acc_narrow=0, bwd_g32=4,
                                                  bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
-           "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4, fwd_acc32=0, fwd_acc_narrow=0),
-           "fwd_ring": _codegen.Tuning(fwd_ring=2)}
+           "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4, fwd_acc32=0, fwd_acc_narrow=0)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -690,71 +688,6 @@ def test_forward_rows_by_bulk_copies_only_in_one_slot_passes():
     assert has("128x0e+128x1o") and has("128x0e") and has("32x0e+32x1o", _codegen.Tuning(fwd_min_block=32))
     assert not has("8x0e+8x1o") and not has("128x0e+64x1o+32x2e") and not has("32x0e+32x1o")
     assert not has("128x0e+128x1o", _codegen.Tuning(fwd_tma=0))
-
-
-# Tuning.fwd_ring on the test plan (8 channels: four edge slots, the ring beside the slot sums), the wide plan (64-
-# and 32-channel passes; with two channels per thread) and a one-slot plan of 128 channels (no bulk copies asked for)
-RING_CASES = {"test plan": ("8x0e+8x1o", _codegen.Tuning(fwd_ring=2)),
-              "wide": ("64x0e+32x1o+8x2e", _codegen.Tuning(fwd_ring=3)),
-              "wide cpl2": ("64x0e+32x1o+8x2e", _codegen.Tuning(fwd_ring=1, fwd_cpl=2)),
-              "128 channels": ("128x0e+128x1o", _codegen.Tuning(fwd_ring=2, fwd_tma=0))}
-
-
-@pytest.mark.parametrize("case", list(RING_CASES))
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_forward_weights_by_ring_give_the_same_bits(dtype, case):
-    """``Tuning.fwd_ring``: each thread copies its weights of the edges ahead into its column of shared memory
-    (the host emulation's copies are plain ones) and reads them from there, the edges summed in the same order: the
-    output, poisoned first, in edge chunks (accumulate), whole, and with edges sharing weight rows (w_row), equals the
-    forward without the ring bit for bit and the reference to rounding. Every pass of the plan has a ring (one copy
-    per weight and channel a thread holds), within Tuning.fwd_slot_smem."""
-    in1, tune = RING_CASES[case]
-    make = lambda: TPProblem.all_uvu(in1, "1x0e+1x1o+1x2e", 2)  # noqa: E731
-    plan, lib = _library(f"ring {in1}", make, tune)
-    base = _library(f"ring {in1}", make, tune._replace(fwd_ring=0))[1]
-    struct = _codegen.plan_structure(plan)
-    _, live, threads, _ = _codegen._analyse(struct)
-    block = _codegen.fwd_block(live, threads, tune)[0]
-    src = _codegen.generate(struct, tune)
-    assert "cp_async" not in _codegen.generate(struct, tune._replace(fwd_ring=0))
-    copies = 0
-    for plan_groups in _codegen.fwd_plans(live, threads, tune):
-        for g in plan_groups:
-            ahead = _codegen._ring_depth(g, tune.fwd_cpl, block, tune, 8)
-            assert 1 <= ahead <= tune.fwd_ring
-            assert (ahead + 1) * _codegen._ring_weights(g, _codegen._fwd_cpl(g[0].mul, tune.fwd_cpl)) * block * 8 \
-                <= tune.fwd_slot_smem
-            copies += _codegen._ring_weights(g, _codegen._fwd_cpl(g[0].mul, tune.fwd_cpl))
-    assert src.count("    cp_async_hint(b + ") == copies  # (Tuning.w_evict: under the evict-first policy)
-    n, g, inputs, ref = forward_problem(plan, 11)
-    inputs = [t.to(dtype).contiguous() for t in inputs]
-    e = g.src.numel()
-    for step in (7, e):
-        out = chunked_forward(lib, plan, n, g, inputs, step)
-        assert torch.equal(out, chunked_forward(base, plan, n, g, inputs, step)), step
-        assert rel_err(out, ref) <= TOL[dtype], (step, rel_err(out, ref))
-    x, y, w = inputs
-    w_row = torch.arange(e, dtype=torch.int64) // 3 * 3
-    graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr, w_row)
-    outs = []
-    for library in (lib, base):
-        outs.append(torch.full((n, plan.dim_out), float("nan"), dtype=dtype))
-        library.fwd(x, y, w, graph, outs[-1])
-    assert torch.equal(outs[0], outs[1])
-
-
-def test_forward_ring_depth_within_the_slot_memory():
-    """``_ring_depth``: as many edges ahead as asked where the stages fit Tuning.fwd_slot_smem, fewer where not, none
-    where two stages do not fit; stages of 4-byte weights take half the bytes."""
-    g = _codegen._analyse(_codegen.plan_structure(TPProblem.all_uvu("32x0e", "1x0e", 1).lower()))[1]
-    t = _codegen.Tuning(fwd_ring=3)
-    one = len(g) * 128 * 8  # bytes of a stage: one weight per thread of a 128-thread block
-    assert _codegen._ring_depth(g, 1, 128, t._replace(fwd_slot_smem=4 * one), 8) == 3
-    assert _codegen._ring_depth(g, 1, 128, t._replace(fwd_slot_smem=3 * one), 8) == 2
-    assert _codegen._ring_depth(g, 1, 128, t._replace(fwd_slot_smem=3 * one - 1), 8) == 1
-    assert _codegen._ring_depth(g, 1, 128, t._replace(fwd_slot_smem=2 * one - 1), 8) == 0
-    assert _codegen._ring_depth(g, 1, 128, t._replace(fwd_slot_smem=3 * one - 1), 4) == 3
-    assert _codegen._ring_depth(g, 1, 128, t._replace(fwd_ring=0), 8) == 0
 
 
 # a plan whose forward passes come by bulk copies (128 channels, one edge slot), and one whose do not (its 32-channel

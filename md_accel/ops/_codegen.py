@@ -228,7 +228,6 @@ PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 # 1.03-1.05 against 1.08-1.09, the others within their runs' spread.
 
 
-MAX_FWD_RING = 4  # Tuning.fwd_ring: at most this many edges ahead
 MAX_SENDER_PARTS = 16  # Tuning.sender_parts: the grid is N times this many blocks
 
 
@@ -268,7 +267,6 @@ class Tuning(NamedTuple):
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
-    fwd_ring: int = 0  # >= 1: the forward's weights copied this many edges ahead into shared memory (_ring_head)
     sender_parts: int = 0  # >= 2: part 1 over at least this many parts of each receiver's edges, part-major (below)
     # (sender_parts=4 on mace_mp0_medium float64, H100, session 81: 0.997-1.006x the default's time; so opt-in)
 
@@ -302,8 +300,6 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
-    if not 0 <= values.get("fwd_ring", 0) <= MAX_FWD_RING:
-        raise ValueError(f"{TUNING_ENV}: fwd_ring is 0 to {MAX_FWD_RING} (edges ahead)")
     if not 0 <= values.get("sender_parts", 0) <= MAX_SENDER_PARTS:
         raise ValueError(f"{TUNING_ENV}: sender_parts is 0 to {MAX_SENDER_PARTS} (0 and 1: one part)")
     for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
@@ -737,58 +733,10 @@ def _tma_fill(I: str, rows: _TmaRows, gi: int, evict: bool) -> str:
     return "".join(s)
 
 
-def _ring_weights(group: List[_Path], cpl: int) -> int:
-    """Tuning.fwd_ring: the weights a thread of a forward pass reads per edge (a path's, per channel it holds)."""
-    return len(group) * cpl
-
-
-def _ring_slot(group: List[_Path], copies, p: _Path, cs: str) -> int:
-    """The position of path ``p``'s weight for channel copy ``cs`` in a stage of a thread's ring column."""
-    return group.index(p) * len(copies) + [c for c, _ in copies].index(cs)
-
-
-def _ring_depth(group: List[_Path], cpl: int, threads: int, tune: Tuning, elem: int) -> int:
-    """Tuning.fwd_ring: the edges a forward pass copies ahead, at most Tuning.fwd_ring, as many as let the ring's
-    ahead + 1 stages (``_ring_weights`` per thread of the block, ``elem`` bytes each) fit Tuning.fwd_slot_smem; 0: none."""
-    stage = _ring_weights(group, _fwd_cpl(group[0].mul, cpl)) * threads * elem
-    return max(0, min(tune.fwd_ring, tune.fwd_slot_smem // stage - 1))
-
-
-def _ring_head(I: str, group: List[_Path], copies, threads: int, ring: int, S: int, lanes: int, evict: bool) -> str:
-    """Device code opening a forward pass's edge loop under Tuning.fwd_ring: lambda ring_fill(stage, e) (this
-    thread's weights of edge e, where it is one of the slot's, into that stage of its column; one commit group
-    either way), the first ``ring`` edges' fills, then the loop, which fills the stage read one edge before with the
-    edge ``ring`` ahead and waits until this edge's group has landed; ``rw`` is the edge's stage. Why no barrier:
-    each thread reads only what it copied itself, and refills a stage only after the arithmetic of the edge that read
-    it was issued (the stage read in the previous iteration)."""
-    nw = len(group) * len(copies)
-    I2 = I + "  "
-    s = [f"{I}if (slot < {S} && u < {lanes}) {{\n",
-         f"{I2}T* const rg = s_acc + threadIdx.x;  // this thread's ring column: weight q of stage st at "
-         f"rg[(st * {nw} + q) * {threads}]\n"]
-    if evict:
-        s.append(f"{I2}const uint64_t wpol = stream_policy();\n")
-    s.append(f"{I2}auto ring_fill = [&](int fs, int64_t ef) {{\n{I2}  if (ef < e_end) {{\n"
-             f"{I2}    const T* wf = w + w_index(w_row, ef) * d.w;\n{I2}    T* b = rg + fs * {nw * threads};\n")
-    for p in group:
-        for cs, ch in copies:
-            dst = f"b + {_ring_slot(group, copies, p, cs) * threads}"
-            src = f"wf + {p.w_off} + {ch} * {p.w_stride}"
-            s.append(f"{I2}    cp_async_hint({dst}, {src}, wpol);\n" if evict else f"{I2}    cp_async({dst}, {src});\n")
-    s.append(f"{I2}  }}\n{I2}  cp_async_commit();\n{I2}}};\n")
-    s.append(f"{I2}for (int r = 0; r < {ring}; ++r) ring_fill(r, e_begin + slot + r * {S});\n")
-    s.append(f"{I2}int st = 0;  // the stage of edge e\n")
-    s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
-    s.append(f"{I2}  ring_fill(st == 0 ? {ring} : st - 1, e + {ring * S});\n")
-    s.append(f"{I2}  cp_async_wait<{ring}>();  // this edge's group has landed\n")
-    s.append(f"{I2}  const T* rw = rg + st * {nw * threads};\n")
-    return "".join(s)
-
-
 def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                prefetch: bool = False, prefetch_xy: bool = False, cpl: int = 1,
                evict: bool = False, smem: int = FWD_SLOT_SMEM, tma: Optional[_TmaRows] = None,
-               tag: str = "", elem: int = 8, ring: int = 0) -> Tuple[str, str]:
+               tag: str = "", elem: int = 8) -> Tuple[str, str]:
     """One pass accumulating a group of output blocks (one multiplicity) over the receiver's edges;
     thread (slot, u) sums channel u over the edges e_begin + slot, + S, ..; the slots' partial
     sums are then added in slot order (deterministic). dbwd: the message is
@@ -798,9 +746,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
     ``tma`` (the forward under Tuning.fwd_tma): each edge's rows come from the slot's stages in shared memory
     (kTmaStages of them, filled by the slot's thread u = 0 with ``_tma_fill``, full / empty mbarriers per stage).
     ``tag``: in the names of the constant tables (one forward holding a pass plan per dtype); ``elem``: the bytes of
-    a partial sum that ``_fwd_slots`` counts. ``ring`` (Tuning.fwd_ring, ``_ring_depth``): each thread copies its own
-    weights of the edge ``ring`` edges ahead into its column of a ring of ring + 1 stages in ``s_acc`` (``cp_async``, one
-    commit group per edge) and reads the current edge's from there. Returns (device code, constant tables)."""
+    a partial sum that ``_fwd_slots`` counts. Returns (device code, constant tables)."""
     mul = group[0].mul
     out_keys = []
     for p in group:
@@ -848,12 +794,10 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                  f"{I3}const int64_t snext = producer && en < e_end ? __ldg(src + en) : 0;\n")
         s.append(f"{I3}mbar_wait(&full[st], parity);\n")
         s.append(f"{I3}const T* sb = sbase + st * {tma.stage};\n")
-    elif ring:
-        s.append(_ring_head(I2, group, copies, threads, ring, S, lanes, evict))
     else:
         s.append(f"{I2}if (slot < {S} && u < {lanes})\n")
         s.append(f"{I2}for (int64_t e = e_begin + slot; e < e_end; e += {S}) {{\n")
-    if prefetch and not tma and not ring:
+    if prefetch and not tma:
         tables, code = _prefetch_next(I3, group, f"kPf{'D' if dbwd else 'F'}{tag}{gi}", f"e + {S}", f"e + {S} < e_end",
                                       dbwd, lanes)
         s.append(code)
@@ -872,8 +816,7 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         s.append(f"{I3}const int64_t sidx = __ldg(src + e);\n")
         s.append(f"{I3}const T* xr = x + sidx * d.in1;\n")
         s.append(f"{I3}const T* yr = y + e * d.in2;\n")
-        if not ring:
-            s.append(f"{I3}const T* wr = w + w_index(w_row, e) * d.w;\n")
+        s.append(f"{I3}const T* wr = w + w_index(w_row, e) * d.w;\n")
         if dbwd:
             s.append(f"{I3}const T* hr = ggx + sidx * d.in1;\n")
             s.append(f"{I3}const T* zr = ggy + e * d.in2;\n")
@@ -899,7 +842,6 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
         I5 = I3 + "  "
         for cs, ch in copies:
             wsrc = (f"sb[{tma.w_pos(p.w_off)} + {ch}]" if tma
-                    else f"rw[{_ring_slot(group, copies, p, cs) * threads}]" if ring
                     else _w_load(f'wr + {p.w_off} + {ch} * {p.w_stride}', evict))
             s.append(f"{I5}const T wp{cs} = {wsrc};\n")
             if dbwd:
@@ -940,12 +882,8 @@ def _fwd_group(gi: int, group: List[_Path], I: str, dbwd: bool, threads: int,
                  f"{I3}if (producer && en < e_end) {{  // the stage takes edge en once every warp has read it\n"
                  f"{I3}  mbar_wait(&empty[st], parity);\n"
                  f"{I3}  fill{gi}(st, en, snext);\n{I3}}}\n")
-    if ring:
-        s.append(f"{I3}st = st == {ring} ? 0 : st + 1;\n{I2}  }}\n")
     s.append(f"{I2}}}\n")
     if S > 1:
-        if ring:
-            s.append(f"{I2}__syncthreads();  // every slot is done with its ring before the partial sums take s_acc\n")
         s.append(f"{I2}if (slot > 0 && slot < {S}) {{\n")
         for c, a in enumerate(accs):
             s.append(f"{I2}  s_acc[((slot - 1) * {len(accs)} + {c}) * {L} + u] = {a};\n")
@@ -1065,11 +1003,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     rows = [[_tma_rows(g) for g in groups] if tma else [None] * len(groups) for groups, _ in specs]
     if tma and any(None in r for r in rows):
         return ""
-    # Tuning.fwd_ring: each pass's edges ahead, and the elements its ring takes in s_acc
-    rings = [[0 if tma or dbwd else _ring_depth(g, cpl, block, tune, elem) for g in groups] for groups, elem in specs]
-    reds = [max([r for _, r in slots(groups, elem)]
-                + [(n + 1) * _ring_weights(g, _fwd_cpl(g[0].mul, cpl)) * block for g, n in zip(groups, nr) if n],
-                default=0) for (groups, elem), nr in zip(specs, rings)]
+    reds = [max([r for _, r in slots(groups, elem)], default=0) for groups, elem in specs]
     red = max(reds)
     if tma:
         if red:  # a pass with several edge slots (the note at FWD_TMA_STAGES)
@@ -1080,10 +1014,10 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
             return ""
     bodies, tables = [], ""
     I = "  " if len(specs) == 1 else "    "
-    for (groups, elem), grows, nring, tag in zip(specs, rows, rings, ("",) if len(specs) == 1 else ("32_", "64_")):
+    for (groups, elem), grows, tag in zip(specs, rows, ("",) if len(specs) == 1 else ("32_", "64_")):
         parts = [_fwd_group(gi, g, I, dbwd, block, bool(tune.prefetch & PF_FWD), bool(tune.prefetch & PF_FWD_XY),
-                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag, elem, n)
-                 for gi, (g, r, n) in enumerate(zip(groups, grows, nring))]
+                            _fwd_cpl(g[0].mul, cpl), bool(tune.w_evict), slot_smem, r, tag, elem)
+                 for gi, (g, r) in enumerate(zip(groups, grows))]
         bodies.append("".join(p[0] for p in parts))
         tables += "".join(p[1] for p in parts)
     body = bodies[0] if len(specs) == 1 else (
@@ -1091,8 +1025,7 @@ def _gen_fwd(live: List[_Path], dbwd: bool, threads: int, tune: Tuning,
     passes = (f"{len(specs[0][0])} pass(es)" if len(specs) == 1
               else f"{len(specs[0][0])} pass(es) in float32, {len(specs[1][0])} in float64,")
     size = red if len(set(reds)) == 1 else f"sizeof(T) == 4 ? {max(reds[0], 1)} : {max(reds[1], 1)}"
-    smem = (f"  __shared__ T s_acc[{size}];  // partial sums of edge slots 1..S-1"
-            + (", before them the passes' weight rings" if any(map(any, rings)) else "") + "\n" if red else "")
+    smem = f"  __shared__ T s_acc[{size}];  // partial sums of edge slots 1..S-1\n" if red else ""
     name = "dfwd_kernel" if dbwd else "fwd_kernel_tma" if tma else "fwd_kernel"
     extra = ("const T* __restrict__ ggx, const T* __restrict__ ggy, const T* __restrict__ ggw, "
              if dbwd else "")
@@ -1839,36 +1772,6 @@ __device__ __forceinline__ double ld_stream_rw(const double* a, uint64_t policy)
 }
 """
 
-_RING = r"""
-// Tuning.fwd_ring: a thread's asynchronous copy of one element into shared memory (4 or 8 bytes; with an L2 policy),
-// its commit group, and the wait until at most N of its groups are in flight (plain copies in the host emulation and
-// before sm_80).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-template <typename T>
-__device__ __forceinline__ void cp_async(T* dst, const T* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;"
-               ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src), "n"(sizeof(T)) : "memory");
-}
-template <typename T>
-__device__ __forceinline__ void cp_async_hint(T* dst, const T* src, uint64_t policy) {
-  asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], %2, %3;"
-               ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))), "l"(src), "n"(sizeof(T)), "l"(policy)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-#else
-template <typename T>
-__device__ __forceinline__ void cp_async(T* dst, const T* src) { *dst = *src; }
-template <typename T>
-__device__ __forceinline__ void cp_async_hint(T* dst, const T* src, uint64_t) { *dst = *src; }
-__device__ __forceinline__ void cp_async_commit() {}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {}
-#endif
-"""
-
 _TMA = r"""
 // Tuning.fwd_tma: mbarriers and bulk copies into shared memory (sm_90); the host emulation (tests/cuda_emu) has its own.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900  // no bulk copies: fwd_tma_ok never launches the kernel there
@@ -2142,8 +2045,6 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         src += _LD_STREAM
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
     fwd = fwd_block(live, threads, tune)
-    if tune.fwd_ring:
-        src += _RING
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd)
     fwd_tma = _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd, tma=True) if tune.fwd_tma else ""
     if fwd_tma:
