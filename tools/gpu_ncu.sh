@@ -6,7 +6,8 @@
 # benchmarks/kernels.py's tables; IMPL, default md_accel, one of kernels.py's: cueq profiles cuEquivariance's
 # kernels, with its peers installed). Per cell in $OUT/r: ncu_TAG.txt (the sections), ncu_TAG_top.txt
 # (benchmarks/ncu_sass_summary.py: stall samples by reason and by instruction, the instruction mix) and
-# ncu_TAG_sass.csv.gz (the source page). NCU_METRICS=a,b,..: these metrics besides the sections (e.g. dram__bytes_read.sum).
+# ncu_TAG_sass.csv.gz (the source page). NCU_METRICS=a,b,..: these metrics besides the sections (e.g. dram__bytes_read.sum);
+# NCU_ARGS: more ncu arguments (e.g. "--section MemoryWorkloadAnalysis_Tables": L1 and L2 traffic per kind of access).
 # Carry: .gpu/gpu_prebuilt.tar.xz .peers/full/wheels
 # Usage (device): bash tools/gpu_ncu.sh mmm64:mace_mp0_medium:float64:dbwd:dbwd_kernel ...
 set -u
@@ -20,7 +21,7 @@ for cell in "$@"; do
   left=$((LIMIT - SECONDS)); ((left < 40)) && { echo "skipped $tag: ${left}s left"; continue; }
   rep=/tmp/ncu_$tag
   timeout $left "$NCU" --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    --section LaunchStats --section MemoryWorkloadAnalysis --section SourceCounters ${NCU_METRICS:+--metrics "$NCU_METRICS"} \
+    --section LaunchStats --section MemoryWorkloadAnalysis --section SourceCounters ${NCU_METRICS:+--metrics "$NCU_METRICS"} ${NCU_ARGS:-} \
     -k "regex:$regex" \
     --launch-count 1 --export "$rep" --force-overwrite \
     python benchmarks/conv_profile.py --impl "${impl:-md_accel}" --workloads "$wl" --dtypes "$dt" --passes "$pass" \
