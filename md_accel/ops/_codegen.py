@@ -267,6 +267,8 @@ class Tuning(NamedTuple):
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
+    pf_last: int = 0  # 1: the L2 prefetches (PF_* bits) at the evict-last priority (prefetch.global.L2::evict_last)
+    # (opt-in, not yet timed: written in session 82 against part 1's extra DRAM reads, performance_notes.md)
     sender_parts: int = 0  # >= 2: part 1 over at least this many parts of each receiver's edges, part-major (below)
     # (sender_parts=4 on mace_mp0_medium float64, H100, session 81: 0.997-1.006x the default's time; so opt-in)
 
@@ -302,7 +304,7 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
     if not 0 <= values.get("sender_parts", 0) <= MAX_SENDER_PARTS:
         raise ValueError(f"{TUNING_ENV}: sender_parts is 0 to {MAX_SENDER_PARTS} (0 and 1: one part)")
-    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
+    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto", "pf_last"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -2040,7 +2042,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), cg_decls=_cg_decls(cg_idx, cg_val),
         covered=covered, includes='#include "mma.cuh"\n' if tune.fwd_mma else "")
     if tune.prefetch:
-        src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
+        src += (_PREFETCH.replace("prefetch.global.L2 [", "prefetch.global.L2::evict_last [") if tune.pf_last
+                else _PREFETCH) + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:  # (stream_policy)
         src += _LD_STREAM
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
