@@ -212,6 +212,7 @@ PF_FWD_XY = 16
 # 4.6 % faster to 5.1 % slower than the default on MACE-MP-0 medium, MACE large and SevenNet-0: no gain.
 PF_PART1_XY = 32
 PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
+PF_L2_INSN = ("prefetch.global.L2", "prefetch.global.L2::evict_last")  # prefetch_l2's instruction, by Tuning.pf_last
 # Tuning.w_evict: the per-edge weights (w, and ggw in the double backward) are read once; loaded with an L2
 # evict-first policy (and no L1 line), they leave L2 before the gathered x rows do. Session 42 (H200): x kept in L2
 # by a persisting access-policy window had made the backward's per-edge kernel 3-4 % faster, but the window's L2
@@ -1696,7 +1697,7 @@ _PREFETCH = r"""
 template <typename T>
 __device__ __forceinline__ void prefetch_l2(const T* p) {
 #ifdef __CUDA_ARCH__
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+  asm volatile("PF_L2_INSN [%0];" ::"l"(p));
 #endif
 }
 """
@@ -2042,8 +2043,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), cg_decls=_cg_decls(cg_idx, cg_val),
         covered=covered, includes='#include "mma.cuh"\n' if tune.fwd_mma else "")
     if tune.prefetch:
-        src += (_PREFETCH.replace("prefetch.global.L2 [", "prefetch.global.L2::evict_last [") if tune.pf_last
-                else _PREFETCH) + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
+        src += _PREFETCH.replace("PF_L2_INSN", PF_L2_INSN[tune.pf_last]) + (
+            _PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:  # (stream_policy)
         src += _LD_STREAM
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
