@@ -174,19 +174,6 @@ def test_weights_loaded_evict_first_only_where_asked():
     assert "ld_stream" not in plain and "createpolicy" not in plain
 
 
-def test_prefetch_priority_only_where_asked():
-    """Tuning.pf_last: the one L2 prefetch instruction of the generated source becomes the evict-last one, and nothing
-    else changes (every prefetch site calls prefetch_l2); without the prefetch bits there is no prefetch to change."""
-    plan, _ = plan_and_library()
-    struct = _codegen.plan_structure(plan)
-    plain, last = _codegen.generate(struct), _codegen.generate(struct, _codegen.Tuning(pf_last=1))
-    assert plain.count("prefetch.global.L2 [") == 1 and last.count("prefetch.global.L2::evict_last [") == 1
-    assert last.replace("prefetch.global.L2::evict_last [", "prefetch.global.L2 [") == plain
-    assert last.count("prefetch_l2(") == plain.count("prefetch_l2(") > 1
-    none = _codegen.generate(struct, _codegen.Tuning(prefetch=0, pf_last=1))
-    assert "prefetch.global" not in none and none == _codegen.generate(struct, _codegen.Tuning(prefetch=0))
-
-
 def test_prefetch_bits_checked(monkeypatch):
     """MD_ACCEL_TP_TUNING refuses prefetch bits no kernel reads (a build would be cached under a name of its own
     while generating what another setting generates)."""

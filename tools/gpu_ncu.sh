@@ -7,7 +7,7 @@
 # kernels, with its peers installed). Per cell in $OUT/r: ncu_TAG.txt (the sections), ncu_TAG_top.txt
 # (benchmarks/ncu_sass_summary.py: stall samples by reason and by instruction, the instruction mix) and
 # ncu_TAG_sass.csv.gz (the source page). NCU_METRICS=a,b,..: these metrics besides the sections (e.g. dram__bytes_read.sum);
-# NCU_ARGS: more ncu arguments (e.g. "--section MemoryWorkloadAnalysis_Tables": L1 and L2 traffic per kind of access).
+# NCU_GRAPH: another graph (conv_profile.py's --graph); NCU_ARGS: more ncu arguments (e.g. "--section MemoryWorkloadAnalysis_Tables": L1 and L2 traffic per kind of access).
 # Carry: .gpu/gpu_prebuilt.tar.xz .peers/full/wheels
 # Usage (device): bash tools/gpu_ncu.sh mmm64:mace_mp0_medium:float64:dbwd:dbwd_kernel ...
 set -u
@@ -25,7 +25,7 @@ for cell in "$@"; do
     -k "regex:$regex" \
     --launch-count 1 --export "$rep" --force-overwrite \
     python benchmarks/conv_profile.py --impl "${impl:-md_accel}" --workloads "$wl" --dtypes "$dt" --passes "$pass" \
-    --graph random_sym:4000:312000 > "$R/ncu_$tag.log" 2>&1
+    --graph "${NCU_GRAPH:-random_sym:4000:312000}" > "$R/ncu_$tag.log" 2>&1
   echo "== $tag rc=$? (${SECONDS}s)"
   "$NCU" --import "$rep.ncu-rep" --page details > "$R/ncu_$tag.txt" 2>&1
   "$NCU" --import "$rep.ncu-rep" --page source --csv --print-source sass > "$R/ncu_${tag}_sass.csv" 2>&1

@@ -212,7 +212,6 @@ PF_FWD_XY = 16
 # 4.6 % faster to 5.1 % slower than the default on MACE-MP-0 medium, MACE large and SevenNet-0: no gain.
 PF_PART1_XY = 32
 PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
-PF_L2_INSN = ("prefetch.global.L2", "prefetch.global.L2::evict_last")  # prefetch_l2's instruction, by Tuning.pf_last
 # Tuning.w_evict: the per-edge weights (w, and ggw in the double backward) are read once; loaded with an L2
 # evict-first policy (and no L1 line), they leave L2 before the gathered x rows do. Session 42 (H200): x kept in L2
 # by a persisting access-policy window had made the backward's per-edge kernel 3-4 % faster, but the window's L2
@@ -268,8 +267,6 @@ class Tuning(NamedTuple):
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
-    pf_last: int = 0  # 1: the L2 prefetches (PF_* bits) at the evict-last priority (prefetch.global.L2::evict_last)
-    # (opt-in, not yet timed: written in session 82 against part 1's extra DRAM reads, performance_notes.md)
     sender_parts: int = 0  # >= 2: part 1 over at least this many parts of each receiver's edges, part-major (below)
     # (sender_parts=4 on mace_mp0_medium float64, H100, session 81: 0.997-1.006x the default's time; so opt-in)
 
@@ -305,7 +302,7 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
     if not 0 <= values.get("sender_parts", 0) <= MAX_SENDER_PARTS:
         raise ValueError(f"{TUNING_ENV}: sender_parts is 0 to {MAX_SENDER_PARTS} (0 and 1: one part)")
-    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto", "pf_last"):
+    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -1697,7 +1694,7 @@ _PREFETCH = r"""
 template <typename T>
 __device__ __forceinline__ void prefetch_l2(const T* p) {
 #ifdef __CUDA_ARCH__
-  asm volatile("PF_L2_INSN [%0];" ::"l"(p));
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 #endif
 }
 """
@@ -2043,8 +2040,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         cg_idx=", ".join(str(v) for r in cg_idx for v in r), cg_decls=_cg_decls(cg_idx, cg_val),
         covered=covered, includes='#include "mma.cuh"\n' if tune.fwd_mma else "")
     if tune.prefetch:
-        src += _PREFETCH.replace("PF_L2_INSN", PF_L2_INSN[tune.pf_last]) + (
-            _PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
+        src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:  # (stream_policy)
         src += _LD_STREAM
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
