@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile check of csrc/ without a GPU: every .cu with nvcc for sm_90 (compile only), and the
+# Compile check of csrc/ without a GPU: every .cu (and tools/'s probes) with nvcc for sm_90 (compile only), and the
 # torch glue (.cpp) with g++ -fsyntax-only against the installed torch headers + CUDA headers;
 # also the LAMMPS plugin's CUDA-graph sources (lammps_plugin/build.py --check-cuda-graph).
 # Usage: tools/compile_cuda.sh            (PYTHON, NVCC, CXX may be overridden)
@@ -51,7 +51,7 @@ else
 fi
 
 pids=()
-for f in csrc/*.cu; do
+for f in csrc/*.cu tools/*.cu; do  # (tools/: device-side probes, e.g. tools/l2_gather_probe.cu)
   [ -e "$f" ] || continue
   "$NVCC" -std=c++17 -O3 -arch=sm_90 -Werror all-warnings -c "$f" -o /dev/null &
   pids+=("$!:$f")
