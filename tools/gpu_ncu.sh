@@ -7,7 +7,8 @@
 # kernels, with its peers installed). Per cell in $OUT/r: ncu_TAG.txt (the sections), ncu_TAG_top.txt
 # (benchmarks/ncu_sass_summary.py: stall samples by reason and by instruction, the instruction mix) and
 # ncu_TAG_sass.csv.gz (the source page). NCU_METRICS=a,b,..: these metrics besides the sections (e.g. dram__bytes_read.sum);
-# NCU_GRAPH: another graph (conv_profile.py's --graph); NCU_ARGS: more ncu arguments (e.g. "--section MemoryWorkloadAnalysis_Tables": L1 and L2 traffic per kind of access).
+# NCU_GRAPH: another graph (conv_profile.py's --graph); NCU_ARGS: more ncu arguments (e.g. "--section
+# MemoryWorkloadAnalysis_Tables": L1 and L2 traffic per kind of access).
 # Carry: .gpu/gpu_prebuilt.tar.xz .peers/full/wheels
 # Usage (device): bash tools/gpu_ncu.sh mmm64:mace_mp0_medium:float64:dbwd:dbwd_kernel ...
 set -u

@@ -66,8 +66,8 @@ __global__ void probe_kernel(const float4* __restrict__ rows, const int* __restr
       acc += v.x + v.y + v.z + v.w;
     }
     float4* o = out + e * write_v;
-    if (write_v == 0 && acc != 0.f) out[e] = make_float4(acc, acc, acc, acc);  // never (the inputs are zeros): keeps
-    const float4 v = make_float4(acc, acc, acc, acc);                          // the loads where nothing is written
+    const float4 v = make_float4(acc, acc, acc, acc);
+    if (write_v == 0 && acc != 0.f) out[e] = v;  // never (the inputs are zeros): keeps the loads where nothing is written
     for (int i = lane; i < write_v; i += 32) {
       if (write_evict)
         st_stream(o + i, v, policy);
