@@ -37,11 +37,9 @@ _LIB = {}
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
 # host emulation reads as plain loads), and the forward in blocks of one warp (its default: four edge slots, as
 # the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma, and every pass is
-# split in float32 too, fwd_acc32=0), and part 1 over three parts of every receiver's edges numbered part-major
-# (Tuning.sender_parts: the persistent grid's parts loop); grad_y through
+# split in float32 too, fwd_acc32=0); grad_y through
 # shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
-           "sender_parts": _codegen.Tuning(sender_parts=3),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, fwd_acc_narrow=0, bwd_g32=4,
                                                  bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
@@ -978,7 +976,4 @@ def test_tuning_names_and_checks(monkeypatch):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "g_smem=10")
     assert _codegen.tuning().g_smem == _codegen.G_SMEM_BIT["bd"] | _codegen.G_SMEM_BIT["dd"]
-    monkeypatch.setenv(_codegen.TUNING_ENV, "sender_parts=17")
-    with pytest.raises(ValueError, match="sender_parts is 0 to 16"):
-        _codegen.tuning()
 

@@ -228,9 +228,6 @@ PF_ALL = PF_DEFAULT | PF_FWD_XY | PF_PART1_XY
 # 1.03-1.05 against 1.08-1.09, the others within their runs' spread.
 
 
-MAX_SENDER_PARTS = 16  # Tuning.sender_parts: the grid is N times this many blocks
-
-
 class Tuning(NamedTuple):
     """Code-generation parameters: register budgets (components per channel), the minimum resident
     warps per SM requested from the compiler (0: the compiler's choice) per dtype, two switches and the
@@ -267,8 +264,6 @@ class Tuning(NamedTuple):
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
-    sender_parts: int = 0  # >= 2: part 1 over at least this many parts of each receiver's edges, part-major (below)
-    # (sender_parts=4 on mace_mp0_medium float64, H100, session 81: 0.997-1.006x the default's time; so opt-in)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -300,8 +295,6 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
-    if not 0 <= values.get("sender_parts", 0) <= MAX_SENDER_PARTS:
-        raise ValueError(f"{TUNING_ENV}: sender_parts is 0 to {MAX_SENDER_PARTS} (0 and 1: one part)")
     for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
@@ -1356,26 +1349,10 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
     return "kPrefetch" if tune.prefetch & (PF_BWD32 | PF_BWD64) else None
 
 
-def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str,
-                   sender_parts: int = 0) -> str:
+def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str) -> str:
     """A per-edge kernel of the backward family around ``body`` (its passes): block n = receiver n, or with
     kParts each block takes receiver parts on a persistent grid. In the double backward ggw and gw may be one
-    buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there. ``sender_parts`` >= 2 (``Tuning.sender_parts``):
-    the parts numbered part * N + n instead of n * d.split + part, and without kParts block b = part * N + n of
-    that many parts of every receiver: the blocks in flight at a time take the same part of many receivers, whose
-    senders, on edges sorted by (receiver, sender), are a range of the nodes; the gathered x (and gg_x) rows of
-    that range are what the L2 must hold."""
-    which = ("const int64_t nodes = num_parts / d.split, n = b % nodes, part = b / nodes;" if sender_parts >= 2
-             else "const int64_t n = b / d.split, part = b % d.split;")
-    if sender_parts >= 2:
-        one = f"""    const unsigned nodes = gridDim.x / {sender_parts}u, n = blockIdx.x % nodes, part = blockIdx.x / nodes;
-    const int64_t first = dst_ptr[n], deg = dst_ptr[n + 1] - first;
-    const int64_t e_begin = first + deg * part / {sender_parts}, e_end = first + deg * (part + 1) / {sender_parts};
-"""
-    else:
-        one = """    const int64_t n = blockIdx.x;
-    const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
-"""
+    buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there."""
     extra = "const T* __restrict__ ggx, const T* __restrict__ ggy, const T* ggw, " if dbwd else ""
     gw = "T* gw" if dbwd else "T* __restrict__ gw"
     tmpl = ("template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first"
@@ -1387,14 +1364,16 @@ __global__ void {bounds} {name}(const T* __restrict__ x, const T* __restrict__ y
     const int64_t* __restrict__ w_row, int64_t num_parts, TPDims d, int pass_lo, int pass_hi) {{
 {red}  if constexpr (kParts) {{
     for (int64_t b = blockIdx.x; b < num_parts; b += gridDim.x) {{  // uniform over the block
-      {which}
+      const int64_t n = b / d.split, part = b % d.split;
       const int64_t first = dst_ptr[n], deg = dst_ptr[n + 1] - first;
       const int64_t e_begin = first + deg * part / d.split, e_end = first + deg * (part + 1) / d.split;
       if (e_begin == e_end) continue;  // writes per edge only
       const T* grow = g + n * d.out;
 {textwrap.indent(body, "    ")}    }}  // every pass ends with a barrier: shared memory is free for the next part
   }} else {{
-{one}    if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
+    const int64_t n = blockIdx.x;
+    const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
+    if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
     const T* grow = g + n * d.out;
 {textwrap.indent(body, "  ")}  }}
 }}
@@ -1468,8 +1447,7 @@ __global__ void __launch_bounds__(256) gx_slot_sum_{tag}(const T* __restrict__ g
     body = "".join(_bwd_group(gi, g, wthreads, first, dbwd, tag + "w", w_only=True)[0]
                    for gi, g in enumerate(_bwd_groups(rows.deferred, budget, 0)))
     src.append(f"// The deferred paths' weight gradients, once their columns' rows are summed ({wthreads} threads).\n")
-    src.append(_kernel_source(wname, body, dbwd, False, "", f"__launch_bounds__({wthreads})",
-                              tune.sender_parts))
+    src.append(_kernel_source(wname, body, dbwd, False, "", f"__launch_bounds__({wthreads})"))
     args = ("t.x, t.y, t.w, " + ("t.ggx, t.ggy, t.ggw, " if dbwd else "")
             + "t.g, t.gy, t.gw, static_cast<T*>(nullptr), g.src, g.dst_ptr, g.w_row, parts, d")
     src.append(sig)
@@ -1533,7 +1511,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
 // code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
 """
     src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red,
-                                                  _bounds(tune, threads, dbwd_part1=dbwd), tune.sender_parts)
+                                                  _bounds(tune, threads, dbwd_part1=dbwd))
     return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None, _gw_in_one_pass(groups)
 
 
@@ -2018,16 +1996,6 @@ def _bounds(tune: Tuning, threads: int, dbwd_part1: bool = False, fwd: bool = Fa
     return f"__launch_bounds__({block_const}, sizeof(T) == 4 ? {b32} : {b64})"
 
 
-def _with_sender_parts(launch: str, parts: int) -> str:
-    """The backward and double-backward launchers with ``parts`` blocks per receiver where the host splits none
-    (``Tuning.sender_parts``; the kernels take block b as part b / N of receiver b % N)."""
-    one = ": unsigned(g.num_nodes);"
-    assert launch.count(one) == 2 and launch.count('return "too many nodes";') == 2, "the launchers changed"
-    return launch.replace(one, f": unsigned(g.num_nodes) * {parts}u;").replace(
-        'return "too many nodes";', f'return "too many nodes";\n  if (g.num_nodes * {parts} > 0x7fffffffLL) '
-        'return "too many nodes for Tuning.sender_parts";')
-
-
 def generate(struct, tune: Optional[Tuning] = None) -> str:
     """CUDA source of the specialised library for one plan structure (raises Unsupported)."""
     tune = tune or Tuning()
@@ -2061,8 +2029,6 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
             "rows_in_gw_BS", f"rows_in_gw_{bwd[1]}").replace("rows_in_gw_BD", f"rows_in_gw_{bwd[2]}").replace(
             "PF32", "true" if tune.prefetch & PF_BWD32 else "false").replace(
             "PF64", "true" if tune.prefetch & PF_BWD64 else "false")
-        if tune.sender_parts >= 2:
-            launch = _with_sender_parts(launch, tune.sender_parts)
         if dbwd is not None:
             src += _gen_fwd(live, dbwd=True, threads=threads, tune=tune) + dbwd[0]
             launch = launch.replace("dbwd_kernel_DS", f"dbwd_kernel_{dbwd[1]}").replace(
