@@ -264,6 +264,8 @@ class Tuning(NamedTuple):
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
+    wave: int = 0  # >= 1: the double backward's part 1 walks each receiver's edges from a rotated start (_WAVE),
+    # assuming this many resident blocks per SM (opt-in, written in session 84, not yet timed)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -295,6 +297,8 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
+    if not 0 <= values.get("wave", 0) <= 32:
+        raise ValueError(f"{TUNING_ENV}: wave is 0 to 32 (resident blocks per SM; 0: off)")
     for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
@@ -1098,7 +1102,7 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
                w_only: bool = False, evict: bool = False, gy_smem: bool = False,
-               g_smem: bool = False, live: Sequence[_Path] = ()) -> Tuple[str, str]:
+               g_smem: bool = False, live: Sequence[_Path] = (), wave: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
@@ -1159,15 +1163,20 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I1}int it = 0;\n")
         s.append(f"{I1}for (int64_t e0 = e_begin; e0 < e_end; e0 += {S}, ++it) {{\n")
     I2 = I1 + "  "
-    s.append(f"{I2}const int64_t e = e0 + slot;\n")
-    s.append(f"{I2}const bool act = slot < {S} && e < e_end;  // uniform over each warp\n")
+    if wave:  # (Tuning.wave) position pos of the receiver's edge list, edge e
+        s.append(f"{I2}const int64_t pos = e0 + slot, e = wave_edge(pos, rot, e_begin, e_end);\n")
+    else:
+        s.append(f"{I2}const int64_t e = e0 + slot;\n")
+    pos = "pos" if wave else "e"
+    nxt = f"wave_edge(pos + {S}, rot, e_begin, e_end)" if wave else f"e + {S}"
+    s.append(f"{I2}const bool act = slot < {S} && {pos} < e_end;  // uniform over each warp\n")
     if prefetch:
-        pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", f"e + {S}",
-                                         f"{prefetch} && act && u < {mul} && e + {S} < e_end", dbwd)
+        pf_tables, code = _prefetch_next(I2, group, f"kPf{G}", nxt,
+                                         f"{prefetch} && act && u < {mul} && {pos} + {S} < e_end", dbwd)
         tables += pf_tables
         s.append(code)
     if prefetch_xy:
-        pf_tables, code = _prefetch_next_xy(I2, group, f"kPx{G}", f"e + {S}", f"act && u < {mul} && e + {S} < e_end",
+        pf_tables, code = _prefetch_next_xy(I2, group, f"kPx{G}", nxt, f"act && u < {mul} && {pos} + {S} < e_end",
                                             dbwd)
         tables += pf_tables
         s.append(code)
@@ -1321,8 +1330,13 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I2}  if (slot < {S})\n")
         s.append(f"{I2}    for (int t = u; t < (c + 1) * d.in2; t += {M}) {{  // (chunk entry r, column q)\n")
         s.append(f"{I2}      const int r = t / d.in2, q = t - r * d.in2;\n")
-        s.append(f"{I2}      const int64_t er = ebase + int64_t(r) * {S} + slot;\n")
-        s.append(f"{I2}      if (er >= e_end) continue;\n")
+        if wave:
+            s.append(f"{I2}      const int64_t pr = ebase + int64_t(r) * {S} + slot;\n")
+            s.append(f"{I2}      if (pr >= e_end) continue;\n")
+            s.append(f"{I2}      const int64_t er = wave_edge(pr, rot, e_begin, e_end);\n")
+        else:
+            s.append(f"{I2}      const int64_t er = ebase + int64_t(r) * {S} + slot;\n")
+            s.append(f"{I2}      if (er >= e_end) continue;\n")
         s.append(f"{I2}      const int v = q < {max(y_cols) + 1} ? kSlotOf{G}[q] : -1;\n")
         s.append(f"{I2}      if (v >= 0) {{\n")
         s.append(f"{I2}        T sum = T(0);\n")
@@ -1349,10 +1363,14 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
     return "kPrefetch" if tune.prefetch & (PF_BWD32 | PF_BWD64) else None
 
 
-def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str) -> str:
+def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str,
+                   wave: int = 0) -> str:
     """A per-edge kernel of the backward family around ``body`` (its passes): block n = receiver n, or with
     kParts each block takes receiver parts on a persistent grid. In the double backward ggw and gw may be one
-    buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there."""
+    buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there. ``wave`` (Tuning.wave): the rotation ``rot``
+    of the receiver's edge list that ``body`` walks (_WAVE; none with kParts)."""
+    rot = (f"    const int64_t rot = wave_rot<{wave}>(src, dst_ptr, e_begin, e_end);\n", "      const int64_t rot = 0;\n"
+           ) if wave else ("", "")
     extra = "const T* __restrict__ ggx, const T* __restrict__ ggy, const T* ggw, " if dbwd else ""
     gw = "T* gw" if dbwd else "T* __restrict__ gw"
     tmpl = ("template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first"
@@ -1368,13 +1386,13 @@ __global__ void {bounds} {name}(const T* __restrict__ x, const T* __restrict__ y
       const int64_t first = dst_ptr[n], deg = dst_ptr[n + 1] - first;
       const int64_t e_begin = first + deg * part / d.split, e_end = first + deg * (part + 1) / d.split;
       if (e_begin == e_end) continue;  // writes per edge only
-      const T* grow = g + n * d.out;
+{rot[1]}      const T* grow = g + n * d.out;
 {textwrap.indent(body, "    ")}    }}  // every pass ends with a barrier: shared memory is free for the next part
   }} else {{
     const int64_t n = blockIdx.x;
     const int64_t e_begin = dst_ptr[n], e_end = dst_ptr[n + 1];
     if (e_begin == e_end) return;  // writes per edge only (edge chunks launch every receiver)
-    const T* grow = g + n * d.out;
+{rot[0]}    const T* grow = g + n * d.out;
 {textwrap.indent(body, "  ")}  }}
 }}
 """
@@ -1498,7 +1516,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
                           bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem,
-                          g_smem=g_smem, live=live)
+                          g_smem=g_smem, live=live, wave=dbwd and tune.wave > 0)
         bodies.append(b)
         tables.append(t)
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
@@ -1511,7 +1529,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
 // code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
 """
     src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red,
-                                                  _bounds(tune, threads, dbwd_part1=dbwd))
+                                                  _bounds(tune, threads, dbwd_part1=dbwd), tune.wave if dbwd else 0)
     return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None, _gw_in_one_pass(groups)
 
 
@@ -1693,6 +1711,41 @@ _LDS_EACH = r"""
 template <typename T>
 __device__ __forceinline__ T lds_each(const T* p) {
   return *static_cast<const volatile T*>(p);
+}
+"""
+
+_WAVE = r"""
+// Tuning.wave: part 1 of the double backward writes ~14 KB per edge through L2 (grad_w, the grad_x rows), which
+// pushes the gathered x / gg_x rows out before their sender's next edge reads them again unless that edge comes
+// within ~1,400 edges (tools/l2_gather_probe.cu, session 84). Part 1 keeps nothing across a receiver's edges (each
+// edge's outputs are its own), so the order in which a block walks them is free: each block starts at the edge
+// whose sender is where the blocks in flight are, and walks the list cyclically, so that they all read the rows
+// of one moving band of senders. Block n starts after ~dst_ptr[n] edges (blocks start in order), of which the
+// blocks in flight hold ~kBlocks x SMs x the mean degree; one such span of edges is one sweep of the senders.
+template <int kBlocks>
+__device__ __forceinline__ int64_t wave_rot(const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
+                                            int64_t e_begin, int64_t e_end) {
+  unsigned sms = 4;  // (the host emulation: a few)
+#if defined(__CUDA_ARCH__)
+  asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+#endif
+  const int64_t nodes = gridDim.x, edges = dst_ptr[nodes];
+  const double span = double(kBlocks) * sms * double(edges) / double(nodes);
+  double phase = double(e_begin) / span;
+  phase -= floor(phase);
+  const int64_t target = int64_t(phase * double(nodes));
+  int64_t lo = e_begin, hi = e_end;  // the first edge whose sender is at least target (sorted by sender)
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (__ldg(src + mid) < target) lo = mid + 1; else hi = mid;
+  }
+  return lo == e_end ? 0 : lo - e_begin;
+}
+
+// Edge at position pos of the receiver's list [b, end) rotated by rot.
+__device__ __forceinline__ int64_t wave_edge(int64_t pos, int64_t rot, int64_t b, int64_t end) {
+  const int64_t q = pos + rot;
+  return q < end ? q : q - (end - b);
 }
 """
 
@@ -2011,6 +2064,8 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:  # (stream_policy)
         src += _LD_STREAM
+    if tune.wave:
+        src += _WAVE
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
     fwd = fwd_block(live, threads, tune)
     src += _gen_fwd(live, dbwd=False, threads=threads, tune=tune, block=fwd)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Written in session 84 for the next device call (~170 s; copy to .gpu/s85/ and `END=170 bash .gpu/s85/next_call.sh`): Tuning.wave (the double backward's part 1 walking
+# each receiver's edges from a rotated start, so the blocks in flight read one band of senders). ncu of part 1
+# (mace_mp0_medium float64) under wave=3 (call 1 measured the default: 8.58 GB read); default / wave=3 / wave=2 /
+# wave=4 / default / wave=3 timed in turn (double backward, md_accel alone); then, with what is left, wave=3 against
+# cuEquivariance in one process.
+# carry: .gpu/gpu_lib.tar.xz .gpu/gpu_s78wl.tar.xz .gpu/gpu_wave.tar.xz .gpu/s85 .peers/tab (gpu_wave: mace_mp0_medium
+# under wave=2, 3 and 4: tools/prebuild_gpu_kernels.py tp-tests --workloads mace_mp0_medium --tuning wave=2 --tuning
+# wave=3 --tuning wave=4 --name wave)
+set -u
+END=${END:-170}
+mkdir -p "$OUT/r"
+export WHEELS=.peers/tab/wheels
+(PEERS_SITE=$PWD/.gpu/site source .peers/tab/setup-on-gpu.sh > /dev/null 2>&1)
+export PYTHONPATH=$PWD/.gpu/site NCU_METRICS=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum
+MD_ACCEL_TP_TUNING=wave=3 LIMIT=45 bash tools/gpu_ncu.sh "p1_wave3:mace_mp0_medium:float64:dbwd:dbwd_kernel" 2>&1 \
+  | grep -E "^==|dram__|lookup_miss|Duration|Spilling Requests "
+mv "$OUT/results.tar.gz" "$OUT/results_wave3.tar.gz"
+T1=$SECONDS; SECONDS=0
+source tools/gpu_call_start.sh
+SWEEP_RUN_S=30 tools/tuning_sweep.sh $((END - T1 - 60)) "default wave=3 wave=2 wave=4 default wave=3" --passes dbwd \
+  --workloads mace_mp0_medium --dtypes float64 --graph random_sym:4000:312000 --min-seconds 0.5
+left=$((END - T1 - SECONDS - 5))
+if ((left > 50)); then
+  MD_ACCEL_TP_TUNING=wave=3 timeout "$left" python benchmarks/kernels.py --impls md_accel,cueq --dtypes float64 \
+    --workloads mace_mp0_medium --passes dbwd --repeats 10 --min-seconds 1.0 --kernel-times --budget $((left - 10)) \
+    --graph random_sym:4000:312000 --reference-cache "$PWD/.gpu/refcache" --out "$R/peer" > "$R/peer.log" 2>&1
+  echo "== peer rc=$? (${SECONDS}s)"; grep -E " dbwd .*op " "$R/peer.log"
+fi
+smi_stop
+find "$R" -name "*.png" -delete
+cd "$OUT" && tar czf all.tar.gz r results_*.tar.gz; rm -rf r results_*.tar.gz; ls
