@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Written in session 84 for the next device call (~170 s; copy to .gpu/s85/ and `END=170 bash .gpu/s85/next_call.sh`): Tuning.wave (the double backward's part 1 walking
-# each receiver's edges from a rotated start, so the blocks in flight read one band of senders). ncu of part 1
+# Written in session 84 for the next device call (~170 s; copy it to .gpu/s85/, then `END=170 bash
+# .gpu/s85/next_call.sh`): Tuning.wave (the double backward's part 1 walking each receiver's edges from a rotated
+# start, so the blocks in flight read one band of senders). ncu of part 1
 # (mace_mp0_medium float64) under wave=3 (call 1 measured the default: 8.58 GB read); default / wave=3 / wave=2 /
 # wave=4 / default / wave=3 timed in turn (double backward, md_accel alone); then, with what is left, wave=3 against
 # cuEquivariance in one process.
