@@ -1330,13 +1330,11 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
         s.append(f"{I2}  if (slot < {S})\n")
         s.append(f"{I2}    for (int t = u; t < (c + 1) * d.in2; t += {M}) {{  // (chunk entry r, column q)\n")
         s.append(f"{I2}      const int r = t / d.in2, q = t - r * d.in2;\n")
+        pr = "pr" if wave else "er"  # the chunk entry's position (Tuning.wave: then its edge er)
+        s.append(f"{I2}      const int64_t {pr} = ebase + int64_t(r) * {S} + slot;\n")
+        s.append(f"{I2}      if ({pr} >= e_end) continue;\n")
         if wave:
-            s.append(f"{I2}      const int64_t pr = ebase + int64_t(r) * {S} + slot;\n")
-            s.append(f"{I2}      if (pr >= e_end) continue;\n")
             s.append(f"{I2}      const int64_t er = wave_edge(pr, rot, e_begin, e_end);\n")
-        else:
-            s.append(f"{I2}      const int64_t er = ebase + int64_t(r) * {S} + slot;\n")
-            s.append(f"{I2}      if (er >= e_end) continue;\n")
         s.append(f"{I2}      const int v = q < {max(y_cols) + 1} ? kSlotOf{G}[q] : -1;\n")
         s.append(f"{I2}      if (v >= 0) {{\n")
         s.append(f"{I2}        T sum = T(0);\n")
