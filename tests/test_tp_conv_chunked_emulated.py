@@ -37,10 +37,10 @@ _LIB = {}
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
 # host emulation reads as plain loads), and the forward in blocks of one warp (its default: four edge slots, as
 # the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma, and every pass is
-# split in float32 too, fwd_acc32=0), and the double backward's part 1 walking each receiver's edges from a rotated
-# start (Tuning.wave); grad_y through shared memory: test_grad_y_through_shared_memory
+# split in float32 too, fwd_acc32=0), and the part-1 kernels walking each receiver's edges from a rotated start
+# (Tuning.wave, wave_bwd); grad_y through shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
-           "wave": _codegen.Tuning(wave=1),
+           "wave": _codegen.Tuning(wave=1, wave_bwd=1),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, fwd_acc_narrow=0, bwd_g32=4,
                                                  bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
@@ -356,24 +356,29 @@ def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_double_backward_rotated_part1_gives_the_same_bits(dtype):
-    """Tuning.wave: part 1 of the double backward keeps nothing across a receiver's edges, so walking them from a
-    rotated start (the host emulation's "4 SMs" give the receivers of this graph different starts) leaves every
-    output bit for bit as the default's, every output written."""
+def test_rotated_part1_gives_the_same_bits(dtype):
+    """Tuning.wave and wave_bwd: part 1 of the backward and of the double backward keeps nothing across a receiver's
+    edges, so walking them from a rotated start (the host emulation's "4 SMs" give the receivers of this graph
+    different starts) leaves every output bit for bit as the default's, every output written."""
     default, wave = plan_and_library(), plan_and_library("wave")
     plan = default[0]
     n, g, (x, y, w, go, ggx, ggy, ggw), _ = second_order_problem(plan, 11)
-    args = [t.to(dtype).contiguous() for t in (ggx, ggy, ggw, go, x, y, w)]
+    first = [t.to(dtype).contiguous() for t in (go, x, y, w)]
+    second = [t.to(dtype).contiguous() for t in (ggx, ggy, ggw)] + first
     e = g.src.numel()
     graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
     nan = float("nan")
     results = []
     for _, lib in (default, wave):
+        grads = [torch.full(s, nan, dtype=dtype) for s in ((n, plan.dim_in1), (e, plan.dim_in2),
+                                                           (e, plan.weight_numel))]
+        lib.bwd(*first, graph, *grads, torch.full((e, plan.dim_in1), nan, dtype=dtype))
         outs = [torch.full(s, nan, dtype=dtype) for s in ((n, plan.dim_out), (n, plan.dim_in1),
                                                           (e, plan.dim_in2), (e, plan.weight_numel))]
-        lib.dbwd(*args, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype))
-        results.append(outs)
-    for what, a, b in zip(("g_grad_out", "grad_x", "grad_y", "grad_w"), *results):
+        lib.dbwd(*second, graph, *outs, torch.full((e, plan.dim_in1), nan, dtype=dtype))
+        results.append(grads + outs)
+    names = ("grad_x", "grad_y", "grad_w", "g_grad_out", "dbwd grad_x", "dbwd grad_y", "dbwd grad_w")
+    for what, a, b in zip(names, *results):
         assert not a.isnan().any() and torch.equal(a, b), what
 
 

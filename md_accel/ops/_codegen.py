@@ -266,6 +266,7 @@ class Tuning(NamedTuple):
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
     wave: int = 0  # >= 1: the double backward's part 1 walks each receiver's edges from a rotated start (_WAVE),
     # assuming this many resident blocks per SM (opt-in, written in session 84, not yet timed)
+    wave_bwd: int = 0  # the same for the backward's part 1
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -297,8 +298,9 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
-    if not 0 <= values.get("wave", 0) <= 32:
-        raise ValueError(f"{TUNING_ENV}: wave is 0 to 32 (resident blocks per SM; 0: off)")
+    for key in ("wave", "wave_bwd"):
+        if not 0 <= values.get(key, 0) <= 32:
+            raise ValueError(f"{TUNING_ENV}: {key} is 0 to 32 (resident blocks per SM; 0: off)")
     for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
@@ -1509,12 +1511,13 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     if g_smem:
         shared.append((f"s_g[{g_elems}]", g_elems))
     red = "".join(f"  __shared__ T {decl};\n" for decl, _ in shared)
+    wave = tune.wave if dbwd else tune.wave_bwd
     first: dict = {}
     bodies, tables = [], []
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
                           bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem,
-                          g_smem=g_smem, live=live, wave=dbwd and tune.wave > 0)
+                          g_smem=g_smem, live=live, wave=wave > 0)
         bodies.append(b)
         tables.append(t)
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
@@ -1527,7 +1530,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
 // code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
 """
     src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red,
-                                                  _bounds(tune, threads, dbwd_part1=dbwd), tune.wave if dbwd else 0)
+                                                  _bounds(tune, threads, dbwd_part1=dbwd), wave)
     return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None, _gw_in_one_pass(groups)
 
 
@@ -1713,13 +1716,14 @@ __device__ __forceinline__ T lds_each(const T* p) {
 """
 
 _WAVE = r"""
-// Tuning.wave: part 1 of the double backward writes ~14 KB per edge through L2 (grad_w, the grad_x rows), which
-// pushes the gathered x / gg_x rows out before their sender's next edge reads them again unless that edge comes
-// within ~1,400 edges (tools/l2_gather_probe.cu, session 84). Part 1 keeps nothing across a receiver's edges (each
-// edge's outputs are its own), so the order in which a block walks them is free: each block starts at the edge
-// whose sender is where the blocks in flight are, and walks the list cyclically, so that they all read the rows
-// of one moving band of senders. Block n starts after ~dst_ptr[n] edges (blocks start in order), of which the
-// blocks in flight hold ~kBlocks x SMs x the mean degree; one such span of edges is one sweep of the senders.
+// Tuning.wave (wave_bwd): part 1 of the double backward (of the backward) writes ~14 KB per edge through L2 in
+// mace_mp0_medium float64 (grad_w, the grad_x rows), which pushes the gathered x / gg_x rows (x rows) out before
+// their sender's next edge reads them again unless that edge comes within ~1,400 edges (tools/l2_gather_probe.cu,
+// session 84). Part 1 keeps nothing across a receiver's edges (each edge's outputs are its own), so the order in
+// which a block walks them is free: each block starts at the edge whose sender is where the blocks in flight are,
+// and walks the list cyclically, so that they all read the rows of one moving band of senders. Block n starts after
+// ~dst_ptr[n] edges (blocks start in order), of which the blocks in flight hold ~kBlocks x SMs x the mean degree;
+// one such span of edges is one sweep of the senders.
 template <int kBlocks>
 __device__ __forceinline__ int64_t wave_rot(const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
                                             int64_t e_begin, int64_t e_end) {
@@ -2062,7 +2066,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:  # (stream_policy)
         src += _LD_STREAM
-    if tune.wave:
+    if tune.wave or tune.wave_bwd:
         src += _WAVE
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
     fwd = fwd_block(live, threads, tune)

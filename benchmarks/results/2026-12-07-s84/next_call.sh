@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Written in session 84 for the next device call (~170 s; copy it to .gpu/s85/, then `END=170 bash
-# .gpu/s85/next_call.sh`): Tuning.wave (the double backward's part 1 walking each receiver's edges from a rotated
-# start, so the blocks in flight read one band of senders). ncu of part 1
-# (mace_mp0_medium float64) under wave=3 (call 1 measured the default: 8.58 GB read); default / wave=3 / wave=2 /
-# wave=4 / default / wave=3 timed in turn (double backward, md_accel alone); then, with what is left, wave=3 against
-# cuEquivariance in one process.
+# Written in session 84 for the next device call (~220 s; copy it to .gpu/s85/, then `END=220 bash
+# .gpu/s85/next_call.sh`): Tuning.wave and wave_bwd (the part-1 kernels of the double backward and of the backward
+# walking each receiver's edges from a rotated start, so that the blocks in flight read one band of senders). ncu of
+# the double backward's part 1 (mace_mp0_medium float64) under wave=3 (session 84's call 1 measured the default:
+# 8.58 GB read); default / wave=3 / wave=2 / wave=4 / wave=3,wave_bwd=3, then default / wave=3 / wave=3,wave_bwd=3
+# again, timed in turn (forward + backward and double backward, md_accel alone); then, with what is left, the faster
+# against cuEquivariance in one process (PEER_TUNING, default wave=3).
 # carry: .gpu/gpu_lib.tar.xz .gpu/gpu_s78wl.tar.xz .gpu/gpu_wave.tar.xz .gpu/s85 .peers/tab (gpu_wave: mace_mp0_medium
-# under wave=2, 3 and 4: tools/prebuild_gpu_kernels.py tp-tests --workloads mace_mp0_medium --tuning wave=2 --tuning
-# wave=3 --tuning wave=4 --name wave)
+# under wave=2, 3, 4 and wave=3,wave_bwd=3: tools/prebuild_gpu_kernels.py tp-tests --workloads mace_mp0_medium
+# --tuning wave=2 --tuning wave=3 --tuning wave=4 --tuning wave=3,wave_bwd=3 --name wave)
 set -u
-END=${END:-170}
+END=${END:-220}
 mkdir -p "$OUT/r"
 export WHEELS=.peers/tab/wheels
 (PEERS_SITE=$PWD/.gpu/site source .peers/tab/setup-on-gpu.sh > /dev/null 2>&1)
@@ -19,11 +20,12 @@ MD_ACCEL_TP_TUNING=wave=3 LIMIT=45 bash tools/gpu_ncu.sh "p1_wave3:mace_mp0_medi
 mv "$OUT/results.tar.gz" "$OUT/results_wave3.tar.gz"
 T1=$SECONDS; SECONDS=0
 source tools/gpu_call_start.sh
-SWEEP_RUN_S=30 tools/tuning_sweep.sh $((END - T1 - 60)) "default wave=3 wave=2 wave=4 default wave=3" --passes dbwd \
+SWEEP_RUN_S=30 tools/tuning_sweep.sh $((END - T1 - 60)) \
+  "default wave=3 wave=2 wave=4 wave=3,wave_bwd=3 default wave=3 wave=3,wave_bwd=3" --passes fwd_bwd,dbwd \
   --workloads mace_mp0_medium --dtypes float64 --graph random_sym:4000:312000 --min-seconds 0.5
 left=$((END - T1 - SECONDS - 5))
 if ((left > 50)); then
-  MD_ACCEL_TP_TUNING=wave=3 timeout "$left" python benchmarks/kernels.py --impls md_accel,cueq --dtypes float64 \
+  MD_ACCEL_TP_TUNING=${PEER_TUNING:-wave=3} timeout "$left" python benchmarks/kernels.py --impls md_accel,cueq --dtypes float64 \
     --workloads mace_mp0_medium --passes dbwd --repeats 10 --min-seconds 1.0 --kernel-times --budget $((left - 10)) \
     --graph random_sym:4000:312000 --reference-cache "$PWD/.gpu/refcache" --out "$R/peer" > "$R/peer.log" 2>&1
   echo "== peer rc=$? (${SECONDS}s)"; grep -E " dbwd .*op " "$R/peer.log"
