@@ -1369,8 +1369,10 @@ def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: 
     kParts each block takes receiver parts on a persistent grid. In the double backward ggw and gw may be one
     buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there. ``wave`` (Tuning.wave): the rotation ``rot``
     of the receiver's edge list that ``body`` walks (_WAVE; none with kParts)."""
-    rot = (f"    const int64_t rot = wave_rot<{wave}>(src, dst_ptr, e_begin, e_end);\n", "      const int64_t rot = 0;\n"
-           ) if wave else ("", "")
+    rot = ("", "")  # (block per receiver, kParts)
+    if wave:
+        rot = (f"    const int64_t rot = wave_rot<{wave}>(src, dst_ptr, e_begin, e_end);\n",
+               "      const int64_t rot = 0;\n")
     extra = "const T* __restrict__ ggx, const T* __restrict__ ggy, const T* ggw, " if dbwd else ""
     gw = "T* gw" if dbwd else "T* __restrict__ gw"
     tmpl = ("template <typename T, bool kPrefetch, bool kParts>  // kPrefetch: the next edge weights into L2 first"
