@@ -24,12 +24,7 @@ SWEEP_RUN_S=30 tools/tuning_sweep.sh $((END - T1 - 60)) \
   "default wave=3 wave=2 wave=4 wave=3,wave_bwd=3 default wave=3 wave=3,wave_bwd=3" --passes fwd_bwd,dbwd \
   --workloads mace_mp0_medium --dtypes float64 --graph random_sym:4000:312000 --min-seconds 0.5
 left=$((END - T1 - SECONDS - 5))
-if ((left > 50)); then
-  MD_ACCEL_TP_TUNING=${PEER_TUNING:-wave=3} timeout "$left" python benchmarks/kernels.py --impls md_accel,cueq --dtypes float64 \
-    --workloads mace_mp0_medium --passes dbwd --repeats 10 --min-seconds 1.0 --kernel-times --budget $((left - 10)) \
-    --graph random_sym:4000:312000 --reference-cache "$PWD/.gpu/refcache" --out "$R/peer" > "$R/peer.log" 2>&1
-  echo "== peer rc=$? (${SECONDS}s)"; grep -E " dbwd .*op " "$R/peer.log"
-fi
+((left > 50)) && MD_ACCEL_TP_TUNING=${PEER_TUNING:-wave=3} bash tools/gpu_item1.sh peer "$left"
 smi_stop
 find "$R" -name "*.png" -delete
 cd "$OUT" && tar czf all.tar.gz r results_*.tar.gz; rm -rf r results_*.tar.gz; ls
