@@ -1004,4 +1004,7 @@ def test_tuning_names_and_checks(monkeypatch):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "g_smem=10")
     assert _codegen.tuning().g_smem == _codegen.G_SMEM_BIT["bd"] | _codegen.G_SMEM_BIT["dd"]
+    monkeypatch.setenv(_codegen.TUNING_ENV, "wave_bwd=33")
+    with pytest.raises(ValueError, match="wave_bwd is 0 to 32"):
+        _codegen.tuning()
 
