@@ -45,6 +45,8 @@ TUNINGS = {"default": _codegen.Tuning(),
                                                  bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
            "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4, fwd_acc32=0, fwd_acc_narrow=0)}
+# wave's phase from the count of edges walked (Tuning.wave_ctr): test_rotated_part1_gives_the_same_bits alone
+ROTATED = {"wave": TUNINGS["wave"], "wave_ctr": _codegen.Tuning(wave=1, wave_bwd=1, wave_ctr=1)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -64,7 +66,7 @@ def plan_and_library(tuning="default"):
     return _library(in1, lambda: TPProblem.create(
         in1, "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
         [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (b, 1, 2, "uvu", True), (b, 2, 3, "uvu", True),
-         (b, 0, 4, "uvu", True)]), TUNINGS.get(tuning, _codegen.Tuning()))
+         (b, 0, 4, "uvu", True)]), {**TUNINGS, **ROTATED}.get(tuning, _codegen.Tuning()))
 
 
 def chunk_graph(g, e0: int, e1: int):
@@ -355,12 +357,14 @@ def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
         assert torch.isfinite(a).all() and torch.equal(a, b), ("shared rows", what)
 
 
+@pytest.mark.parametrize("rotated", list(ROTATED))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_rotated_part1_gives_the_same_bits(dtype):
+def test_rotated_part1_gives_the_same_bits(dtype, rotated):
     """Tuning.wave and wave_bwd: part 1 of the backward and of the double backward keeps nothing across a receiver's
     edges, so walking them from a rotated start (the host emulation's "4 SMs" give the receivers of this graph
-    different starts) leaves every output bit for bit as the default's, every output written."""
-    default, wave = plan_and_library(), plan_and_library("wave")
+    different starts; with wave_ctr, from the edges walked before) leaves every output bit for bit as the default's,
+    every output written."""
+    default, wave = plan_and_library(), plan_and_library(rotated)
     plan = default[0]
     n, g, (x, y, w, go, ggx, ggy, ggw), _ = second_order_problem(plan, 11)
     first = [t.to(dtype).contiguous() for t in (go, x, y, w)]

@@ -267,6 +267,8 @@ class Tuning(NamedTuple):
     wave: int = 0  # >= 1: the double backward's part 1 walks each receiver's edges from a rotated start (_WAVE),
     # assuming this many resident blocks per SM (opt-in, written in session 84, not yet timed)
     wave_bwd: int = 0  # the same for the backward's part 1
+    wave_ctr: int = 0  # 1: wave's phase from a count of the edges part-1 blocks have walked (wave_walked), a clock,
+    # instead of from dst_ptr[n] (opt-in, written in session 85)
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -301,7 +303,7 @@ def tuning() -> Tuning:
     for key in ("wave", "wave_bwd"):
         if not 0 <= values.get(key, 0) <= 32:
             raise ValueError(f"{TUNING_ENV}: {key} is 0 to 32 (resident blocks per SM; 0: off)")
-    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto"):
+    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto", "wave_ctr"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -1104,7 +1106,8 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
                w_only: bool = False, evict: bool = False, gy_smem: bool = False,
-               g_smem: bool = False, live: Sequence[_Path] = (), wave: bool = False) -> Tuple[str, str]:
+               g_smem: bool = False, live: Sequence[_Path] = (), wave: bool = False,
+               walked: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
@@ -1115,7 +1118,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     warp_butterfly; ``g_smem`` (this kernel's Tuning.g_smem bit): the pass's grad_out components in the kernel's s_g,
     [component][channel], each path reading its own inside the edge loop (lds_each), not all of them in registers
     across it; ``live``: every path of the plan (the first pass zeroes the columns of grad_w and of the work rows
-    that none of them writes)."""
+    that none of them writes); ``wave``: the edges from the rotated start ``rot`` (Tuning.wave), each step counted in
+    wave_walked where ``walked`` (Tuning.wave_ctr)."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -1167,6 +1171,8 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     I2 = I1 + "  "
     if wave:  # (Tuning.wave) position pos of the receiver's edge list, edge e
         s.append(f"{I2}const int64_t pos = e0 + slot, e = wave_edge(pos, rot, e_begin, e_end);\n")
+        if walked:
+            s.append(f"{I2}if (threadIdx.x == 0) atomicAdd(&wave_walked, {S}ull);  // (Tuning.wave_ctr)\n")
     else:
         s.append(f"{I2}const int64_t e = e0 + slot;\n")
     pos = "pos" if wave else "e"
@@ -1364,14 +1370,15 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
 
 
 def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str,
-                   wave: int = 0) -> str:
+                   wave: int = 0, walked: bool = False) -> str:
     """A per-edge kernel of the backward family around ``body`` (its passes): block n = receiver n, or with
     kParts each block takes receiver parts on a persistent grid. In the double backward ggw and gw may be one
     buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there. ``wave`` (Tuning.wave): the rotation ``rot``
-    of the receiver's edge list that ``body`` walks (_WAVE; none with kParts)."""
+    of the receiver's edge list that ``body`` walks (_WAVE; none with kParts), its phase from wave_walked where
+    ``walked`` (Tuning.wave_ctr)."""
     rot = ("", "")  # (block per receiver, kParts)
     if wave:
-        rot = (f"    const int64_t rot = wave_rot<{wave}>(src, dst_ptr, e_begin, e_end);\n",
+        rot = (f"    const int64_t rot = wave_rot<{wave}, {'true' if walked else 'false'}>(src, dst_ptr, e_begin, e_end);\n",
                "      const int64_t rot = 0;\n")
     extra = "const T* __restrict__ ggx, const T* __restrict__ ggy, const T* ggw, " if dbwd else ""
     gw = "T* gw" if dbwd else "T* __restrict__ gw"
@@ -1519,7 +1526,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
                           bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem,
-                          g_smem=g_smem, live=live, wave=wave > 0)
+                          g_smem=g_smem, live=live, wave=wave > 0, walked=bool(tune.wave_ctr))
         bodies.append(b)
         tables.append(t)
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
@@ -1532,7 +1539,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
 // code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
 """
     src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red,
-                                                  _bounds(tune, threads, dbwd_part1=dbwd), wave)
+                                                  _bounds(tune, threads, dbwd_part1=dbwd), wave, bool(tune.wave_ctr))
     return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None, _gw_in_one_pass(groups)
 
 
@@ -1727,8 +1734,11 @@ _WAVE = r"""
 // ~dst_ptr[n] edges (blocks start in order), of which the blocks in flight hold ~kBlocks x SMs x the mean degree;
 // one such span of edges is one sweep of the senders. A model of the blocks' schedule (session 84's
 // benchmarks/results/2026-12-07-s84/wave_model.py) puts the rows' misses at 47 % against 62 % in order (34 % were each
-// block's start time known).
-template <int kBlocks>
+// block's start time known). Tuning.wave_ctr: that start time, as the count of edge steps the part-1 blocks have
+// walked (wave_walked: one atomic add per block per step; never reset, as only its phase counts), for dst_ptr[n].
+__device__ unsigned long long wave_walked = 0;
+
+template <int kBlocks, bool kWalked>
 __device__ __forceinline__ int64_t wave_rot(const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
                                             int64_t e_begin, int64_t e_end) {
   unsigned sms = 4;  // (the host emulation: a few)
@@ -1737,7 +1747,14 @@ __device__ __forceinline__ int64_t wave_rot(const int64_t* __restrict__ src, con
 #endif
   const int64_t nodes = gridDim.x, edges = dst_ptr[nodes];
   const double span = double(kBlocks) * sms * double(edges) / double(nodes);
-  double phase = double(e_begin) / span;
+  double start = double(e_begin);
+  if constexpr (kWalked) {  // one reading for the whole block: its threads walk the edges in step
+    __shared__ unsigned long long s_walked;
+    if (threadIdx.x == 0) s_walked = *static_cast<volatile unsigned long long*>(&wave_walked);
+    __syncthreads();
+    start = double(s_walked);
+  }
+  double phase = start / span;
   phase -= floor(phase);
   const int64_t target = int64_t(phase * double(nodes));
   int64_t lo = e_begin, hi = e_end;  // the first edge whose sender is at least target (sorted by sender)
