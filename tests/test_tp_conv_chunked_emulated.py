@@ -37,16 +37,17 @@ _LIB = {}
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
 # host emulation reads as plain loads), and the forward in blocks of one warp (its default: four edge slots, as
 # the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma, and every pass is
-# split in float32 too, fwd_acc32=0), and the part-1 kernels walking each receiver's edges from a rotated start
-# (Tuning.wave, wave_bwd); grad_y through shared memory: test_grad_y_through_shared_memory
+# split in float32 too, fwd_acc32=0), and float32's double backward with a minimum of resident blocks (min_warps32),
+# so that its part 1 walks each receiver's edges from a rotated start as float64's does by default (Tuning.wave);
+# grad_y through shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
-           "wave": _codegen.Tuning(wave=1, wave_bwd=1),
+           "wave32": _codegen.Tuning(min_warps32=8),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, fwd_acc_narrow=0, bwd_g32=4,
                                                  bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
            "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4, fwd_acc32=0, fwd_acc_narrow=0)}
-# wave's phase from the count of edges walked (Tuning.wave_ctr): test_rotated_part1_gives_the_same_bits alone
-ROTATED = {"wave": TUNINGS["wave"], "wave_ctr": _codegen.Tuning(wave=1, wave_bwd=1, wave_ctr=1)}
+# wave32's edges in order (test_rotated_part1_gives_the_same_bits alone)
+IN_ORDER = {"in_order": _codegen.Tuning(min_warps32=8, wave=0)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -66,7 +67,7 @@ def plan_and_library(tuning="default"):
     return _library(in1, lambda: TPProblem.create(
         in1, "1x0e+1x1o+1x2e", "8x0e+8x1o+8x1e+8x2o+8x1o",
         [(0, 0, 0, "uvu", True), (0, 1, 1, "uvu", True), (b, 1, 2, "uvu", True), (b, 2, 3, "uvu", True),
-         (b, 0, 4, "uvu", True)]), {**TUNINGS, **ROTATED}.get(tuning, _codegen.Tuning()))
+         (b, 0, 4, "uvu", True)]), {**TUNINGS, **IN_ORDER}.get(tuning, _codegen.Tuning()))
 
 
 def chunk_graph(g, e0: int, e1: int):
@@ -357,15 +358,13 @@ def test_rows_in_grad_w_give_the_scratch_rows_bits(dtype, tuning):
         assert torch.isfinite(a).all() and torch.equal(a, b), ("shared rows", what)
 
 
-@pytest.mark.parametrize("rotated", list(ROTATED))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-def test_rotated_part1_gives_the_same_bits(dtype, rotated):
-    """Tuning.wave and wave_bwd: part 1 of the backward and of the double backward keeps nothing across a receiver's
-    edges, so walking them from a rotated start (the host emulation's "4 SMs" give the receivers of this graph
-    different starts; with wave_ctr, from the edges walked before) leaves every output bit for bit as the default's,
-    every output written."""
-    default, wave = plan_and_library(), plan_and_library(rotated)
-    plan = default[0]
+def test_rotated_part1_gives_the_same_bits(dtype):
+    """Tuning.wave: part 1 of the double backward keeps nothing across a receiver's edges, so walking them from a
+    rotated start (the host emulation's "4 SMs" give the receivers of this graph different starts) leaves every
+    output bit for bit as walking them in order does, every output written."""
+    in_order, wave = plan_and_library("in_order"), plan_and_library("wave32")
+    plan = in_order[0]
     n, g, (x, y, w, go, ggx, ggy, ggw), _ = second_order_problem(plan, 11)
     first = [t.to(dtype).contiguous() for t in (go, x, y, w)]
     second = [t.to(dtype).contiguous() for t in (ggx, ggy, ggw)] + first
@@ -373,7 +372,7 @@ def test_rotated_part1_gives_the_same_bits(dtype, rotated):
     graph = (g.src, g.dst, g.dst_ptr, g.src_perm, g.src_ptr)
     nan = float("nan")
     results = []
-    for _, lib in (default, wave):
+    for _, lib in (in_order, wave):
         grads = [torch.full(s, nan, dtype=dtype) for s in ((n, plan.dim_in1), (e, plan.dim_in2),
                                                            (e, plan.weight_numel))]
         lib.bwd(*first, graph, *grads, torch.full((e, plan.dim_in1), nan, dtype=dtype))
@@ -1008,7 +1007,7 @@ def test_tuning_names_and_checks(monkeypatch):
         _codegen.tuning()
     monkeypatch.setenv(_codegen.TUNING_ENV, "g_smem=10")
     assert _codegen.tuning().g_smem == _codegen.G_SMEM_BIT["bd"] | _codegen.G_SMEM_BIT["dd"]
-    monkeypatch.setenv(_codegen.TUNING_ENV, "wave_bwd=33")
-    with pytest.raises(ValueError, match="wave_bwd is 0 to 32"):
+    monkeypatch.setenv(_codegen.TUNING_ENV, "wave=3")
+    with pytest.raises(ValueError, match="wave is 0 or 1"):
         _codegen.tuning()
 

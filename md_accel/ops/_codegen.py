@@ -69,7 +69,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from . import _codegen_mma
 from ._rows_plan import RowsPlan, rows_in_grad_w
 
-GEN_VERSION = 48  # bump when the generated code changes: names the cache entries
+GEN_VERSION = 49  # bump when the generated code changes: names the cache entries
 _CSRC = Path(__file__).resolve().parent.parent.parent / "csrc"
 
 FWD_ACC_BUDGET = 48   # output components per channel kept in registers per fwd edge pass
@@ -264,11 +264,8 @@ class Tuning(NamedTuple):
     g_smem: int = 0  # G_SMEM_BIT bits: part-1 kernels with their grad_out in shared memory (0: none asked for)
     g_spill_bytes: int = G_SPILL_BYTES  # g_smem set by itself per kernel where its f64 build spills this much
     g32_auto: int = 1  # 1: g_smem's float32 backward bit set by itself where a trial build gains (_g32_gained)
-    wave: int = 0  # >= 1: the double backward's part 1 walks each receiver's edges from a rotated start (_WAVE),
-    # assuming this many resident blocks per SM (opt-in, written in session 84, not yet timed)
-    wave_bwd: int = 0  # the same for the backward's part 1
-    wave_ctr: int = 0  # 1: wave's phase from a count of the edges part-1 blocks have walked (wave_walked), a clock,
-    # instead of from dst_ptr[n] (opt-in, written in session 85)
+    wave: int = 1  # 1: the double backward's part 1 walks each receiver's edges from a rotated start (_WAVE) where its
+    # launch bounds fix the resident blocks per SM (float64's min_warps64; float32's with a min_warps32); 0: in order
 
     def suffix(self) -> str:
         """'' for the defaults, else '-t<hash>' naming the variant's cache entry: a hash of the fields that
@@ -300,10 +297,7 @@ def tuning() -> Tuning:
         raise ValueError(f"{TUNING_ENV}: fwd_slot_smem is 0 to {FWD_SLOT_SMEM} (bytes of static shared memory)")
     if not 0 <= values.get("g_smem", 0) <= G_SMEM_ALL:
         raise ValueError(f"{TUNING_ENV}: g_smem takes the bits of {G_SMEM_ALL} (G_SMEM_BIT in {__name__})")
-    for key in ("wave", "wave_bwd"):
-        if not 0 <= values.get(key, 0) <= 32:
-            raise ValueError(f"{TUNING_ENV}: {key} is 0 to 32 (resident blocks per SM; 0: off)")
-    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto", "wave_ctr"):
+    for key in ("w_evict", "gy_smem", "fwd_tma", "fwd_slots32", "g32_auto", "wave"):
         if values.get(key, 0) not in (0, 1):
             raise ValueError(f"{TUNING_ENV}: {key} is 0 or 1")
     return Tuning(**values)
@@ -1106,8 +1100,7 @@ def _bwd_groups(live: List[_Path], budget: int, merge: int = 0) -> List[List[_Pa
 def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: bool, tag: str,
                prefetch: Optional[str] = None, prefetch_xy: bool = False, rows: Optional[RowsPlan] = None,
                w_only: bool = False, evict: bool = False, gy_smem: bool = False,
-               g_smem: bool = False, live: Sequence[_Path] = (), wave: bool = False,
-               walked: bool = False) -> Tuple[str, str]:
+               g_smem: bool = False, live: Sequence[_Path] = (), wave: bool = False) -> Tuple[str, str]:
     """Device code of one backward pass (run where pass_lo <= gi < pass_hi), and its constant tables.
     Thread (slot, u): channel u of the edges e_begin + slot, + S, ... (S = threads / M slots of M = mul
     rounded up to a warp). ``prefetch``: None, or the compile-time condition (on T) under which the next
@@ -1118,8 +1111,7 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     warp_butterfly; ``g_smem`` (this kernel's Tuning.g_smem bit): the pass's grad_out components in the kernel's s_g,
     [component][channel], each path reading its own inside the edge loop (lds_each), not all of them in registers
     across it; ``live``: every path of the plan (the first pass zeroes the columns of grad_w and of the work rows
-    that none of them writes); ``wave``: the edges from the rotated start ``rot`` (Tuning.wave), each step counted in
-    wave_walked where ``walked`` (Tuning.wave_ctr)."""
+    that none of them writes); ``wave``: the edges from the rotated start ``rot`` (Tuning.wave)."""
     mul = group[0].mul
     M = (mul + 31) // 32 * 32
     S = threads // M
@@ -1171,8 +1163,6 @@ def _bwd_group(gi: int, group: List[_Path], threads: int, first: dict, dbwd: boo
     I2 = I1 + "  "
     if wave:  # (Tuning.wave) position pos of the receiver's edge list, edge e
         s.append(f"{I2}const int64_t pos = e0 + slot, e = wave_edge(pos, rot, e_begin, e_end);\n")
-        if walked:
-            s.append(f"{I2}if (threadIdx.x == 0) atomicAdd(&wave_walked, {S}ull);  // (Tuning.wave_ctr)\n")
     else:
         s.append(f"{I2}const int64_t e = e0 + slot;\n")
     pos = "pos" if wave else "e"
@@ -1370,15 +1360,15 @@ def _bwd_prefetch(tune: Tuning, dbwd: bool) -> Optional[str]:
 
 
 def _kernel_source(name: str, body: str, dbwd: bool, prefetch_param: bool, red: str, bounds: str,
-                   wave: int = 0, walked: bool = False) -> str:
+                   wave: str = "") -> str:
     """A per-edge kernel of the backward family around ``body`` (its passes): block n = receiver n, or with
     kParts each block takes receiver parts on a persistent grid. In the double backward ggw and gw may be one
-    buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there. ``wave`` (Tuning.wave): the rotation ``rot``
-    of the receiver's edge list that ``body`` walks (_WAVE; none with kParts), its phase from wave_walked where
-    ``walked`` (Tuning.wave_ctr)."""
+    buffer (TPSpec::dbwd_in_gg_w): neither is __restrict__ there. ``wave`` (Tuning.wave): the resident blocks per SM
+    (a constant expression in T; 0: none known) for the rotation ``rot`` of the receiver's edge list that ``body``
+    walks (_WAVE; none with kParts)."""
     rot = ("", "")  # (block per receiver, kParts)
     if wave:
-        rot = (f"    const int64_t rot = wave_rot<{wave}, {'true' if walked else 'false'}>(src, dst_ptr, e_begin, e_end);\n",
+        rot = (f"    const int64_t rot = wave_rot<{wave}>(src, dst_ptr, e_begin, e_end);\n",
                "      const int64_t rot = 0;\n")
     extra = "const T* __restrict__ ggx, const T* __restrict__ ggy, const T* ggw, " if dbwd else ""
     gw = "T* gw" if dbwd else "T* __restrict__ gw"
@@ -1520,13 +1510,13 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
     if g_smem:
         shared.append((f"s_g[{g_elems}]", g_elems))
     red = "".join(f"  __shared__ T {decl};\n" for decl, _ in shared)
-    wave = tune.wave if dbwd else tune.wave_bwd
+    wave = _resident_blocks(tune, threads, dbwd_part1=True) if dbwd and tune.wave else ""
     first: dict = {}
     bodies, tables = [], []
     for gi, g in enumerate(groups):
         b, t = _bwd_group(gi, g, threads, first, dbwd, tag, _bwd_prefetch(tune, dbwd),
                           bool(tune.prefetch & PF_PART1_XY), rows, evict=bool(tune.w_evict), gy_smem=gy_smem,
-                          g_smem=g_smem, live=live, wave=wave > 0, walked=bool(tune.wave_ctr))
+                          g_smem=g_smem, live=live, wave=bool(wave))
         bodies.append(b)
         tables.append(t)
     name = f"{'dbwd' if dbwd else 'bwd'}_kernel_{tag}"
@@ -1539,7 +1529,7 @@ def _gen_bwd(live: List[_Path], threads: int, budget: int, merge: int, dbwd: boo
 // code: the part loop costs the float64 kernels, at their register cap, hundreds of bytes of spills.
 """
     src = "".join(tables) + head + _kernel_source(name, "".join(bodies), dbwd, not dbwd, red,
-                                                  _bounds(tune, threads, dbwd_part1=dbwd), wave, bool(tune.wave_ctr))
+                                                  _bounds(tune, threads, dbwd_part1=dbwd), wave)
     return src + _rows_source(rows, live, dbwd, tag, budget, threads, tune), rows is not None, _gw_in_one_pass(groups)
 
 
@@ -1725,44 +1715,38 @@ __device__ __forceinline__ T lds_each(const T* p) {
 """
 
 _WAVE = r"""
-// Tuning.wave (wave_bwd): part 1 of the double backward (of the backward) writes ~14 KB per edge through L2 in
-// mace_mp0_medium float64 (grad_w, the grad_x rows), which pushes the gathered x / gg_x rows (x rows) out before
-// their sender's next edge reads them again unless that edge comes within ~1,400 edges (tools/l2_gather_probe.cu,
-// session 84). Part 1 keeps nothing across a receiver's edges (each edge's outputs are its own), so the order in
-// which a block walks them is free: each block starts at the edge whose sender is where the blocks in flight are,
-// and walks the list cyclically, so that they all read the rows of one moving band of senders. Block n starts after
-// ~dst_ptr[n] edges (blocks start in order), of which the blocks in flight hold ~kBlocks x SMs x the mean degree;
-// one such span of edges is one sweep of the senders. A model of the blocks' schedule (session 84's
-// benchmarks/results/2026-12-07-s84/wave_model.py) puts the rows' misses at 47 % against 62 % in order (34 % were each
-// block's start time known). Tuning.wave_ctr: that start time, as the count of edge steps the part-1 blocks have
-// walked (wave_walked: one atomic add per block per step; never reset, as only its phase counts), for dst_ptr[n].
-__device__ unsigned long long wave_walked = 0;
-
-template <int kBlocks, bool kWalked>
+// Tuning.wave: part 1 of the double backward writes ~14 KB per edge through L2 in mace_mp0_medium float64 (grad_w, the
+// grad_x rows), which pushes the gathered x / gg_x rows out before their sender's next edge reads them again unless
+// that edge comes within ~1,400 edges (tools/l2_gather_probe.cu, session 84). Part 1 keeps nothing across a
+// receiver's edges (each edge's outputs are its own), so the order in which a block walks them is free: each block
+// starts at the edge whose sender is where the blocks in flight are, and walks the list cyclically, so that they all
+// read the rows of one moving band of senders. Block n starts after ~dst_ptr[n] edges (blocks start in order), of
+// which the blocks in flight hold ~kBlocks x SMs x the mean degree; one such span of edges is one sweep of the
+// senders. Session 85 (H100, mace_mp0_medium float64): DRAM reads 8.26 against 8.58 GB, the double-backward pass
+// 13.75-13.76 against 13.85-13.87 ms. (A count of the edges walked, for the blocks' true start times, read 8.06 GB but
+// spilled more and lost: code 4bfd617.)
+template <int kBlocks>
 __device__ __forceinline__ int64_t wave_rot(const int64_t* __restrict__ src, const int64_t* __restrict__ dst_ptr,
                                             int64_t e_begin, int64_t e_end) {
-  unsigned sms = 4;  // (the host emulation: a few)
+  if constexpr (kBlocks == 0) {  // no resident blocks known (float32 without a min_warps32): in order
+    return 0;
+  } else {
+    unsigned sms = 4;  // (the host emulation: a few)
 #if defined(__CUDA_ARCH__)
-  asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
+    asm("mov.u32 %0, %%nsmid;" : "=r"(sms));
 #endif
-  const int64_t nodes = gridDim.x, edges = dst_ptr[nodes];
-  const double span = double(kBlocks) * sms * double(edges) / double(nodes);
-  double start = double(e_begin);
-  if constexpr (kWalked) {  // one reading for the whole block: its threads walk the edges in step
-    __shared__ unsigned long long s_walked;
-    if (threadIdx.x == 0) s_walked = *static_cast<volatile unsigned long long*>(&wave_walked);
-    __syncthreads();
-    start = double(s_walked);
+    const int64_t nodes = gridDim.x, edges = dst_ptr[nodes];
+    const double span = double(kBlocks) * sms * double(edges) / double(nodes);
+    double phase = double(e_begin) / span;
+    phase -= floor(phase);
+    const int64_t target = int64_t(phase * double(nodes));
+    int64_t lo = e_begin, hi = e_end;  // the first edge whose sender is at least target (sorted by sender)
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (__ldg(src + mid) < target) lo = mid + 1; else hi = mid;
+    }
+    return lo == e_end ? 0 : lo - e_begin;
   }
-  double phase = start / span;
-  phase -= floor(phase);
-  const int64_t target = int64_t(phase * double(nodes));
-  int64_t lo = e_begin, hi = e_end;  // the first edge whose sender is at least target (sorted by sender)
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    if (__ldg(src + mid) < target) lo = mid + 1; else hi = mid;
-  }
-  return lo == e_end ? 0 : lo - e_begin;
 }
 
 // Edge at position pos of the receiver's list [b, end) rotated by rot.
@@ -2064,12 +2048,19 @@ def _bounds(tune: Tuning, threads: int, dbwd_part1: bool = False, fwd: bool = Fa
     minimum of resident blocks per dtype (0: none, as without the second argument); ``dbwd_part1``: the double
     backward's per-edge kernel, whose float32 minimum is dbwd_min_warps32 where set; ``fwd``: the forward kernel,
     whose float64 minimum is fwd_min_warps64 where set."""
+    blocks = _resident_blocks(tune, threads, dbwd_part1, fwd)
+    return f"__launch_bounds__({block_const}, {blocks})" if blocks else f"__launch_bounds__({block_const})"
+
+
+def _resident_blocks(tune: Tuning, threads: int, dbwd_part1: bool = False, fwd: bool = False) -> str:
+    """_bounds' minimum of resident blocks per SM, a constant expression in the kernel's T ("" where neither dtype
+    has one; 0 for a dtype without)."""
     w32 = tune.dbwd_min_warps32 if dbwd_part1 and tune.dbwd_min_warps32 else tune.min_warps32
     w64 = tune.fwd_min_warps64 if fwd and tune.fwd_min_warps64 else tune.min_warps64
     if not (w32 or w64):
-        return f"__launch_bounds__({block_const})"
+        return ""
     b32, b64 = (max(1, w * 32 // threads) if w else 0 for w in (w32, w64))
-    return f"__launch_bounds__({block_const}, sizeof(T) == 4 ? {b32} : {b64})"
+    return f"sizeof(T) == 4 ? {b32} : {b64}"
 
 
 def generate(struct, tune: Optional[Tuning] = None) -> str:
@@ -2087,7 +2078,7 @@ def generate(struct, tune: Optional[Tuning] = None) -> str:
         src += _PREFETCH + (_PREFETCH_L1 if tune.prefetch & (PF_FWD_XY | PF_PART1_XY) else "")
     if tune.w_evict:  # (stream_policy)
         src += _LD_STREAM
-    if tune.wave or tune.wave_bwd:
+    if tune.wave:
         src += _WAVE
     gy_at = len(src)  # warp_sum_smem's template goes here where a kernel uses it (gy_smem, where its buffers fit)
     fwd = fwd_block(live, threads, tune)
