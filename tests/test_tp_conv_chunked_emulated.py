@@ -37,17 +37,17 @@ _LIB = {}
 # small enough to split every pass, and neither prefetch, merged passes nor the weights' evict-first loads (which the
 # host emulation reads as plain loads), and the forward in blocks of one warp (its default: four edge slots, as
 # the plan's channels fit a warp; in one-warp blocks its rows come by bulk copies, Tuning.fwd_tma, and every pass is
-# split in float32 too, fwd_acc32=0), and float32's double backward with a minimum of resident blocks (min_warps32),
-# so that its part 1 walks each receiver's edges from a rotated start as float64's does by default (Tuning.wave);
+# split in float32 too, fwd_acc32=0), and the double backward's part 1 walking each receiver's edges from a rotated
+# start (Tuning.wave), float32's too (its launch bounds given a minimum of resident blocks, min_warps32);
 # grad_y through shared memory: test_grad_y_through_shared_memory
 TUNINGS = {"default": _codegen.Tuning(),
-           "wave32": _codegen.Tuning(min_warps32=8),
+           "wave": _codegen.Tuning(wave=1, min_warps32=8),
            "prefetch_all_split": _codegen.Tuning(prefetch=_codegen.PF_ALL, fwd_acc=4, fwd_acc_narrow=0, bwd_g32=4,
                                                  bwd_g64=4),
            "plain": _codegen.Tuning(prefetch=0, merge_in1=0, w_evict=0),
            "one_warp_forward": _codegen.Tuning(fwd_min_block=32, fwd_acc=4, fwd_acc32=0, fwd_acc_narrow=0)}
-# wave32's edges in order (test_rotated_part1_gives_the_same_bits alone)
-IN_ORDER = {"in_order": _codegen.Tuning(min_warps32=8, wave=0)}
+# wave's edges in order (test_rotated_part1_gives_the_same_bits alone)
+IN_ORDER = {"in_order": _codegen.Tuning(min_warps32=8)}
 
 
 def _library(name: str, make_problem, tune: _codegen.Tuning):
@@ -363,7 +363,7 @@ def test_rotated_part1_gives_the_same_bits(dtype):
     """Tuning.wave: part 1 of the double backward keeps nothing across a receiver's edges, so walking them from a
     rotated start (the host emulation's "4 SMs" give the receivers of this graph different starts) leaves every
     output bit for bit as walking them in order does, every output written."""
-    in_order, wave = plan_and_library("in_order"), plan_and_library("wave32")
+    in_order, wave = plan_and_library("in_order"), plan_and_library("wave")
     plan = in_order[0]
     n, g, (x, y, w, go, ggx, ggy, ggw), _ = second_order_problem(plan, 11)
     first = [t.to(dtype).contiguous() for t in (go, x, y, w)]
