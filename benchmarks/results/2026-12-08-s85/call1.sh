@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 85, call 1 (fresh machine): the op library, then s84's next_call (wave): ncu of dbwd part 1 under wave=3,
+# Session 85, call 1 (fresh machine): the op library, then session 84's planned call (wave; its script replaced by
+# this one): ncu of dbwd part 1 under wave=3 and wave=3,wave_ctr=1,
 # the sweep, then item 1 against cuEquivariance.
 set -u
 END=${END:-570}
